@@ -1,0 +1,1 @@
+"""agentd: a daemon that hosts LLM agents defined in YAML."""

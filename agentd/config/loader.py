@@ -1,0 +1,257 @@
+"""Read YAML into specs, keeping every value's line and column for error messages.
+
+The YAML is composed into nodes (which carry marks), turned into plain Python
+while recording where each path came from, `${VAR}` / `${VAR:-default}` are
+replaced from the environment, and the result is validated by pydantic. Every
+problem is reported as file:line:column plus what was expected.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from agentd.config.models import AgentSpec, DaemonSpec
+from agentd.errors import ConfigError, ConfigProblem
+
+_ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+Loc = tuple[str | int, ...]
+
+
+@dataclass
+class _Located:
+    data: Any
+    marks: dict[Loc, tuple[int, int]]  # path -> (line, column), 1-based
+    key_marks: dict[Loc, tuple[int, int]]
+
+
+def _mark(node: yaml.Node) -> tuple[int, int]:
+    return node.start_mark.line + 1, node.start_mark.column + 1
+
+
+def _interpolate(text: str, file: str, mark: tuple[int, int], env: Mapping[str, str]) -> str:
+    def sub(m: re.Match[str]) -> str:
+        var, default = m.group(1), m.group(2)
+        if var in env:
+            return env[var]
+        if default is not None:
+            return default
+        raise ConfigError(
+            [
+                ConfigProblem(
+                    file,
+                    *mark,
+                    f"environment variable {var} is not set (set it, or write ${{{var}:-default}})",
+                )
+            ]
+        )
+
+    return _ENV_RE.sub(sub, text)
+
+
+def _to_python(file: str, text: str, env: Mapping[str, str]) -> _Located:
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        line, col = (mark.line + 1, mark.column + 1) if mark else (None, None)
+        what = " ".join(x for x in (e.context, e.problem) if x)
+        raise ConfigError([ConfigProblem(file, line, col, f"invalid YAML: {what}")]) from None
+    except yaml.YAMLError as e:
+        raise ConfigError([ConfigProblem(file, None, None, f"invalid YAML: {e}")]) from None
+
+    constructor = yaml.SafeLoader("")
+    marks: dict[Loc, tuple[int, int]] = {}
+    key_marks: dict[Loc, tuple[int, int]] = {}
+
+    def walk(node: yaml.Node, loc: Loc) -> Any:
+        marks[loc] = _mark(node)
+        if isinstance(node, yaml.MappingNode):
+            out: dict[str, Any] = {}
+            for key_node, value_node in node.value:
+                key = constructor.construct_object(key_node, deep=True)
+                if not isinstance(key, str):
+                    raise ConfigError([ConfigProblem(file, *_mark(key_node), f"expected a text key, got {key!r}")])
+                if key in out:
+                    raise ConfigError([ConfigProblem(file, *_mark(key_node), f"duplicate key {key!r}")])
+                key_marks[(*loc, key)] = _mark(key_node)
+                out[key] = walk(value_node, (*loc, key))
+            return out
+        if isinstance(node, yaml.SequenceNode):
+            return [walk(child, (*loc, i)) for i, child in enumerate(node.value)]
+        value = constructor.construct_object(node, deep=True)
+        if isinstance(value, str) and "${" in value:
+            value = _interpolate(value, file, marks[loc], env)
+            # An unquoted `${PORT}` should behave as if the number had been written.
+            if node.style is None and value != "":
+                resolved = yaml.safe_load(value)
+                if isinstance(resolved, int | float | bool):
+                    value = resolved
+        return value
+
+    data = {} if root is None else walk(root, ())
+    return _Located(data, marks, key_marks)
+
+
+def _fields_at(model: type[BaseModel], loc: Loc) -> list[str]:
+    """The field names of the model found by following loc from `model` (best effort)."""
+    annotation: Any = model
+    for part in loc:
+        annotation = _unwrap_model(annotation)
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel) and isinstance(part, str):
+            field = annotation.model_fields.get(part)
+            if field is None:
+                return []
+            annotation = field.annotation
+        elif typing.get_origin(annotation) in (dict, list):
+            annotation = typing.get_args(annotation)[-1]
+        else:
+            return []
+    annotation = _unwrap_model(annotation)
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return list(annotation.model_fields)
+    return []
+
+
+def _unwrap_model(annotation: Any) -> Any:
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        for arg in typing.get_args(annotation):
+            if isinstance(arg, type) and issubclass(arg, BaseModel):
+                return arg
+    return annotation
+
+
+def _problems(file: str, located: _Located, error: ValidationError, model: type[BaseModel]) -> list[ConfigProblem]:
+    problems = []
+    for err in error.errors():
+        loc: Loc = tuple(p for p in err["loc"] if isinstance(p, str | int))
+        # pydantic adds union-member names ("DiscordSpec", "int") to loc: drop what is not in the data.
+        loc = _trim_to_data(located, loc)
+        kind = err["type"]
+        if kind == "extra_forbidden":
+            key = str(loc[-1])
+            line, col = located.key_marks.get(loc, located.marks.get(loc[:-1], (None, None)))
+            allowed = _fields_at(model, loc[:-1])
+            hint = difflib.get_close_matches(key, allowed, n=1)
+            msg = f"unknown key {key!r}"
+            msg += f" (did you mean {hint[0]!r}?)" if hint else ""
+            if allowed:
+                msg += f"; expected one of: {', '.join(allowed)}"
+        else:
+            line, col = _nearest_mark(located, loc)
+            where = ".".join(str(p) for p in loc) or "top level"
+            msg = f"{where}: {_describe(err)}"
+        problems.append(ConfigProblem(file, line, col, msg))
+    return problems
+
+
+def _trim_to_data(located: _Located, loc: Loc) -> Loc:
+    out: list[str | int] = []
+    node: Any = located.data
+    for part in loc:
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+            out.append(part)
+        elif isinstance(node, list) and isinstance(part, int) and part < len(node):
+            node = node[part]
+            out.append(part)
+        elif isinstance(node, dict) and isinstance(part, str) and part[:1].islower() and "[" not in part:
+            out.append(part)  # a missing or extra key: keep it, it names the problem
+            node = None
+        # else: a pydantic-internal segment (union member, function-after[...]): skip
+    return tuple(out)
+
+
+def _nearest_mark(located: _Located, loc: Loc) -> tuple[int | None, int | None]:
+    for i in range(len(loc), -1, -1):
+        if loc[:i] in located.marks:
+            return located.marks[loc[:i]]
+    return None, None
+
+
+def _describe(err: Any) -> str:
+    kind, msg = err["type"], err["msg"]
+    if kind == "missing":
+        return "this key is required"
+    if msg.startswith("Value error, "):
+        return msg.removeprefix("Value error, ")
+    if kind == "literal_error":
+        return msg.replace("Input should be", "expected")
+    return f"{msg[0].lower()}{msg[1:]}" + (f" (got {err['input']!r})" if "input" in err and not isinstance(err["input"], dict | list) else "")
+
+
+def parse_agent(path: Path, text: str | None = None, env: Mapping[str, str] | None = None) -> AgentSpec:
+    """Load one agent file; the agent's name is the file stem. Raises ConfigError."""
+    file = str(path)
+    text = path.read_text(encoding="utf-8") if text is None else text
+    located = _to_python(file, text, os.environ if env is None else env)
+    if not isinstance(located.data, dict):
+        raise ConfigError([ConfigProblem(file, 1, 1, "expected a mapping of keys (purpose, model, memory, ...)")])
+    if "name" in located.data:
+        line, col = located.key_marks[("name",)]
+        raise ConfigError([ConfigProblem(file, line, col, "unknown key 'name': an agent's name is its file name")])
+    try:
+        return AgentSpec.model_validate({**located.data, "name": path.stem})
+    except ValidationError as e:
+        problems = _problems(file, located, e, AgentSpec)
+        for p in problems:
+            if p.message.startswith("name:"):
+                problems[problems.index(p)] = ConfigProblem(file, None, None, p.message.removeprefix("name: "))
+        raise ConfigError(problems) from None
+
+
+def parse_daemon(path: Path, env: Mapping[str, str] | None = None) -> DaemonSpec:
+    """Load `agentd.yaml`; a missing file means all defaults."""
+    if not path.exists():
+        return DaemonSpec()
+    file = str(path)
+    located = _to_python(file, path.read_text(encoding="utf-8"), os.environ if env is None else env)
+    if not isinstance(located.data, dict):
+        raise ConfigError([ConfigProblem(file, 1, 1, "expected a mapping of keys (providers, http, ...)")])
+    try:
+        return DaemonSpec.model_validate(located.data)
+    except ValidationError as e:
+        raise ConfigError(_problems(file, located, e, DaemonSpec)) from None
+
+
+def agent_files(agents_dir: Path) -> list[Path]:
+    return sorted(p for p in agents_dir.glob("*.yaml") if p.is_file() and not p.name.startswith("."))
+
+
+@dataclass
+class CheckResult:
+    agents: list[AgentSpec]
+    errors: list[ConfigError]
+
+
+def check_dir(agents_dir: Path, daemon_file: Path | None = None) -> CheckResult:
+    """Validate agentd.yaml (if any) and every agent file, collecting every error."""
+    agents: list[AgentSpec] = []
+    errors: list[ConfigError] = []
+    if daemon_file is not None:
+        try:
+            parse_daemon(daemon_file)
+        except ConfigError as e:
+            errors.append(e)
+    if not agents_dir.is_dir():
+        errors.append(ConfigError([ConfigProblem(str(agents_dir), None, None, "agents folder does not exist")]))
+        return CheckResult(agents, errors)
+    for path in agent_files(agents_dir):
+        try:
+            agents.append(parse_agent(path))
+        except ConfigError as e:
+            errors.append(e)
+        except OSError as e:
+            errors.append(ConfigError([ConfigProblem(str(path), None, None, f"cannot read: {e}")]))
+    return CheckResult(agents, errors)

@@ -1,0 +1,151 @@
+"""Validated, frozen specs for `agents/<name>.yaml` and `agentd.yaml`."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from agentd.config.base import Spec
+from agentd.config.discord import DiscordSpec
+from agentd.config.slack import SlackSpec
+from agentd.config.telegram import TelegramSpec
+
+AGENT_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
+_MODEL_REF_RE = re.compile(r"^[A-Za-z0-9_.-]+/\S+$")
+OFFLINE_MODEL = "offline/offline"
+
+
+def normalise_model_ref(value: str) -> str:
+    """`provider/model`; the bare word `offline` names the built-in offline model."""
+    value = value.strip()
+    if value == "offline":
+        return OFFLINE_MODEL
+    if not _MODEL_REF_RE.match(value):
+        raise ValueError(f"expected 'provider/model' (e.g. openai/gpt-4.1-mini, or offline), got {value!r}")
+    return value
+
+
+class ModelSpec(Spec):
+    name: str
+    small: str | None = None
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    max_output_tokens: int | None = Field(default=None, gt=0)
+
+    @field_validator("name", "small")
+    @classmethod
+    def _ref(cls, v: str | None) -> str | None:
+        return None if v is None else normalise_model_ref(v)
+
+    @property
+    def provider(self) -> str:
+        return self.name.split("/", 1)[0]
+
+
+class MemorySpec(Spec):
+    scope: Literal["none", "thread"] = "none"
+    persistent: bool = False
+    compact_at_tokens: int | Literal[False] = 50000
+    max_value_chars: int = Field(default=4000, gt=0, le=1_000_000)
+
+    @field_validator("compact_at_tokens", mode="before")
+    @classmethod
+    def _threshold(cls, v: Any) -> Any:
+        if v is True:
+            raise ValueError("expected a token count or false")
+        if isinstance(v, int) and not isinstance(v, bool) and v <= 0:
+            raise ValueError("expected a positive token count or false")
+        return v
+
+
+class WebhookSpec(Spec):
+    """`channels.webhook: {}` enables POST /agents/<name>/messages."""
+
+
+class ChannelsSpec(Spec):
+    webhook: WebhookSpec | None = None
+    discord: DiscordSpec | None = None
+    slack: SlackSpec | None = None
+    telegram: TelegramSpec | None = None
+
+    def enabled(self) -> list[str]:
+        return [name for name in type(self).model_fields if getattr(self, name) is not None]
+
+
+class AgentSpec(Spec):
+    name: str
+    purpose: str = ""
+    model: ModelSpec = ModelSpec(name=OFFLINE_MODEL)
+    memory: MemorySpec = MemorySpec()
+    channels: ChannelsSpec = ChannelsSpec()
+    max_tool_steps: int = Field(default=8, ge=1, le=100)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not AGENT_NAME_RE.match(v):
+            raise ValueError(
+                f"agent name {v!r} (the file name) must match [a-z0-9][a-z0-9_-]*: "
+                "lower-case letters, digits, '_' and '-'"
+            )
+        return v
+
+    @field_validator("model", mode="before")
+    @classmethod
+    def _shorthand(cls, v: Any) -> Any:
+        return {"name": v} if isinstance(v, str) else v
+
+    @field_validator("channels", mode="before")
+    @classmethod
+    def _null_channel_is_empty(cls, v: Any) -> Any:
+        # `webhook:` with nothing after it is YAML null; treat it as `webhook: {}`.
+        if isinstance(v, dict):
+            return {k: ({} if val is None else val) for k, val in v.items()}
+        return v
+
+
+class ProviderSpec(Spec):
+    kind: Literal["openai", "anthropic", "ollama", "offline"]
+    base_url: str | None = None
+    api_key: str | None = None
+    timeout_s: float = Field(default=60.0, gt=0)
+    max_retries: int = Field(default=3, ge=0, le=10)
+    max_concurrency: int = Field(default=16, ge=1)
+
+
+class HttpSpec(Spec):
+    host: str = "127.0.0.1"
+    port: int = Field(default=8765, ge=0, le=65535)
+    token: str | None = None
+    max_body_bytes: int = Field(default=256_000, gt=0)
+
+
+class StoreSpec(Spec):
+    # NORMAL: an OS crash may lose the last commits but never corrupts; a killed
+    # process loses nothing. FULL: fsync on every commit group.
+    synchronous: Literal["normal", "full"] = "normal"
+    hot_conversations: int = Field(default=2000, ge=1)
+
+
+class DefaultsSpec(Spec):
+    model: str | None = None
+
+    @field_validator("model")
+    @classmethod
+    def _ref(cls, v: str | None) -> str | None:
+        return None if v is None else normalise_model_ref(v)
+
+
+class DaemonSpec(Spec):
+    providers: dict[str, ProviderSpec] = {}
+    http: HttpSpec = HttpSpec()
+    store: StoreSpec = StoreSpec()
+    defaults: DefaultsSpec = DefaultsSpec()
+
+    @model_validator(mode="after")
+    def _provider_names(self) -> DaemonSpec:
+        for name in self.providers:
+            if not re.match(r"^[A-Za-z0-9_.-]+$", name):
+                raise ValueError(f"provider name {name!r} may only use letters, digits, '_', '.', '-'")
+        return self

@@ -1,0 +1,94 @@
+"""One exception root for agentd, split by who has to act.
+
+    AgentdError
+    ├── OperatorError          the operator must fix something (config, keys)
+    │   ├── ConfigError        a YAML file is wrong: file, line, column, what was expected
+    │   └── CredentialError    a provider needs a key that is not set
+    └── RuntimeFault           something outside our control failed; retrying may help
+        ├── ProviderError      a model provider failed (names provider, model, fix)
+        └── StoreError         the SQLite file could not be read or written
+
+`ToolError` is not an AgentdError: it is the normal way a tool tells the model
+that a call was refused, and it becomes a tool result the model can read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class AgentdError(Exception):
+    """Root of every error agentd raises on purpose."""
+
+
+class OperatorError(AgentdError):
+    """The operator has to change something before this can work."""
+
+
+@dataclass(frozen=True)
+class ConfigProblem:
+    """One thing wrong with one config file, located as precisely as we can."""
+
+    file: str
+    line: int | None
+    column: int | None
+    message: str
+
+    def __str__(self) -> str:
+        where = self.file
+        if self.line is not None:
+            where += f":{self.line}"
+            if self.column is not None:
+                where += f":{self.column}"
+        return f"{where}: {self.message}"
+
+
+class ConfigError(OperatorError):
+    """One or more problems in a config file; str() lists each on its own line."""
+
+    def __init__(self, problems: list[ConfigProblem]):
+        self.problems = problems
+        super().__init__("\n".join(str(p) for p in problems))
+
+
+class CredentialError(OperatorError):
+    """A provider needs a credential that is not configured."""
+
+
+class RuntimeFault(AgentdError):
+    """Something at run time failed; the operator may not need to change anything."""
+
+
+class ProviderError(RuntimeFault):
+    """A model provider call failed for good (after any retries).
+
+    The message names the provider, the model and what to do about it; `status`
+    is the HTTP status when there was one.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        provider: str,
+        model: str,
+        status: int | None = None,
+        retryable: bool = False,
+        unreachable: bool = False,
+    ):
+        self.provider = provider
+        self.model = model
+        self.status = status
+        self.retryable = retryable
+        # True when the provider could not be reached at all (connection refused,
+        # timeout): memory work that can wait keeps its queue for the next turn.
+        self.unreachable = unreachable
+        super().__init__(f"provider {provider} (model {model}): {message}")
+
+
+class StoreError(RuntimeFault):
+    """The agent's SQLite file could not be opened, migrated, read or written."""
+
+
+class ToolError(Exception):
+    """A tool refused a call; the message is shown to the model as the tool result."""

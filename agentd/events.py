@@ -1,0 +1,73 @@
+"""What channels and the engine exchange: an inbound event, a reply, and the host a channel runs in.
+
+Channels know only this module: they turn a platform message into an
+`InboundEvent`, hand it to `ChannelHost.dispatch`, and send the `Reply` back.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+# A conversation key is "<channel>:<id...>", e.g. "webhook:ticket-7",
+# "discord:1234", "slack:C01:1700000000.0001", "repl:local".
+_KEY_RE = re.compile(r"^[a-z][a-z0-9_]*:[^\s]{1,256}$")
+CONVERSATION_ID_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
+
+
+def is_conversation_key(value: str) -> bool:
+    return bool(_KEY_RE.match(value))
+
+
+@dataclass(frozen=True, slots=True)
+class InboundEvent:
+    """One message from a person, on its way to an agent.
+
+    `event_id` is the platform's id for this delivery (message id, Slack event
+    id, Telegram update id): two events with the same (channel, event_id) are
+    the same message delivered twice and are answered once.
+    """
+
+    agent: str
+    conversation_key: str
+    text: str
+    channel: str
+    user_id: str | None = None
+    event_id: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """What the agent answers. `duplicate` is true when the event was already answered."""
+
+    text: str
+    conversation_key: str
+    run_id: str | None = None
+    duplicate: bool = False
+    error: str | None = None
+
+
+class ChannelHost(Protocol):
+    """What the daemon gives a channel: the only way a channel reaches the rest of agentd."""
+
+    agent: str
+
+    async def dispatch(self, event: InboundEvent) -> Reply:
+        """Run the event through the agent (ordered per conversation) and return the reply.
+
+        Returns a Reply with duplicate=True, and does nothing else, when this
+        (channel, event_id) was answered before.
+        """
+        ...
+
+    async def audit(
+        self, kind: str, action: str, *, conversation_key: str | None = None, data: dict[str, Any] | None = None
+    ) -> None:
+        """Record an audit event in the agent's trail (permission decisions, send failures)."""
+        ...
+
+    def set_status(self, channel: str, status: str, error: str | None = None) -> None:
+        """Report a channel's state ("starting", "running", "reconnecting", "failed", "stopped")."""
+        ...

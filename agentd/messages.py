@@ -1,0 +1,104 @@
+"""Messages are data: a role and kind-tagged parts, stored as JSON through one adapter.
+
+Provider adapters translate these to and from their wire formats and refuse a
+part they cannot carry instead of dropping it.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+
+class _Part(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class TextPart(_Part):
+    kind: Literal["text"] = "text"
+    text: str
+
+
+class ToolCallPart(_Part):
+    kind: Literal["tool_call"] = "tool_call"
+    id: str
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
+class ToolResultPart(_Part):
+    kind: Literal["tool_result"] = "tool_result"
+    call_id: str
+    name: str
+    content: str
+    is_error: bool = False
+
+
+Part = Annotated[TextPart | ToolCallPart | ToolResultPart, Field(discriminator="kind")]
+
+Role = Literal["user", "assistant", "tool"]
+
+
+class Message(BaseModel):
+    """One message of a conversation.
+
+    `user` messages carry text from a person (`user_id` says who); `assistant`
+    messages carry text and/or tool calls; `tool` messages carry the results
+    of the tool calls of the assistant message just before them.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    role: Role
+    parts: tuple[Part, ...]
+    user_id: str | None = None
+
+    @classmethod
+    def user(cls, text: str, user_id: str | None = None) -> Message:
+        return cls(role="user", parts=(TextPart(text=text),), user_id=user_id)
+
+    @classmethod
+    def assistant(cls, text: str) -> Message:
+        return cls(role="assistant", parts=(TextPart(text=text),))
+
+    @property
+    def text(self) -> str:
+        """The text parts joined; empty when there are none."""
+        return "".join(p.text for p in self.parts if isinstance(p, TextPart))
+
+    @property
+    def tool_calls(self) -> list[ToolCallPart]:
+        return [p for p in self.parts if isinstance(p, ToolCallPart)]
+
+    @property
+    def tool_results(self) -> list[ToolResultPart]:
+        return [p for p in self.parts if isinstance(p, ToolResultPart)]
+
+    def char_count(self) -> int:
+        """Characters the model will read for this message: the base of token estimates."""
+        n = 0
+        for p in self.parts:
+            if isinstance(p, TextPart):
+                n += len(p.text)
+            elif isinstance(p, ToolCallPart):
+                n += len(p.name) + len(str(p.arguments))
+            else:
+                n += len(p.content) + len(p.name)
+        return n + 4
+
+
+MESSAGE_ADAPTER: TypeAdapter[Message] = TypeAdapter(Message)
+
+
+def dump_message(message: Message) -> str:
+    return MESSAGE_ADAPTER.dump_json(message, exclude_none=True).decode()
+
+
+def load_message(raw: str | bytes) -> Message:
+    return MESSAGE_ADAPTER.validate_json(raw)
+
+
+def estimate_tokens(chars: int) -> int:
+    """The estimate used when a provider reports no usage: about four characters a token."""
+    return (chars + 3) // 4
