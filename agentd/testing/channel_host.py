@@ -1,0 +1,64 @@
+"""A ChannelHost for testing channels without an engine or a store.
+
+It answers every event with a deterministic reply that shows which
+conversation it landed in and how many messages that conversation has seen,
+de-duplicates by (channel, event_id) like the engine does, and records
+audits and status changes so tests can assert on them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from typing import Any
+
+from agentd.events import InboundEvent, Reply
+
+
+class RecordingHost:
+    def __init__(self, agent: str = "bot", reply_delay: float = 0.0):
+        self.agent = agent
+        self.events: list[InboundEvent] = []
+        self.audits: list[dict[str, Any]] = []
+        self.statuses: list[tuple[str, str, str | None]] = []
+        self.counts: dict[str, int] = defaultdict(int)
+        self.seen: set[tuple[str, str]] = set()
+        self.reply_delay = reply_delay
+        self.event_arrived = asyncio.Event()
+
+    async def dispatch(self, event: InboundEvent) -> Reply:
+        if event.event_id is not None:
+            marker = (event.channel, event.event_id)
+            if marker in self.seen:
+                return Reply(text="", conversation_key=event.conversation_key, duplicate=True)
+            self.seen.add(marker)
+        self.events.append(event)
+        self.event_arrived.set()
+        if self.reply_delay:
+            await asyncio.sleep(self.reply_delay)
+        self.counts[event.conversation_key] += 1
+        n = self.counts[event.conversation_key]
+        text = f"[{event.conversation_key} #{n}] you said: {event.text}"
+        return Reply(text=text, conversation_key=event.conversation_key, run_id=f"run{len(self.events)}")
+
+    async def audit(
+        self, kind: str, action: str, *, conversation_key: str | None = None, data: dict[str, Any] | None = None
+    ) -> None:
+        self.audits.append({"kind": kind, "action": action, "conversation_key": conversation_key, "data": data or {}})
+
+    def set_status(self, channel: str, status: str, error: str | None = None) -> None:
+        self.statuses.append((channel, status, error))
+
+    def last_status(self, channel: str) -> str | None:
+        for ch, status, _ in reversed(self.statuses):
+            if ch == channel:
+                return status
+        return None
+
+    async def wait_for_events(self, n: int, timeout: float = 5.0) -> None:
+        async def _wait() -> None:
+            while len(self.events) < n:
+                self.event_arrived.clear()
+                await self.event_arrived.wait()
+
+        await asyncio.wait_for(_wait(), timeout)
