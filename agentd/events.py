@@ -63,7 +63,12 @@ class ChannelHost(Protocol):
         ...
 
     async def audit(
-        self, kind: str, action: str, *, conversation_key: str | None = None, data: dict[str, Any] | None = None
+        self,
+        kind: str,
+        action: str,
+        *,
+        conversation_key: str | None = None,
+        data: dict[str, Any] | None = None,
     ) -> None:
         """Record an audit event in the agent's trail (permission decisions, send failures)."""
         ...

@@ -81,7 +81,9 @@ def _to_python(file: str, text: str, env: Mapping[str, str]) -> _Located:
             for key_node, value_node in node.value:
                 key = constructor.construct_object(key_node, deep=True)
                 if not isinstance(key, str):
-                    raise ConfigError([ConfigProblem(file, *_mark(key_node), f"expected a text key, got {key!r}")])
+                    raise ConfigError(
+                        [ConfigProblem(file, *_mark(key_node), f"expected a text key, got {key!r}")]
+                    )
                 if key in out:
                     raise ConfigError([ConfigProblem(file, *_mark(key_node), f"duplicate key {key!r}")])
                 key_marks[(*loc, key)] = _mark(key_node)
@@ -132,7 +134,9 @@ def _unwrap_model(annotation: Any) -> Any:
     return annotation
 
 
-def _problems(file: str, located: _Located, error: ValidationError, model: type[BaseModel]) -> list[ConfigProblem]:
+def _problems(
+    file: str, located: _Located, error: ValidationError, model: type[BaseModel]
+) -> list[ConfigProblem]:
     problems = []
     for err in error.errors():
         loc: Loc = tuple(p for p in err["loc"] if isinstance(p, str | int))
@@ -188,7 +192,9 @@ def _describe(err: Any) -> str:
         return msg.removeprefix("Value error, ")
     if kind == "literal_error":
         return msg.replace("Input should be", "expected")
-    return f"{msg[0].lower()}{msg[1:]}" + (f" (got {err['input']!r})" if "input" in err and not isinstance(err["input"], dict | list) else "")
+    return f"{msg[0].lower()}{msg[1:]}" + (
+        f" (got {err['input']!r})" if "input" in err and not isinstance(err["input"], dict | list) else ""
+    )
 
 
 def parse_agent(path: Path, text: str | None = None, env: Mapping[str, str] | None = None) -> AgentSpec:
@@ -197,17 +203,23 @@ def parse_agent(path: Path, text: str | None = None, env: Mapping[str, str] | No
     text = path.read_text(encoding="utf-8") if text is None else text
     located = _to_python(file, text, os.environ if env is None else env)
     if not isinstance(located.data, dict):
-        raise ConfigError([ConfigProblem(file, 1, 1, "expected a mapping of keys (purpose, model, memory, ...)")])
+        raise ConfigError(
+            [ConfigProblem(file, 1, 1, "expected a mapping of keys (purpose, model, memory, ...)")]
+        )
     if "name" in located.data:
         line, col = located.key_marks[("name",)]
-        raise ConfigError([ConfigProblem(file, line, col, "unknown key 'name': an agent's name is its file name")])
+        raise ConfigError(
+            [ConfigProblem(file, line, col, "unknown key 'name': an agent's name is its file name")]
+        )
     try:
         return AgentSpec.model_validate({**located.data, "name": path.stem})
     except ValidationError as e:
         problems = _problems(file, located, e, AgentSpec)
         for p in problems:
             if p.message.startswith("name:"):
-                problems[problems.index(p)] = ConfigProblem(file, None, None, p.message.removeprefix("name: "))
+                problems[problems.index(p)] = ConfigProblem(
+                    file, None, None, p.message.removeprefix("name: ")
+                )
         raise ConfigError(problems) from None
 
 
@@ -245,7 +257,9 @@ def check_dir(agents_dir: Path, daemon_file: Path | None = None) -> CheckResult:
         except ConfigError as e:
             errors.append(e)
     if not agents_dir.is_dir():
-        errors.append(ConfigError([ConfigProblem(str(agents_dir), None, None, "agents folder does not exist")]))
+        errors.append(
+            ConfigError([ConfigProblem(str(agents_dir), None, None, "agents folder does not exist")])
+        )
         return CheckResult(agents, errors)
     for path in agent_files(agents_dir):
         try:

@@ -42,9 +42,16 @@ class RecordingHost:
         return Reply(text=text, conversation_key=event.conversation_key, run_id=f"run{len(self.events)}")
 
     async def audit(
-        self, kind: str, action: str, *, conversation_key: str | None = None, data: dict[str, Any] | None = None
+        self,
+        kind: str,
+        action: str,
+        *,
+        conversation_key: str | None = None,
+        data: dict[str, Any] | None = None,
     ) -> None:
-        self.audits.append({"kind": kind, "action": action, "conversation_key": conversation_key, "data": data or {}})
+        self.audits.append(
+            {"kind": kind, "action": action, "conversation_key": conversation_key, "data": data or {}}
+        )
 
     def set_status(self, channel: str, status: str, error: str | None = None) -> None:
         self.statuses.append((channel, status, error))

@@ -1,0 +1,114 @@
+"""Persistent memory: facts the agent chose to keep, visible from every conversation.
+
+The system prompt carries only the keys held (progressive disclosure); the
+model pulls a value with `recall`. Every remember/forget is committed together
+with its audit event `{kind: memory, action, key}` (never the value); reads
+are not audited.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+from agentd.errors import ToolError
+from agentd.store.audit import AuditRecord, insert_audit
+from agentd.store.db import AgentStore
+from agentd.store.memories import delete_memory, get_memory, memory_keys, upsert_memory
+
+KEY_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
+AGENT_SCOPE = ""
+
+PREAMBLE = (
+    "You have persistent memory — facts and preferences that survive across conversations and restarts. "
+    "Use recall to read one, list_memories to browse, remember to save or update one, forget to delete one."
+)
+
+
+def memory_preamble(keys: list[str]) -> str:
+    if not keys:
+        return PREAMBLE + "\nYou hold no memories yet."
+    return PREAMBLE + " Keys you already have:\n" + "\n".join(f"- {k}" for k in keys)
+
+
+class PersistentMemory:
+    """One agent's memories table, with the keys of every scope cached in memory."""
+
+    def __init__(self, store: AgentStore, agent: str, max_value_chars: int = 4000):
+        self.store = store
+        self.agent = agent
+        self.max_value_chars = max_value_chars
+        self._keys: dict[str, list[str]] = {}
+
+    async def load(self) -> None:
+        self._keys = await self.store.read(memory_keys)
+
+    def keys(self, scope: str = AGENT_SCOPE) -> list[str]:
+        return list(self._keys.get(scope, ()))
+
+    def _check_key(self, key: object) -> str:
+        if not isinstance(key, str) or not KEY_RE.match(key):
+            raise ToolError(
+                f"invalid key {key!r}: use 1-64 characters of letters, digits, '_', '.', ':' or '-'"
+            )
+        return key
+
+    async def remember(
+        self,
+        key: object,
+        value: object,
+        *,
+        scope: str = AGENT_SCOPE,
+        conversation_key: str | None,
+        run_id: str | None,
+    ) -> str:
+        key = self._check_key(key)
+        if not isinstance(value, str) or not value.strip():
+            raise ToolError("value must be non-empty text")
+        if len(value) > self.max_value_chars:
+            raise ToolError(
+                f"value is {len(value)} characters; the limit is {self.max_value_chars}. Shorten it."
+            )
+        now = time.time()
+        data = {"key": key} if not scope else {"key": key, "scope": scope}
+        audit = AuditRecord("memory", "remember", conversation_key, run_id, data)
+
+        def commit(conn):  # type: ignore[no-untyped-def]
+            created = upsert_memory(conn, scope, key, value, run_id, now)
+            insert_audit(conn, self.agent, [audit], now)
+            return created
+
+        created = await self.store.write(commit)
+        if created:
+            self._keys.setdefault(scope, []).append(key)
+            self._keys[scope].sort()
+        return f"Remembered {key}." if created else f"Updated {key}."
+
+    async def recall(self, key: object, *, scope: str = AGENT_SCOPE) -> str:
+        key = self._check_key(key)
+        value = await self.store.read(lambda conn: get_memory(conn, scope, key))
+        if value is None:
+            raise ToolError(f"no memory with key {key!r}; keys held: {', '.join(self.keys(scope)) or 'none'}")
+        return value
+
+    def list(self, *, scope: str = AGENT_SCOPE) -> str:
+        keys = self.keys(scope)
+        return "Keys held: " + ", ".join(keys) if keys else "No memories held."
+
+    async def forget(
+        self, key: object, *, scope: str = AGENT_SCOPE, conversation_key: str | None, run_id: str | None
+    ) -> str:
+        key = self._check_key(key)
+        now = time.time()
+        data = {"key": key} if not scope else {"key": key, "scope": scope}
+        audit = AuditRecord("memory", "forget", conversation_key, run_id, data)
+
+        def commit(conn):  # type: ignore[no-untyped-def]
+            if not delete_memory(conn, scope, key):
+                raise ToolError(f"no memory with key {key!r}")
+            insert_audit(conn, self.agent, [audit], now)
+
+        await self.store.write(commit)
+        if key in self._keys.get(scope, []):
+            self._keys[scope].remove(key)
+        return f"Forgot {key}."

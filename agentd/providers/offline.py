@@ -1,0 +1,115 @@
+"""The built-in `offline` model: no network, deterministic, and honest about what it was given.
+
+It tells the person how many earlier messages of the conversation it sees and
+which memory keys it holds, really calls the memory tools when asked
+("remember KEY: VALUE", "recall KEY", "forget KEY", "what do you remember"),
+summarises for compaction with an extractive rule, and reports no usage, so
+the runtime estimates tokens and marks them as estimated.
+"""
+
+from __future__ import annotations
+
+import re
+
+from agentd.messages import Message, ToolCallPart
+from agentd.providers.base import Completion, CompletionRequest
+
+_REMEMBER = re.compile(r"^\s*remember\s+(\S+?)\s*[:=]\s*(.+?)\s*$", re.I | re.S)
+_RECALL = re.compile(r"^\s*recall\s+(\S+?)\s*[?.!]?\s*$", re.I)
+_FORGET = re.compile(r"^\s*forget\s+(\S+?)\s*[.!]?\s*$", re.I)
+_LIST = re.compile(r"^\s*what do you remember\s*\??\s*$", re.I)
+_KEYS_HEADER = "Keys you already have:"
+SUMMARY_LINE_CHARS = 160
+SUMMARY_MAX_CHARS = 4000
+
+
+class OfflineProvider:
+    name = "offline"
+
+    async def complete(self, request: CompletionRequest) -> Completion:
+        if request.purpose == "summary":
+            return Completion(Message.assistant(_extractive_summary(request)), stop_reason="stop")
+        last = request.messages[-1] if request.messages else None
+        if last is not None and last.role == "tool":
+            return Completion(Message.assistant(_after_tools(last)), stop_reason="stop")
+        text = last.text if last is not None else ""
+        call = _memory_call(text, {t.name for t in request.tools})
+        if call is not None:
+            name, args = call
+            part = ToolCallPart(id=f"call_{len(request.messages)}", name=name, arguments=args)
+            return Completion(Message(role="assistant", parts=(part,)), stop_reason="tool_calls")
+        return Completion(Message.assistant(_describe(request, text)), stop_reason="stop")
+
+
+def _memory_call(text: str, tools: set[str]) -> tuple[str, dict[str, str]] | None:
+    if (m := _REMEMBER.match(text)) and "remember" in tools:
+        return "remember", {"key": m.group(1), "value": m.group(2)}
+    if (m := _RECALL.match(text)) and "recall" in tools:
+        return "recall", {"key": m.group(1)}
+    if (m := _FORGET.match(text)) and "forget" in tools:
+        return "forget", {"key": m.group(1)}
+    if _LIST.match(text) and "list_memories" in tools:
+        return "list_memories", {}
+    return None
+
+
+def _after_tools(tool_message: Message) -> str:
+    lines = []
+    for result in tool_message.tool_results:
+        if result.is_error:
+            lines.append(f"{result.name} failed: {result.content}")
+        elif result.name == "recall":
+            lines.append(f"I remember: {result.content}")
+        else:
+            lines.append(result.content)
+    return "\n".join(lines)
+
+
+def _held_keys(system: str) -> list[str] | None:
+    """The memory keys listed in the system prompt, or None when the agent has no persistent memory."""
+    if "persistent memory" not in system:
+        return None
+    if _KEYS_HEADER not in system:
+        return []
+    block = system.split(_KEYS_HEADER, 1)[1]
+    keys = []
+    for line in block.splitlines()[1:]:
+        if not line.startswith("- "):
+            break
+        keys.append(line[2:].strip())
+    return keys
+
+
+def _describe(request: CompletionRequest, text: str) -> str:
+    earlier = max(0, len(request.messages) - 1)
+    sees = f"I see {earlier} earlier message{'s' if earlier != 1 else ''} in this conversation"
+    if "Summary of the earlier part of this conversation" in request.system:
+        sees += " and a summary of older turns"
+    keys = _held_keys(request.system)
+    if keys is None:
+        memory = "I have no persistent memory."
+    elif keys:
+        memory = f"Memory keys I hold: {', '.join(keys)}."
+    else:
+        memory = "I hold no memory keys yet."
+    return f"(offline model) {sees}. {memory} You said: {text}"
+
+
+def _extractive_summary(request: CompletionRequest) -> str:
+    """Keep the summary so far, then the first sentence of each later message, newest kept if too long."""
+    source = request.messages[-1].text if request.messages else ""
+    kept: list[str] = []
+    for line in source.splitlines():
+        line = line.strip()
+        if not line or line in ("Summary so far:", "Later messages:"):
+            continue
+        first = re.split(r"(?<=[.!?])\s", line, maxsplit=1)[0]
+        kept.append(first if len(first) <= SUMMARY_LINE_CHARS else first[: SUMMARY_LINE_CHARS - 1] + "…")
+    summary_lines: list[str] = []
+    total = 0
+    for line in reversed(kept):
+        if total + len(line) + 1 > SUMMARY_MAX_CHARS:
+            break
+        summary_lines.append(line)
+        total += len(line) + 1
+    return "\n".join(reversed(summary_lines)) or "(nothing to summarise)"

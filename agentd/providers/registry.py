@@ -1,0 +1,81 @@
+"""Named providers: the built-ins (openai, anthropic, ollama, offline) and those in agentd.yaml.
+
+A model reference is "provider/model"; `resolve` returns the provider object
+and the bare model name. Built-ins register the way a plugin would: by kind,
+in `PROVIDER_KINDS`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import httpx
+
+from agentd.errors import OperatorError
+from agentd.providers.base import ModelProvider
+from agentd.providers.offline import OfflineProvider
+
+# kind -> "module:Class"; remote kinds are built with keyword arguments from their ProviderSpec.
+PROVIDER_KINDS: dict[str, str] = {
+    "openai": "agentd.providers.openai:OpenAIProvider",
+    "ollama": "agentd.providers.openai:OpenAIProvider",
+    "anthropic": "agentd.providers.anthropic:AnthropicProvider",
+}
+BUILTIN_NAMES = ("openai", "anthropic", "ollama", "offline")
+
+
+class ProviderRegistry:
+    def __init__(self, specs: dict[str, Any], client: httpx.AsyncClient | None = None):
+        # specs: name -> ProviderSpec (agentd.config.ProviderSpec); built-ins need none.
+        self._specs = dict(specs)
+        self._client = client
+        self._built: dict[str, ModelProvider] = {}
+
+    def names(self) -> list[str]:
+        return sorted(set(BUILTIN_NAMES) | set(self._specs))
+
+    def check(self, ref: str) -> None:
+        """Raise OperatorError when the reference names no known provider."""
+        name = ref.split("/", 1)[0]
+        if name not in self._specs and name not in BUILTIN_NAMES:
+            raise OperatorError(
+                f"unknown provider {name!r} in model {ref!r}: use one of {', '.join(self.names())}, "
+                "or declare it under providers: in agentd.yaml"
+            )
+
+    def resolve(self, ref: str) -> tuple[ModelProvider, str]:
+        self.check(ref)
+        name, _, model = ref.partition("/")
+        provider = self._built.get(name)
+        if provider is None:
+            provider = self._build(name)
+            self._built[name] = provider
+        return provider, model
+
+    def _build(self, name: str) -> ModelProvider:
+        spec = self._specs.get(name)
+        kind = spec.kind if spec is not None else name
+        if kind == "offline":
+            return OfflineProvider()
+        if self._client is None:
+            self._client = httpx.AsyncClient()
+        module_name, _, class_name = PROVIDER_KINDS[kind].partition(":")
+        cls = getattr(importlib.import_module(module_name), class_name)
+        kwargs: dict[str, Any] = {"name": name, "client": self._client}
+        if kind != "anthropic":
+            kwargs["kind"] = kind
+        if spec is not None:
+            kwargs.update(
+                base_url=spec.base_url,
+                api_key=spec.api_key,
+                timeout_s=spec.timeout_s,
+                max_retries=spec.max_retries,
+                max_concurrency=spec.max_concurrency,
+            )
+        provider: ModelProvider = cls(**kwargs)
+        return provider
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()

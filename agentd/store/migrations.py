@@ -1,0 +1,143 @@
+"""Append-only, named schema migrations. A shipped migration is never edited: add a new one.
+
+Each migration is applied in one transaction together with its row in
+`schema_migrations`, so a crash mid-migration leaves the file as it was.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+
+MIGRATIONS: list[tuple[str, tuple[str, ...]]] = [
+    (
+        "0001_initial",
+        (
+            """CREATE TABLE identity (
+                key TEXT PRIMARY KEY,
+                value TEXT NOT NULL
+            )""",
+            """CREATE TABLE threads (
+                id INTEGER PRIMARY KEY,
+                conversation_key TEXT NOT NULL,
+                status TEXT NOT NULL DEFAULT 'active' CHECK (status IN ('active', 'archived')),
+                created_at REAL NOT NULL,
+                ended_at REAL,
+                last_input_tokens INTEGER,
+                last_tokens_estimated INTEGER NOT NULL DEFAULT 0
+            )""",
+            "CREATE UNIQUE INDEX threads_one_active ON threads(conversation_key) WHERE status = 'active'",
+            "CREATE INDEX threads_by_key ON threads(conversation_key, id)",
+            """CREATE TABLE messages (
+                id INTEGER PRIMARY KEY,
+                thread_id INTEGER NOT NULL REFERENCES threads(id),
+                seq INTEGER NOT NULL,
+                role TEXT NOT NULL,
+                user_id TEXT,
+                body TEXT NOT NULL,
+                run_id TEXT,
+                created_at REAL NOT NULL,
+                compacted INTEGER NOT NULL DEFAULT 0,
+                UNIQUE (thread_id, seq)
+            )""",
+            """CREATE TABLE summaries (
+                id INTEGER PRIMARY KEY,
+                thread_id INTEGER NOT NULL REFERENCES threads(id),
+                upto_seq INTEGER NOT NULL,
+                text TEXT NOT NULL,
+                run_id TEXT,
+                created_at REAL NOT NULL
+            )""",
+            "CREATE INDEX summaries_by_thread ON summaries(thread_id, id)",
+            """CREATE TABLE runs (
+                id TEXT PRIMARY KEY,
+                conversation_key TEXT,
+                thread_id INTEGER,
+                trigger TEXT NOT NULL,
+                model TEXT,
+                status TEXT NOT NULL,
+                input_tokens INTEGER NOT NULL DEFAULT 0,
+                output_tokens INTEGER NOT NULL DEFAULT 0,
+                tokens_estimated INTEGER NOT NULL DEFAULT 0,
+                last_input_tokens INTEGER,
+                model_calls INTEGER NOT NULL DEFAULT 0,
+                started_at REAL NOT NULL,
+                duration_ms REAL,
+                error TEXT,
+                parent_run_id TEXT
+            )""",
+            "CREATE INDEX runs_by_conversation ON runs(conversation_key, started_at)",
+            "CREATE INDEX runs_by_time ON runs(started_at)",
+            """CREATE TABLE audit (
+                id INTEGER PRIMARY KEY,
+                ts REAL NOT NULL,
+                agent TEXT NOT NULL,
+                kind TEXT NOT NULL,
+                action TEXT NOT NULL,
+                conversation_key TEXT,
+                run_id TEXT,
+                data TEXT NOT NULL DEFAULT '{}'
+            )""",
+            "CREATE INDEX audit_by_time ON audit(ts)",
+            "CREATE INDEX audit_by_kind ON audit(kind, ts)",
+            """CREATE TABLE memories (
+                scope TEXT NOT NULL DEFAULT '',
+                key TEXT NOT NULL,
+                value TEXT NOT NULL,
+                created_at REAL NOT NULL,
+                updated_at REAL NOT NULL,
+                run_id TEXT,
+                PRIMARY KEY (scope, key)
+            ) WITHOUT ROWID""",
+            """CREATE TABLE inbound_events (
+                channel TEXT NOT NULL,
+                event_id TEXT NOT NULL,
+                conversation_key TEXT,
+                run_id TEXT,
+                received_at REAL NOT NULL,
+                PRIMARY KEY (channel, event_id)
+            ) WITHOUT ROWID""",
+        ),
+    ),
+]
+
+
+def applied(conn: sqlite3.Connection) -> list[str]:
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY, applied_at REAL NOT NULL)"
+    )
+    return [row[0] for row in conn.execute("SELECT name FROM schema_migrations ORDER BY rowid")]
+
+
+def migrate(
+    conn: sqlite3.Connection, migrations: list[tuple[str, tuple[str, ...]]] = MIGRATIONS
+) -> list[str]:
+    """Apply every migration not yet applied, in order; returns the names applied now.
+
+    The connection must be in autocommit mode (isolation_level=None) so that
+    BEGIN/COMMIT here are the only transaction boundaries.
+    """
+    done = set(applied(conn))
+    known = [name for name, _ in migrations]
+    unknown = done - set(known)
+    if unknown:
+        raise RuntimeError(
+            f"this data file was written by a newer agentd (migrations {sorted(unknown)}); upgrade agentd"
+        )
+    now_applied = []
+    for name, statements in migrations:
+        if name in done:
+            continue
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for statement in statements:
+                conn.execute(statement)
+            conn.execute(
+                "INSERT INTO schema_migrations (name, applied_at) VALUES (?, ?)", (name, time.time())
+            )
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        now_applied.append(name)
+    return now_applied

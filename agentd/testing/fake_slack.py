@@ -1,0 +1,444 @@
+"""A fake Slack on 127.0.0.1 that speaks the real wire protocol, for testing the Slack channel.
+
+What it serves (one aiohttp server, started in the running loop):
+
+- the Web API, ``POST /api/{method}`` with ``Authorization: Bearer <token>``
+  (JSON or form bodies): ``auth.test``, ``chat.postMessage``,
+  ``apps.connections.open``; a token it does not know gets ``invalid_auth``,
+  an unknown method ``unknown_method``, like Slack;
+- the Socket Mode websocket at ``/link/?ticket=...`` (the URL
+  ``apps.connections.open`` hands out): it sends ``hello``, pushes
+  ``events_api`` envelopes and records the client's acks.
+
+For the Events API over HTTP it builds correctly signed requests
+(`signed_request`) that a test POSTs to the app under test.
+
+Test controls: `push_event` (Socket Mode), `rate_limit_next_post` (429 +
+Retry-After), `fail_next_posts` (5xx), `drop_sockets` (the connection dies
+under the client), and waits that poll with timeouts: `wait_for_posts`,
+`wait_for_connections`, `wait_for_ack`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import hmac
+import itertools
+import json
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qsl
+
+from aiohttp import WSMsgType, web
+
+
+@dataclass
+class ApiCall:
+    """One Web API call as the fake saw it."""
+
+    method: str
+    params: dict[str, Any]
+    token: str | None
+    status: int = 200
+
+
+@dataclass
+class _PlannedFailure:
+    status: int
+    retry_after: int | None = None
+
+
+@dataclass
+class _Socket:
+    ws: web.WebSocketResponse
+    request: web.Request
+    number: int
+    acks: list[dict[str, Any]] = field(default_factory=list)
+
+
+class FakeSlack:
+    def __init__(
+        self,
+        *,
+        bot_token: str = "xoxb-fake-bot-token",
+        app_token: str = "xapp-fake-app-token",
+        signing_secret: str = "fake-signing-secret",
+        team_id: str = "T0FAKE",
+        bot_user_id: str = "U0BOT",
+        bot_id: str = "B0BOT",
+        app_id: str = "A0APP",
+    ):
+        self.bot_token = bot_token
+        self.app_token = app_token
+        self.signing_secret = signing_secret
+        self.team_id = team_id
+        self.bot_user_id = bot_user_id
+        self.bot_id = bot_id
+        self.app_id = app_id
+
+        self.calls: list[ApiCall] = []
+        self.posts: list[dict[str, Any]] = []  # params of each accepted chat.postMessage
+        self.acks: list[dict[str, Any]] = []  # every Socket Mode ack, in arrival order
+        self.connections = 0  # websocket connections that got "hello"
+
+        self._post_failures: list[_PlannedFailure] = []
+        self._tickets: set[str] = set()
+        self._sockets: list[_Socket] = []
+        self._changed = asyncio.Condition()
+        self._ts = itertools.count(1)
+        self._runner: web.AppRunner | None = None
+        self.port: int | None = None
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    async def start(self) -> FakeSlack:
+        app = web.Application()
+        app.router.add_post("/api/{method}", self._web_api)
+        app.router.add_get("/link/", self._socket_mode)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        server = site._server
+        assert server is not None
+        self.port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        return self
+
+    async def stop(self) -> None:
+        for sock in list(self._sockets):
+            with contextlib.suppress(Exception):
+                await sock.ws.close()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def __aenter__(self) -> FakeSlack:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/"
+
+    @property
+    def api_url(self) -> str:
+        """What to give AsyncWebClient as base_url (the trailing slash matters: urljoin)."""
+        return f"{self.base_url}api/"
+
+    # -- test controls -------------------------------------------------------------------------
+
+    def rate_limit_next_post(self, retry_after: int = 1) -> None:
+        """The next chat.postMessage gets 429 with Retry-After, like Slack's rate limiter."""
+        self._post_failures.append(_PlannedFailure(429, retry_after))
+
+    def fail_next_posts(self, count: int = 1, status: int = 500) -> None:
+        """The next `count` chat.postMessage calls fail with this HTTP status."""
+        self._post_failures.extend(_PlannedFailure(status) for _ in range(count))
+
+    async def push_event(
+        self, event: dict[str, Any], *, event_id: str | None = None, timeout: float = 5.0
+    ) -> str:
+        """Deliver an event over Socket Mode (waiting for a connected client); returns the envelope id."""
+        sock = await self._wait_for(lambda: self._sockets[-1] if self._sockets else None, timeout)
+        envelope_id = str(uuid.uuid4())
+        envelope = {
+            "envelope_id": envelope_id,
+            "type": "events_api",
+            "payload": self.event_callback(event, event_id=event_id),
+            "accepts_response_payload": False,
+            "retry_attempt": 0,
+            "retry_reason": "",
+        }
+        await sock.ws.send_str(json.dumps(envelope))
+        return envelope_id
+
+    async def drop_sockets(self) -> None:
+        """Kill every Socket Mode connection without a close handshake, as a network failure would."""
+        for sock in list(self._sockets):
+            transport = sock.request.transport
+            if transport is not None:
+                transport.abort()
+            self._sockets.remove(sock)
+
+    async def wait_for_posts(self, n: int, timeout: float = 5.0) -> list[dict[str, Any]]:
+        await self._wait_for(lambda: len(self.posts) >= n, timeout)
+        return self.posts
+
+    async def wait_for_connections(self, n: int, timeout: float = 5.0) -> None:
+        await self._wait_for(lambda: self.connections >= n, timeout)
+
+    async def wait_for_ack(self, envelope_id: str, timeout: float = 5.0) -> dict[str, Any]:
+        def find() -> dict[str, Any] | None:
+            return next((a for a in self.acks if a.get("envelope_id") == envelope_id), None)
+
+        ack: dict[str, Any] = await self._wait_for(find, timeout)
+        return ack
+
+    def calls_to(self, method: str) -> list[ApiCall]:
+        return [c for c in self.calls if c.method == method]
+
+    # -- building events and signed requests ---------------------------------------------------
+
+    def next_ts(self) -> str:
+        """A fresh, increasing message timestamp in Slack's "seconds.micros" form."""
+        return f"{int(time.time())}.{next(self._ts):06d}"
+
+    def message_event(
+        self,
+        text: str,
+        *,
+        channel: str = "C0GENERAL",
+        user: str = "U0ALICE",
+        ts: str | None = None,
+        thread_ts: str | None = None,
+        channel_type: str = "channel",
+        **extra: Any,
+    ) -> dict[str, Any]:
+        ts = ts or self.next_ts()
+        event: dict[str, Any] = {
+            "type": "message",
+            "channel": channel,
+            "user": user,
+            "text": text,
+            "ts": ts,
+            "event_ts": ts,
+            "channel_type": channel_type,
+            "team": self.team_id,
+            "client_msg_id": str(uuid.uuid4()),
+        }
+        if thread_ts:
+            event["thread_ts"] = thread_ts
+        event.update(extra)
+        return event
+
+    def mention_event(
+        self,
+        text: str,
+        *,
+        channel: str = "C0GENERAL",
+        user: str = "U0ALICE",
+        ts: str | None = None,
+        thread_ts: str | None = None,
+    ) -> dict[str, Any]:
+        """An app_mention, as Slack sends it: the text starts with the bot's `<@U...>`."""
+        ts = ts or self.next_ts()
+        event: dict[str, Any] = {
+            "type": "app_mention",
+            "channel": channel,
+            "user": user,
+            "text": f"<@{self.bot_user_id}> {text}",
+            "ts": ts,
+            "event_ts": ts,
+            "team": self.team_id,
+            "client_msg_id": str(uuid.uuid4()),
+        }
+        if thread_ts:
+            event["thread_ts"] = thread_ts
+        return event
+
+    def event_callback(self, event: dict[str, Any], *, event_id: str | None = None) -> dict[str, Any]:
+        """The outer Events API body around one event."""
+        return {
+            "token": "fake-verification-token",
+            "team_id": self.team_id,
+            "api_app_id": self.app_id,
+            "event": event,
+            "type": "event_callback",
+            "event_id": event_id or f"Ev{uuid.uuid4().hex[:10].upper()}",
+            "event_time": int(time.time()),
+            "authorizations": [
+                {
+                    "enterprise_id": None,
+                    "team_id": self.team_id,
+                    "user_id": self.bot_user_id,
+                    "is_bot": True,
+                    "is_enterprise_install": False,
+                }
+            ],
+            "is_ext_shared_channel": False,
+        }
+
+    def signed_request(
+        self,
+        body: dict[str, Any] | bytes,
+        *,
+        timestamp: int | None = None,
+        secret: str | None = None,
+        retry_num: int | None = None,
+    ) -> tuple[bytes, dict[str, str]]:
+        """Body bytes and headers of an Events API POST, signed the way Slack signs it (v0 HMAC-SHA256)."""
+        raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+        ts = str(int(time.time()) if timestamp is None else timestamp)
+        base = b"v0:" + ts.encode() + b":" + raw
+        digest = hmac.new((secret or self.signing_secret).encode(), base, hashlib.sha256).hexdigest()
+        headers = {
+            "Content-Type": "application/json",
+            "X-Slack-Request-Timestamp": ts,
+            "X-Slack-Signature": f"v0={digest}",
+        }
+        if retry_num is not None:
+            headers["X-Slack-Retry-Num"] = str(retry_num)
+            headers["X-Slack-Retry-Reason"] = "http_timeout"
+        return raw, headers
+
+    # -- the Web API ---------------------------------------------------------------------------
+
+    async def _web_api(self, request: web.Request) -> web.Response:
+        method = request.match_info["method"]
+        params = await _read_params(request)
+        token = _bearer(request) or params.pop("token", None)
+        call = ApiCall(method, params, token)
+        self.calls.append(call)
+        try:
+            handler = self._methods().get(method)
+            if handler is None:
+                return _json({"ok": False, "error": "unknown_method"})
+            wanted = self.app_token if method == "apps.connections.open" else self.bot_token
+            if token is None:
+                return _json({"ok": False, "error": "not_authed"})
+            if token != wanted:
+                return _json({"ok": False, "error": "invalid_auth"})
+            response = await handler(params)
+            call.status = response.status
+            return response
+        finally:
+            await self._notify()
+
+    def _methods(self) -> dict[str, Callable[[dict[str, Any]], Awaitable[web.Response]]]:
+        return {
+            "auth.test": self._auth_test,
+            "chat.postMessage": self._post_message,
+            "apps.connections.open": self._connections_open,
+        }
+
+    async def _auth_test(self, params: dict[str, Any]) -> web.Response:
+        return _json(
+            {
+                "ok": True,
+                "url": "https://fake.slack.com/",
+                "team": "Fake Team",
+                "user": "agentd",
+                "team_id": self.team_id,
+                "user_id": self.bot_user_id,
+                "bot_id": self.bot_id,
+                "is_enterprise_install": False,
+            }
+        )
+
+    async def _post_message(self, params: dict[str, Any]) -> web.Response:
+        if self._post_failures:
+            failure = self._post_failures.pop(0)
+            if failure.status == 429:
+                return _json(
+                    {"ok": False, "error": "ratelimited"},
+                    status=429,
+                    headers={"Retry-After": str(failure.retry_after or 1)},
+                )
+            return _json({"ok": False, "error": "fatal_error"}, status=failure.status)
+        if not params.get("channel"):
+            return _json({"ok": False, "error": "channel_not_found"})
+        if not params.get("text") and not params.get("blocks"):
+            return _json({"ok": False, "error": "no_text"})
+        ts = self.next_ts()
+        self.posts.append(params)
+        message = {
+            "type": "message",
+            "user": self.bot_user_id,
+            "bot_id": self.bot_id,
+            "text": params.get("text", ""),
+            "ts": ts,
+            "team": self.team_id,
+        }
+        if params.get("thread_ts"):
+            message["thread_ts"] = params["thread_ts"]
+        return _json({"ok": True, "channel": params["channel"], "ts": ts, "message": message})
+
+    async def _connections_open(self, params: dict[str, Any]) -> web.Response:
+        ticket = uuid.uuid4().hex
+        self._tickets.add(ticket)
+        return _json({"ok": True, "url": f"ws://127.0.0.1:{self.port}/link/?ticket={ticket}"})
+
+    # -- Socket Mode -----------------------------------------------------------------------------
+
+    async def _socket_mode(self, request: web.Request) -> web.StreamResponse:
+        ticket = request.query.get("ticket", "")
+        if ticket not in self._tickets:
+            return web.Response(status=401, text="invalid ticket")
+        self._tickets.discard(ticket)  # Slack's tickets are single use
+        ws = web.WebSocketResponse(autoping=True)
+        await ws.prepare(request)
+        self.connections += 1
+        sock = _Socket(ws, request, self.connections)
+        self._sockets.append(sock)
+        await ws.send_str(
+            json.dumps(
+                {
+                    "type": "hello",
+                    "num_connections": len(self._sockets),
+                    "debug_info": {"host": "fake-slack", "approximate_connection_time": 18060},
+                    "connection_info": {"app_id": self.app_id},
+                }
+            )
+        )
+        await self._notify()
+        try:
+            async for msg in ws:
+                if msg.type != WSMsgType.TEXT:
+                    continue
+                with contextlib.suppress(ValueError):
+                    data = json.loads(msg.data)
+                    if isinstance(data, dict) and "envelope_id" in data:
+                        sock.acks.append(data)
+                        self.acks.append(data)
+                        await self._notify()
+        finally:
+            if sock in self._sockets:
+                self._sockets.remove(sock)
+        return ws
+
+    # -- waiting ---------------------------------------------------------------------------------
+
+    async def _notify(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
+
+    async def _wait_for(self, check: Callable[[], Any], timeout: float) -> Any:
+        async def wait() -> Any:
+            async with self._changed:
+                while not (result := check()):
+                    await self._changed.wait()
+                return result
+
+        return await asyncio.wait_for(wait(), timeout)
+
+
+async def _read_params(request: web.Request) -> dict[str, Any]:
+    raw = await request.read()
+    if not raw:
+        return {}
+    if request.content_type == "application/json":
+        data = json.loads(raw)
+        return data if isinstance(data, dict) else {}
+    return dict(parse_qsl(raw.decode()))
+
+
+def _bearer(request: web.Request) -> str | None:
+    auth = request.headers.get("Authorization", "")
+    if auth.lower().startswith("bearer "):
+        return auth[7:].strip()
+    return None
+
+
+def _json(body: dict[str, Any], status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(
+        body=json.dumps(body).encode(),
+        status=status,
+        headers={"Content-Type": "application/json; charset=utf-8", **(headers or {})},
+    )
