@@ -1,0 +1,314 @@
+"""The daemon's HTTP API (FastAPI), served inside the daemon's event loop.
+
+Every bad input gets a 4xx with a reason: 400 malformed JSON or query,
+401 missing/wrong bearer token, 404 unknown agent or route, 413 too large,
+422 a field that fails validation, 503 an agent that cannot serve now.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from fastapi import Depends, FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from agentd.engine.commands import status_facts
+from agentd.engine.runtime import AgentRuntime, strategy_for
+from agentd.engine.turn import build_system
+from agentd.errors import StoreError
+from agentd.events import CONVERSATION_ID_RE, InboundEvent
+from agentd.memory.persistent import AGENT_SCOPE, memory_preamble
+from agentd.messages import MESSAGE_ADAPTER
+from agentd.store.runs import list_runs
+
+log = logging.getLogger(__name__)
+MAX_TEXT = 32_000
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, reason: str, **extra: Any):
+        self.status, self.reason, self.extra = status, reason, extra
+
+
+class AgentDirectory(Protocol):
+    """What the daemon exposes to the HTTP layer."""
+
+    token: str | None
+    max_body_bytes: int
+
+    def runtime(self, name: str) -> AgentRuntime | None: ...
+
+    def has_webhook(self, name: str) -> bool: ...
+
+    def describe_agents(self) -> list[dict[str, Any]]: ...
+
+    async def query_audit(
+        self, agent: str | None, kind: str | None, since: float | None, limit: int
+    ) -> list[dict[str, Any]]: ...
+
+    async def audit_auth_failure(self, path: str, reason: str, client: str | None) -> None: ...
+
+    def platform_endpoint(self, path: str) -> Callable[[Request], Awaitable[Any]] | None: ...
+
+
+class MessageIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    conversation_id: str = Field(pattern=CONVERSATION_ID_RE.pattern, description="1-128 of [A-Za-z0-9_.:-]")
+    text: str = Field(min_length=1)
+    user_id: str | None = Field(default=None, min_length=1, max_length=128)
+
+
+class MessageOut(BaseModel):
+    reply: str
+    run_id: str | None
+    conversation_key: str
+    error: str | None = None
+
+
+def iso(ts: float | None) -> str | None:
+    if ts is None:
+        return None
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def parse_since(value: str | None) -> float | None:
+    if value is None or value == "":
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise ApiError(400, f"since: expected an ISO-8601 time or epoch seconds, got {value!r}") from None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed.timestamp()
+
+
+def create_app(directory: AgentDirectory) -> FastAPI:
+    app = FastAPI(
+        title="agentd",
+        version="0.1.0",
+        description="Talk to agentd's agents and read their runs, memory and audit trail.",
+    )
+
+    @app.exception_handler(ApiError)
+    async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
+        return JSONResponse({"error": exc.reason, **exc.extra}, status_code=exc.status)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return JSONResponse({"error": "invalid request", "detail": _reasons(exc.errors())}, status_code=422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code, headers=exc.headers)
+
+    @app.exception_handler(StoreError)
+    async def _store(request: Request, exc: StoreError) -> JSONResponse:
+        log.error("store error on %s: %s", request.url.path, exc)
+        return JSONResponse({"error": f"the agent's data file is unavailable: {exc}"}, status_code=503)
+
+    async def require_token(request: Request) -> None:
+        if directory.token is None:
+            return
+        header = request.headers.get("authorization", "")
+        scheme, _, given = header.partition(" ")
+        if scheme.lower() != "bearer" or not given:
+            await directory.audit_auth_failure(request.url.path, "missing token", _client(request))
+            raise ApiError(401, "missing bearer token: send Authorization: Bearer <http.token>")
+        if not hmac.compare_digest(given.encode(), directory.token.encode()):
+            await directory.audit_auth_failure(request.url.path, "wrong token", _client(request))
+            raise ApiError(401, "wrong bearer token")
+
+    def runtime_or_404(agent: str) -> AgentRuntime:
+        runtime = directory.runtime(agent)
+        if runtime is None:
+            raise ApiError(404, f"no agent named {agent!r}")
+        if runtime.status != "running":
+            raise ApiError(503, f"agent {agent!r} is {runtime.status}")
+        return runtime
+
+    @app.get("/healthz", tags=["daemon"])
+    async def healthz() -> dict[str, Any]:
+        agents = directory.describe_agents()
+        return {"ok": True, "agents": {a["name"]: a["status"] for a in agents}}
+
+    @app.post(
+        "/agents/{agent}/messages",
+        response_model=MessageOut,
+        tags=["agents"],
+        dependencies=[Depends(require_token)],
+        openapi_extra={
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": MessageIn.model_json_schema()}},
+            }
+        },
+    )
+    async def post_message(agent: str, request: Request) -> MessageOut:
+        body = await _read_body(request, directory.max_body_bytes)
+        try:
+            raw = json.loads(body)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ApiError(400, f"malformed JSON: {e}") from None
+        if not isinstance(raw, dict):
+            raise ApiError(400, "expected a JSON object {conversation_id, text, user_id?}")
+        if isinstance(raw.get("text"), str) and len(raw["text"]) > MAX_TEXT:
+            raise ApiError(413, f"text is {len(raw['text'])} characters; the limit is {MAX_TEXT}")
+        try:
+            message = MessageIn.model_validate(raw)
+        except ValidationError as e:
+            raise ApiError(422, "invalid request", detail=_reasons(e.errors())) from None
+        runtime = runtime_or_404(agent)
+        if not directory.has_webhook(agent):
+            raise ApiError(404, f"agent {agent!r} has no webhook channel: add `channels: {{webhook: {{}}}}`")
+        event = InboundEvent(
+            agent=agent,
+            conversation_key=f"webhook:{message.conversation_id}",
+            text=message.text,
+            channel="webhook",
+            user_id=message.user_id,
+        )
+        reply = await runtime.handle(event)
+        return MessageOut(
+            reply=reply.text, run_id=reply.run_id, conversation_key=reply.conversation_key, error=reply.error
+        )
+
+    @app.get("/agents", tags=["agents"], dependencies=[Depends(require_token)])
+    async def agents() -> dict[str, Any]:
+        return {"agents": directory.describe_agents()}
+
+    @app.get("/audit", tags=["daemon"], dependencies=[Depends(require_token)])
+    async def audit(
+        agent: str | None = None,
+        kind: str | None = None,
+        since: str | None = None,
+        limit: int = Query(default=100, ge=1, le=1000),
+    ) -> dict[str, Any]:
+        if agent is not None and directory.runtime(agent) is None and agent not in _names(directory):
+            raise ApiError(404, f"no agent named {agent!r}")
+        events = await directory.query_audit(agent, kind, parse_since(since), limit)
+        return {"events": [{**e, "ts": iso(e["ts"])} for e in events]}
+
+    @app.get("/agents/{agent}/runs", tags=["agents"], dependencies=[Depends(require_token)])
+    async def runs(
+        agent: str, conversation_key: str | None = None, limit: int = Query(default=50, ge=1, le=1000)
+    ) -> dict[str, Any]:
+        runtime = runtime_or_404(agent)
+        rows = await runtime.store.read(lambda conn: list_runs(conn, conversation_key, limit))
+        return {"runs": [_run_out(r) for r in rows]}
+
+    @app.get("/agents/{agent}/status", tags=["agents"], dependencies=[Depends(require_token)])
+    async def status(agent: str, conversation_key: str = Query(min_length=3)) -> dict[str, Any]:
+        runtime = runtime_or_404(agent)
+        spec = runtime.spec
+        strategy = strategy_for(spec)
+        thread = await runtime.threads.get(conversation_key)
+        facts = await status_facts(runtime, spec, strategy, thread)
+        if spec.memory.persistent:
+            facts["memory_keys"] = runtime.memory.keys()
+        return facts
+
+    @app.get(
+        "/agents/{agent}/conversations/{conversation_key:path}",
+        tags=["agents"],
+        dependencies=[Depends(require_token)],
+    )
+    async def conversation(agent: str, conversation_key: str) -> dict[str, Any]:
+        runtime = runtime_or_404(agent)
+        spec = runtime.spec
+        strategy = strategy_for(spec)
+        thread = await runtime.threads.get(conversation_key)
+        view = strategy.view(thread)
+        sections = list(view.system_sections)
+        if spec.memory.persistent:
+            sections.append(memory_preamble(runtime.memory.keys(AGENT_SCOPE)))
+        threshold = spec.memory.compact_at_tokens if strategy.keeps_transcript else None
+        return {
+            "agent": agent,
+            "conversation_key": conversation_key,
+            "thread_id": thread.id,
+            "strategy": strategy.kind,
+            "system": build_system(spec.purpose, sections),
+            "summary": thread.summary,
+            "messages": [
+                MESSAGE_ADAPTER.dump_python(m, mode="json", exclude_none=True) for m in view.messages
+            ],
+            "context": {
+                "tokens": thread.last_input_tokens,
+                "estimated": thread.last_tokens_estimated,
+                "compact_at_tokens": threshold or None,
+            },
+        }
+
+    async def platform(request: Request) -> Any:
+        handler = directory.platform_endpoint(request.url.path)
+        if handler is None:
+            raise ApiError(404, f"no channel listens on {request.url.path}")
+        return await handler(request)
+
+    # Platform callbacks carry their own proof (Slack's signature, Telegram's secret token),
+    # so they are not behind the bearer token: Slack and Telegram cannot send one.
+    app.add_api_route("/slack/{agent}/events", platform, methods=["POST"], include_in_schema=False)
+    app.add_api_route("/telegram/{agent}", platform, methods=["POST"], include_in_schema=False)
+    return app
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise ApiError(413, f"request body is {declared} bytes; the limit is {limit}")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise ApiError(413, f"request body is over the limit of {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _reasons(errors: Any) -> list[dict[str, Any]]:
+    out = []
+    for err in errors:
+        loc = [str(p) for p in err.get("loc", ()) if p not in ("body",)]
+        out.append({"field": ".".join(loc), "reason": err.get("msg", "invalid")})
+    return out
+
+
+def _client(request: Request) -> str | None:
+    return request.client.host if request.client else None
+
+
+def _names(directory: AgentDirectory) -> set[str]:
+    return {a["name"] for a in directory.describe_agents()}
+
+
+def _run_out(run: dict[str, Any]) -> dict[str, Any]:
+    keys = (
+        "id",
+        "conversation_key",
+        "trigger",
+        "model",
+        "status",
+        "input_tokens",
+        "output_tokens",
+        "tokens_estimated",
+        "duration_ms",
+        "error",
+        "parent_run_id",
+    )
+    out = {k: run[k] for k in keys}
+    out["started_at"] = iso(run["started_at"])
+    return out
