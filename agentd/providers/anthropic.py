@@ -69,6 +69,7 @@ class AnthropicProvider:
             )
         headers = {"x-api-key": key, "anthropic-version": API_VERSION}
         payload = self._payload(request)
+        # The slot is held across retries, so a rate-limited provider is not hit harder.
         async with self._slots:
             body = await post_json(
                 self._client, self._endpoint, "/v1/messages", payload, model=request.model, headers=headers

@@ -64,6 +64,7 @@ class OpenAIProvider:
         if key:
             headers["Authorization"] = f"Bearer {key}"
         payload = self._payload(request)
+        # The slot is held across retries, so a rate-limited provider is not hit harder.
         async with self._slots:
             body = await post_json(
                 self._client,
@@ -76,9 +77,12 @@ class OpenAIProvider:
         return self._completion(body, request.model)
 
     def _key(self, model: str) -> str | None:
+        if self.kind == "ollama":
+            # Never fall back to OPENAI_API_KEY here: that would hand the OpenAI key to another server.
+            return self._api_key or None
         # Read the environment per call so a key exported after startup is picked up.
         key = self._api_key or os.environ.get(KEY_ENV) or None
-        if key is None and self.kind == "openai":
+        if key is None:
             raise ProviderError(
                 f"no API key: set {KEY_ENV} or providers.{self.name}.api_key in agentd.yaml",
                 provider=self.name,

@@ -561,7 +561,7 @@ def _last_user_text(body: dict[str, Any]) -> str:
             return content
         texts = [b.get("text", "") for b in content or [] if isinstance(b, dict) and b.get("type") == "text"]
         if texts:
-            return "".join(texts)
+            return str(texts[-1])
     return ""
 
 
