@@ -33,12 +33,16 @@ class ProviderRegistry:
         self._built: dict[str, ModelProvider] = {}
 
     def names(self) -> list[str]:
-        return sorted(set(BUILTIN_NAMES) | set(self._specs))
+        return sorted(set(BUILTIN_NAMES) | set(self._specs) | set(self._built))
+
+    def register(self, name: str, provider: ModelProvider) -> None:
+        """Use this provider object for `name/...` references (in-process fakes, embedding)."""
+        self._built[name] = provider
 
     def check(self, ref: str) -> None:
         """Raise OperatorError when the reference names no known provider."""
         name = ref.split("/", 1)[0]
-        if name not in self._specs and name not in BUILTIN_NAMES:
+        if name not in self._specs and name not in BUILTIN_NAMES and name not in self._built:
             raise OperatorError(
                 f"unknown provider {name!r} in model {ref!r}: use one of {', '.join(self.names())}, "
                 "or declare it under providers: in agentd.yaml"

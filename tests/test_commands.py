@@ -1,0 +1,87 @@
+"""/compact /new /reset /status /help: each works, changes what it says, and is audited."""
+
+from __future__ import annotations
+
+from agentd.engine.runtime import AgentRuntime
+from agentd.testing.scripted import ScriptedProvider
+from tests.support import Harness, say
+
+THREAD = "memory: {scope: thread, compact_at_tokens: 5000}\nmodel: scripted/m\n"
+
+
+async def command_audit(runtime: AgentRuntime) -> list[str]:
+    rows = await runtime.store.read(lambda c: c.execute("SELECT action FROM audit WHERE kind = 'command'").fetchall())
+    return [r[0] for r in rows]
+
+
+async def test_new_archives_and_starts_fresh_under_the_same_key(harness: Harness) -> None:
+    model = ScriptedProvider()
+    runtime = await harness.runtime(THREAD, providers={"scripted": model})
+    talk = say(runtime)
+    await talk("before")
+    assert "archived" in (await talk("/new")).text
+    await talk("after")
+    assert [m.text for m in model.requests[-1].messages] == ["after"]
+    threads = await runtime.store.read(
+        lambda c: c.execute("SELECT status, (SELECT COUNT(*) FROM messages m WHERE m.thread_id = t.id) FROM threads t").fetchall()
+    )
+    assert threads == [("archived", 2), ("active", 2)]  # the old transcript is kept in the file
+    runtime = await harness.restart(runtime)
+    await say(runtime)("later")
+    assert [m.text for m in model.requests[-1].messages] == ["after", "default reply to: after", "later"]
+
+
+async def test_reset_deletes_the_transcript(harness: Harness) -> None:
+    model = ScriptedProvider()
+    runtime = await harness.runtime(THREAD, providers={"scripted": model})
+    talk = say(runtime)
+    await talk("secret stuff")
+    assert (await talk("/reset")).text == "Deleted this conversation's transcript."
+    assert await runtime.store.read(lambda c: c.execute("SELECT COUNT(*) FROM messages").fetchone()[0]) == 0
+    await talk("fresh")
+    assert [m.text for m in model.requests[-1].messages] == ["fresh"]
+    runtime = await harness.restart(runtime)
+    await say(runtime)("again")
+    assert "secret stuff" not in str(model.requests[-1].messages)
+
+
+async def test_status_reports_context_and_totals(harness: Harness) -> None:
+    model = ScriptedProvider().reply("a", usage=(1234, 7))
+    runtime = await harness.runtime(THREAD, providers={"scripted": model})
+    talk = say(runtime)
+    await talk("hi")
+    text = (await talk("/status")).text
+    assert "Agent: bot" in text and "Model: scripted/m" in text
+    assert "Conversation: webhook:c1 (thread 1)" in text
+    assert "Context: 1234 tokens of 5000 before compaction" in text
+    assert "Runs: 1 messages, 0 compactions, 0 errors; tokens in 1234, out 7" in text
+
+
+async def test_status_says_when_the_model_is_offline(harness: Harness) -> None:
+    runtime = await harness.runtime("memory: {scope: thread}\n")
+    await say(runtime)("hi")
+    text = (await say(runtime)("/status")).text
+    assert "Model: offline/offline (offline: the built-in model, no network)" in text
+    assert "(estimated)" in text
+
+
+async def test_help_unknown_and_audit(harness: Harness) -> None:
+    runtime = await harness.runtime(THREAD, providers={"scripted": ScriptedProvider()})
+    talk = say(runtime)
+    help_text = (await talk("/help")).text
+    for name in ("/compact", "/new", "/reset", "/status", "/help"):
+        assert name in help_text
+    assert (await talk("/frobnicate")).text.startswith("Unknown command /frobnicate.")
+    assert (await talk("/status@mybot")).text.startswith("Agent: bot")  # Telegram-style suffix
+    await talk("/compact")
+    await talk("/new")
+    await talk("/reset")
+    assert await command_audit(runtime) == ["help", "unknown", "status", "compact", "new", "reset"]
+    runs = await runtime.store.read(lambda c: c.execute("SELECT COUNT(*) FROM runs WHERE trigger = 'command'").fetchone()[0])
+    assert runs == 6
+
+
+async def test_history_commands_on_a_stateless_agent_explain_themselves(harness: Harness) -> None:
+    runtime = await harness.runtime("model: scripted/m\n", providers={"scripted": ScriptedProvider()})
+    for command in ("/compact", "/new", "/reset"):
+        assert "keeps no conversation history" in (await say(runtime)(command)).text

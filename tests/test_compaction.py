@@ -1,0 +1,152 @@
+"""Compaction: threshold on the last call's input tokens, summary + last two turns, one transaction."""
+
+from __future__ import annotations
+
+from agentd.engine.runtime import AgentRuntime
+from agentd.store.transcripts import load_active_thread
+from agentd.testing.scripted import ScriptedProvider
+from tests.support import Harness, say
+
+
+def spec(threshold: int | str = 1000, small: bool = False) -> str:
+    model = "model: {name: main/m, small: small/s}\n" if small else "model: main/m\n"
+    return f"purpose: KEEP THIS RULE\nmemory: {{scope: thread, compact_at_tokens: {threshold}}}\n{model}"
+
+
+async def rows(runtime: AgentRuntime) -> list[tuple[int, str, int]]:
+    return await runtime.store.read(
+        lambda c: c.execute("SELECT seq, role, compacted FROM messages ORDER BY seq").fetchall()
+    )
+
+
+async def test_crossing_the_threshold_compacts_after_the_reply(harness: Harness) -> None:
+    main = ScriptedProvider("main")
+    small = ScriptedProvider("small")
+    runtime = await harness.runtime(spec(1000, small=True), providers={"main": main, "small": small})
+    talk = say(runtime)
+    for i in range(3):
+        main.reply(f"answer {i}", usage=(100 * (i + 1), 5))
+        await talk(f"question {i}")
+    main.reply("answer 3", usage=(1000, 5))  # this call's input crosses the line
+    reply = await talk("question 3")
+    assert reply.text == "answer 3"  # the reply that crossed the line goes out normally
+    await runtime.drain(5)
+    assert len(small.requests) == 1  # summarised by model.small
+    summary_request = small.requests[0]
+    assert "KEEP THIS RULE" not in summary_request.system + summary_request.messages[0].text
+    assert "question 0" in summary_request.messages[0].text and "question 2" not in summary_request.messages[0].text
+    # the next message sees the summary in the system prompt and the last two turns verbatim
+    main.reply("after")
+    await talk("question 4")
+    seen = main.requests[-1]
+    assert seen.system.startswith("KEEP THIS RULE")
+    assert "default reply to:" in seen.system  # the small model's summary text
+    assert [m.text for m in seen.messages] == ["question 2", "answer 2", "question 3", "answer 3", "question 4"]
+    # nothing deleted: the older rows are marked compacted
+    assert [r[2] for r in await rows(runtime)] == [1] * 4 + [0] * 6
+    runs = await runtime.store.read(lambda c: c.execute("SELECT trigger, model, status FROM runs").fetchall())
+    assert ("compaction", "small/s", "ok") in runs
+    audit = await runtime.store.read(lambda c: c.execute("SELECT kind, action FROM audit").fetchall())
+    assert ("compaction", "ok") in audit
+
+
+async def test_below_the_threshold_nothing_happens(harness: Harness) -> None:
+    main = ScriptedProvider("main")
+    runtime = await harness.runtime(spec(1000), providers={"main": main})
+    for i in range(5):
+        main.reply("ok", usage=(999, 5))
+        await say(runtime)(f"q{i}")
+    await runtime.drain(5)
+    assert all(r[2] == 0 for r in await rows(runtime))
+
+
+async def test_a_failed_summary_changes_nothing_and_is_audited(harness: Harness) -> None:
+    main = ScriptedProvider("main")
+    runtime = await harness.runtime(spec(100), providers={"main": main})
+    for i in range(3):
+        main.reply(f"a{i}", usage=(50, 5))
+        await say(runtime)(f"q{i}")
+    before = await rows(runtime)
+    main.fail("HTTP 503 overloaded", status=503)
+    reply = await say(runtime)("/compact")
+    assert "Compaction failed and the transcript is unchanged" in reply.text
+    assert await rows(runtime) == before
+    thread = await runtime.store.read(lambda c: load_active_thread(c, "webhook:c1"))
+    assert thread.summary is None and len(thread.messages) == 6
+    audit = await runtime.store.read(lambda c: c.execute("SELECT kind, action, data FROM audit").fetchall())
+    assert any(k == "compaction" and a == "failed" and "overloaded" in d for k, a, d in audit)
+    runs = await runtime.store.read(lambda c: c.execute("SELECT trigger, status FROM runs").fetchall())
+    assert ("compaction", "error") in runs
+
+
+async def test_a_tool_call_is_never_separated_from_its_result(harness: Harness) -> None:
+    main = ScriptedProvider("main")
+    runtime = await harness.runtime(
+        "memory: {scope: thread, persistent: true, compact_at_tokens: false}\nmodel: main/m\n", providers={"main": main}
+    )
+    talk = say(runtime)
+    await talk("q0")
+    main.call("remember", key="k", value="v").reply("saved")
+    await talk("remember it")
+    main.call("recall", key="k").reply("it is v")
+    await talk("what was it")
+    await talk("q3")
+    main.reply("summary text")
+    assert "Compacted 6 older messages" in (await talk("/compact")).text
+    thread = runtime.threads.peek("webhook:c1")
+    assert thread is not None
+    kept = [m.message for m in thread.messages]
+    assert kept[0].role == "user" and kept[0].text == "what was it"
+    calls = [p.id for m in kept for p in m.tool_calls]
+    results = [p.call_id for m in kept for p in m.tool_results]
+    assert calls == results and calls
+
+
+async def test_without_reported_usage_an_estimate_drives_the_trigger(harness: Harness) -> None:
+    main = ScriptedProvider("main")
+    small = ScriptedProvider("small").reply("they sent long lines of x", usage=None)
+    runtime = await harness.runtime(spec(400, small=True), providers={"main": main, "small": small})
+    long = "x" * 300  # ~75 tokens a message
+    compactions = 0
+    for i in range(12):
+        main.reply("ok", usage=None)
+        await say(runtime)(f"{long} {i}")
+        await runtime.drain(5)
+        thread = runtime.threads.peek("webhook:c1")
+        assert thread is not None
+        if thread.summary is not None:
+            compactions = i
+            break
+        assert thread.last_tokens_estimated and thread.last_input_tokens is not None
+    assert compactions >= 3  # it fired, and not on the first messages
+    assert thread.last_input_tokens is None  # the counter starts over after a compaction
+    runs = await runtime.store.read(lambda c: c.execute("SELECT trigger, tokens_estimated FROM runs").fetchall())
+    assert all(estimated == 1 for trigger, estimated in runs if trigger == "message")
+    main.reply("ok", usage=None)
+    await say(runtime)("short")
+    await runtime.drain(5)
+    assert len(small.requests) == 1  # it does not fire again on the next message
+
+
+async def test_compaction_survives_restart(harness: Harness) -> None:
+    main = ScriptedProvider("main")
+    runtime = await harness.runtime(spec(10_000), providers={"main": main})
+    for i in range(4):
+        await say(runtime)(f"q{i}")
+    main.reply("THE SUMMARY")
+    await say(runtime)("/compact")
+    runtime = await harness.restart(runtime)
+    await say(runtime)("again")
+    last = main.requests[-1]
+    assert "THE SUMMARY" in last.system
+    assert [m.text for m in last.messages][0] == "q2"
+
+
+async def test_disabled_compaction_never_fires(harness: Harness) -> None:
+    main = ScriptedProvider("main")
+    runtime = await harness.runtime(spec("false"), providers={"main": main})
+    for i in range(4):
+        main.reply("ok", usage=(10**6, 1))
+        await say(runtime)(f"q{i}")
+    await runtime.drain(5)
+    assert all(r[2] == 0 for r in await rows(runtime))

@@ -1,0 +1,140 @@
+"""Config files: every error names the file, line, column and what was expected."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agentd.cli import main
+from agentd.config.loader import check_dir, parse_agent, parse_daemon
+from agentd.config.models import OFFLINE_MODEL
+from agentd.errors import ConfigError
+
+
+def problem(text: str, name: str = "bot", env: dict[str, str] | None = None) -> str:
+    with pytest.raises(ConfigError) as info:
+        parse_agent(Path(f"agents/{name}.yaml"), text=text, env=env or {})
+    return str(info.value)
+
+
+def test_minimal_agent_gets_defaults() -> None:
+    spec = parse_agent(Path("agents/helper.yaml"), text="purpose: hi\n", env={})
+    assert spec.name == "helper"
+    assert spec.model.name == OFFLINE_MODEL
+    assert spec.memory.scope == "none" and spec.memory.persistent is False
+    assert spec.memory.compact_at_tokens == 50000
+    assert spec.max_tool_steps == 8
+    assert spec.channels.enabled() == []
+
+
+def test_model_shorthand_and_full_form() -> None:
+    short = parse_agent(Path("a.yaml"), text="model: openai/gpt-4.1-mini\n", env={})
+    full = parse_agent(
+        Path("a.yaml"),
+        text="model:\n  name: openai/gpt-4.1-mini\n  small: ollama/llama3.2\n  temperature: 0.2\n  max_output_tokens: 500\n",
+        env={},
+    )
+    assert short.model.name == full.model.name == "openai/gpt-4.1-mini"
+    assert full.model.small == "ollama/llama3.2"
+    assert full.model.temperature == 0.2
+
+
+def test_spec_is_frozen() -> None:
+    spec = parse_agent(Path("a.yaml"), text="purpose: hi\n", env={})
+    with pytest.raises(Exception, match="frozen"):
+        spec.purpose = "other"  # type: ignore[misc]
+
+
+def test_invalid_yaml_names_file_line_and_column() -> None:
+    msg = problem("purpose: hi\nmodel: [openai/x\n")
+    assert msg.startswith("agents/bot.yaml:3:1: invalid YAML")
+    assert "expected ',' or ']'" in msg
+
+
+def test_unknown_key_is_an_error_with_a_suggestion() -> None:
+    msg = problem("purpose: hi\nmemory:\n  scope: thread\n  persistant: true\n")
+    assert "agents/bot.yaml:4:3: unknown key 'persistant' (did you mean 'persistent'?)" in msg
+
+
+def test_wrong_type_names_the_field_and_what_was_expected() -> None:
+    msg = problem("memory:\n  scope: thread\n  compact_at_tokens: lots\n")
+    assert "agents/bot.yaml:3:22: memory.compact_at_tokens" in msg
+    msg = problem("memory:\n  scope: always\n")
+    assert "agents/bot.yaml:2:10: memory.scope: expected 'none' or 'thread'" in msg
+    msg = problem("max_tool_steps: 0\n")
+    assert "agents/bot.yaml:1:17: max_tool_steps" in msg
+
+
+def test_unset_env_var_is_named_with_its_location() -> None:
+    msg = problem("purpose: hi\nchannels:\n  discord: {token: '${DISCORD_TOKEN}'}\n")
+    assert "agents/bot.yaml:3:20: environment variable DISCORD_TOKEN is not set" in msg
+
+
+def test_env_interpolation_and_defaults() -> None:
+    spec = parse_agent(
+        Path("a.yaml"),
+        text="model: ${AGENTD_MODEL:-offline}\nmemory:\n  compact_at_tokens: ${LIMIT}\n  scope: thread\n",
+        env={"LIMIT": "1234"},
+    )
+    assert spec.model.name == OFFLINE_MODEL
+    assert spec.memory.compact_at_tokens == 1234
+    spec = parse_agent(Path("a.yaml"), text="model: ${AGENTD_MODEL:-offline}\n", env={"AGENTD_MODEL": "openai/x"})
+    assert spec.model.name == "openai/x"
+
+
+def test_bad_agent_name_from_the_file_name() -> None:
+    msg = problem("purpose: hi\n", name="My Agent")
+    assert "agents/My Agent.yaml" in msg and "must match [a-z0-9][a-z0-9_-]*" in msg
+
+
+def test_bad_model_reference() -> None:
+    msg = problem("model: gpt4\n")
+    assert "expected 'provider/model'" in msg
+
+
+def test_name_key_is_refused() -> None:
+    assert "an agent's name is its file name" in problem("name: other\n")
+
+
+def test_compaction_can_be_disabled_but_not_set_true() -> None:
+    spec = parse_agent(Path("a.yaml"), text="memory: {scope: thread, compact_at_tokens: false}\n", env={})
+    assert spec.memory.compact_at_tokens is False
+    assert "expected a token count or false" in problem("memory: {compact_at_tokens: true}\n")
+
+
+def test_daemon_file(tmp_path: Path) -> None:
+    path = tmp_path / "agentd.yaml"
+    assert parse_daemon(path).http.port == 8765  # missing file: defaults
+    path.write_text("providers:\n  local:\n    kind: ollama\n    base_url: http://127.0.0.1:1/v1\nhttp:\n  port: 9000\n")
+    spec = parse_daemon(path, env={})
+    assert spec.providers["local"].kind == "ollama" and spec.http.port == 9000
+    path.write_text("http:\n  prot: 9000\n")
+    with pytest.raises(ConfigError, match=r"agentd.yaml:2:3: unknown key 'prot' \(did you mean 'port'\?\)"):
+        parse_daemon(path, env={})
+
+
+def test_check_reports_every_broken_file_and_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    agents = tmp_path / "agents"
+    agents.mkdir()
+    (agents / "good.yaml").write_text("purpose: fine\n")
+    (agents / "bad.yaml").write_text("purpose: [\n")
+    (agents / "worse.yaml").write_text("memroy: {}\n")
+    result = check_dir(agents)
+    assert [a.name for a in result.agents] == ["good"]
+    assert len(result.errors) == 2
+    assert main(["check", str(agents)]) == 1
+    err = capsys.readouterr().err
+    assert "bad.yaml:2:1: invalid YAML" in err and "worse.yaml:1:1: unknown key 'memroy'" in err
+    (agents / "bad.yaml").unlink()
+    (agents / "worse.yaml").unlink()
+    assert main(["check", str(agents)]) == 0
+    assert "ok: 1 agent(s): good" in capsys.readouterr().out
+
+
+def test_example_agents_are_valid() -> None:
+    root = Path(__file__).parent.parent
+    result = check_dir(root / "agents", root / "agentd.yaml")
+    assert not result.errors, result.errors
+    names = {a.name for a in result.agents}
+    assert {"assistant", "webhook-handler"} <= names

@@ -1,0 +1,136 @@
+"""Persistent memory: four tools, keys only in the prompt, audited writes, survives everything."""
+
+from __future__ import annotations
+
+import json
+
+from agentd.engine.runtime import AgentRuntime
+from agentd.messages import Message
+from agentd.providers.base import CompletionRequest
+from agentd.testing.scripted import ScriptedProvider
+from tests.support import Harness, say
+
+PERSISTENT = "memory: {scope: thread, persistent: true}\nmodel: scripted/m\npurpose: Assist.\n"
+
+
+async def audit_rows(runtime: AgentRuntime) -> list[tuple[str, str, dict[str, object]]]:
+    rows = await runtime.store.read(lambda c: c.execute("SELECT kind, action, data FROM audit ORDER BY id").fetchall())
+    return [(k, a, json.loads(d)) for k, a, d in rows]
+
+
+def tool_results(request: CompletionRequest) -> list[tuple[str, str, bool]]:
+    return [(p.name, p.content, p.is_error) for m in request.messages for p in m.tool_results]
+
+
+async def test_remember_recall_list_forget(harness: Harness) -> None:
+    model = ScriptedProvider()
+    runtime = await harness.runtime(PERSISTENT, providers={"scripted": model})
+    talk = say(runtime)
+    model.call("remember", key="deploy_region", value="us-east").reply("noted")
+    await talk("always deploy to us-east")
+    model.call("recall", key="deploy_region").reply("us-east")
+    await talk("where do we deploy?")
+    assert tool_results(model.requests[-1])[-1] == ("recall", "us-east", False)
+    model.call("list_memories").reply("listed")
+    await talk("what do you know?")
+    assert tool_results(model.requests[-1])[-1] == ("list_memories", "Keys held: deploy_region", False)
+    model.call("forget", key="deploy_region").reply("gone")
+    await talk("forget it")
+    model.call("recall", key="deploy_region").reply("nothing")
+    await talk("where again?")
+    name, content, is_error = tool_results(model.requests[-1])[-1]
+    assert is_error and "no memory with key 'deploy_region'" in content
+
+
+async def test_prompt_carries_keys_never_values(harness: Harness) -> None:
+    model = ScriptedProvider()
+    runtime = await harness.runtime(PERSISTENT, providers={"scripted": model})
+    model.call("remember", key="oncall_channel", value="SECRET-#incidents").reply("ok")
+    await say(runtime)("remember the oncall channel")
+    await say(runtime, "webhook:other")("hello")  # another conversation
+    system = model.requests[-1].system
+    assert system.startswith("Assist.")
+    assert "Keys you already have:\n- oncall_channel" in system
+    assert "SECRET" not in system
+    assert [t.name for t in model.requests[-1].tools] == ["remember", "recall", "list_memories", "forget"]
+
+
+async def test_writes_are_audited_by_key_without_value_and_reads_are_not(harness: Harness) -> None:
+    model = ScriptedProvider()
+    runtime = await harness.runtime(PERSISTENT, providers={"scripted": model})
+    model.call("remember", key="k1", value="hidden value").reply("ok")
+    await say(runtime)("a")
+    model.call("recall", key="k1").call("list_memories").call("forget", key="k1").reply("ok")
+    await say(runtime)("b")
+    rows = await audit_rows(runtime)
+    assert [(k, a, d) for k, a, d in rows] == [
+        ("memory", "remember", {"key": "k1"}),
+        ("memory", "forget", {"key": "k1"}),
+    ]
+    assert "hidden value" not in json.dumps(rows)
+
+
+async def test_bad_calls_return_tool_errors_the_model_can_read(harness: Harness) -> None:
+    model = ScriptedProvider()
+    spec = PERSISTENT.replace("persistent: true", "persistent: true, max_value_chars: 10")
+    runtime = await harness.runtime(spec, providers={"scripted": model})
+    model.call("remember", key="bad key!", value="v")
+    model.call("remember", key="k" * 65, value="v")
+    model.call("remember", key="ok", value="x" * 11)
+    model.call("remember", key="ok", value="")
+    model.call("recall")
+    model.call("no_such_tool")
+    model.reply("done")
+    reply = await say(runtime)("try")
+    assert reply.text == "done"
+    errors = tool_results(model.requests[-1])
+    assert all(is_error for _, _, is_error in errors)
+    assert "invalid key 'bad key!'" in errors[0][1]
+    assert "invalid key" in errors[1][1]
+    assert "limit is 10" in errors[2][1]
+    assert "non-empty" in errors[3][1]
+    assert "invalid key None" in errors[4][1]
+    assert "no tool named 'no_such_tool'" in errors[5][1]
+    assert await runtime.store.read(lambda c: c.execute("SELECT COUNT(*) FROM memories").fetchone()[0]) == 0
+
+
+async def test_memories_survive_scope_none_compaction_new_reset_and_restart(harness: Harness) -> None:
+    model = ScriptedProvider()
+    runtime = await harness.runtime(PERSISTENT, providers={"scripted": model})
+    model.call("remember", key="seat", value="window").reply("ok")
+    await say(runtime)("I prefer window seats")
+    for command in ("/compact", "/new", "/reset"):
+        await say(runtime)(command)
+    runtime = await harness.restart(runtime)
+    model.call("recall", key="seat").reply("window")
+    await say(runtime, "webhook:elsewhere")("which seat?")
+    assert tool_results(model.requests[-1])[-1] == ("recall", "window", False)
+
+
+async def test_stateless_agent_still_has_its_facts(harness: Harness) -> None:
+    model = ScriptedProvider()
+    runtime = await harness.runtime("memory: {persistent: true}\nmodel: scripted/m\n", providers={"scripted": model})
+    model.call("remember", key="tz", value="UTC").reply("ok")
+    await say(runtime)("my timezone is UTC")
+    await say(runtime)("hello")
+    assert model.requests[-1].messages == [Message.user("hello", "u1")]  # no history
+    assert "- tz" in model.requests[-1].system
+
+
+async def test_offline_model_uses_the_memory_tools(harness: Harness) -> None:
+    runtime = await harness.runtime("memory: {scope: thread, persistent: true}\n")
+    talk = say(runtime)
+    assert (await talk("remember color: blue")).text == "Remembered color."
+    assert (await talk("recall color")).text == "I remember: blue"
+    assert (await talk("what do you remember?")).text == "Keys held: color"
+    first = (await talk("hello")).text
+    assert "I see 12 earlier messages" in first and "Memory keys I hold: color" in first
+    assert (await talk("forget color")).text == "Forgot color."
+    assert "failed" in (await talk("recall color")).text
+
+
+async def test_offline_model_without_persistent_memory_says_so(harness: Harness) -> None:
+    runtime = await harness.runtime("memory: {scope: thread}\n")
+    text = (await say(runtime)("remember color: blue")).text
+    assert "I have no persistent memory" in text
+
