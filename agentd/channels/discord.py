@@ -194,7 +194,7 @@ class DiscordChannel:
         denial = self._denial(message)
         if denial is not None:
             log.info("discord: denied %s in %s: %s", message.author.id, key, denial)
-            data = {"channel": CHANNEL, "user_id": str(message.author.id), "reason": denial}
+            data: dict[str, Any] = {"channel": CHANNEL, "user_id": str(message.author.id), "reason": denial}
             data["guild_id"] = None if message.guild is None else str(message.guild.id)
             await host.audit("permission", "denied", conversation_key=key, data=data)
             return

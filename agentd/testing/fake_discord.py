@@ -505,8 +505,12 @@ class FakeDiscord:
         return session
 
     async def _resume(self, ws: web.WebSocketResponse, data: dict[str, Any]) -> _Session | None:
+        if self.token_refused or data.get("token") != self.token:
+            await ws.close(code=4004, message=b"Authentication failed.")
+            return None
         session = self._sessions.get(str(data.get("session_id")))
-        if session is None or self.token_refused or data.get("token") != self.token:
+        if session is None:
+            # discord.py then waits 5 s before it identifies again, as Discord asks
             await ws.send_str(json.dumps({"op": INVALID_SESSION, "d": False}))
             return None
         session.ws = ws
@@ -601,13 +605,14 @@ class FakeDiscord:
                 channel_id, _json({"message": "Unknown Channel", "code": 10003}, status=404)
             )
         body = await request.json()
-        fault = self._send_faults.pop(0) if self._send_faults else False
-        if fault is not False:
-            response = fault()
+        lose_response = False
+        if self._send_faults:
+            response = self._send_faults.pop(0)()
             if response is not None:
                 return await self._attempt(channel_id, response)
+            lose_response = True  # lose_next_send_response: stored, but the caller never hears back
         message, created = self._store_sent(channel, body)
-        if fault is not False:  # lose_next_send_response: stored, but the caller never hears back
+        if lose_response:
             self.attempts.append(SendAttempt(channel_id, 0, time.monotonic()))
             await self._changed_now()
             assert request.transport is not None
