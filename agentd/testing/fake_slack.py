@@ -14,8 +14,9 @@ For the Events API over HTTP it builds correctly signed requests
 (`signed_request`) that a test POSTs to the app under test.
 
 Test controls: `push_event` (Socket Mode), `rate_limit_next_post` (429 +
-Retry-After), `fail_next_posts` (5xx), `drop_sockets` (the connection dies
-under the client), and waits that poll with timeouts: `wait_for_posts`,
+Retry-After), `fail_next_posts` / `fail_next` (5xx on any method),
+`drop_sockets` (the connection dies under the client), `request_refresh`
+(Slack's "disconnect" envelope), and waits that poll with timeouts: `wait_for_posts`,
 `wait_for_connections`, `wait_for_ack`.
 """
 
@@ -45,6 +46,7 @@ class ApiCall:
     params: dict[str, Any]
     token: str | None
     status: int = 200
+    at: float = field(default_factory=time.monotonic)
 
 
 @dataclass
@@ -86,7 +88,7 @@ class FakeSlack:
         self.acks: list[dict[str, Any]] = []  # every Socket Mode ack, in arrival order
         self.connections = 0  # websocket connections that got "hello"
 
-        self._post_failures: list[_PlannedFailure] = []
+        self._failures: dict[str, list[_PlannedFailure]] = {}
         self._tickets: set[str] = set()
         self._sockets: list[_Socket] = []
         self._changed = asyncio.Condition()
@@ -102,11 +104,8 @@ class FakeSlack:
         app.router.add_get("/link/", self._socket_mode)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        server = site._server
-        assert server is not None
-        self.port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
+        self.port = self._runner.addresses[0][1]
         return self
 
     async def stop(self) -> None:
@@ -134,13 +133,27 @@ class FakeSlack:
 
     # -- test controls -------------------------------------------------------------------------
 
+    def fail_next(
+        self, method: str, count: int = 1, status: int = 500, retry_after: int | None = None
+    ) -> None:
+        """The next `count` calls of `method` fail with this HTTP status (429 carries Retry-After)."""
+        planned = self._failures.setdefault(method, [])
+        planned.extend(_PlannedFailure(status, retry_after) for _ in range(count))
+
     def rate_limit_next_post(self, retry_after: int = 1) -> None:
         """The next chat.postMessage gets 429 with Retry-After, like Slack's rate limiter."""
-        self._post_failures.append(_PlannedFailure(429, retry_after))
+        self.fail_next("chat.postMessage", 1, 429, retry_after)
 
     def fail_next_posts(self, count: int = 1, status: int = 500) -> None:
         """The next `count` chat.postMessage calls fail with this HTTP status."""
-        self._post_failures.extend(_PlannedFailure(status) for _ in range(count))
+        self.fail_next("chat.postMessage", count, status)
+
+    async def request_refresh(self) -> None:
+        """Ask the connected client to reconnect, as Slack does every few hours ("refresh_requested")."""
+        sock = self._sockets[-1]
+        await sock.ws.send_str(
+            json.dumps({"type": "disconnect", "reason": "refresh_requested", "debug_info": {"host": "fake"}})
+        )
 
     async def push_event(
         self, event: dict[str, Any], *, event_id: str | None = None, timeout: float = 5.0
@@ -305,7 +318,11 @@ class FakeSlack:
                 return _json({"ok": False, "error": "not_authed"})
             if token != wanted:
                 return _json({"ok": False, "error": "invalid_auth"})
-            response = await handler(params)
+            planned = self._failures.get(method)
+            if planned:
+                response = _failure(planned.pop(0))
+            else:
+                response = await handler(params)
             call.status = response.status
             return response
         finally:
@@ -333,15 +350,6 @@ class FakeSlack:
         )
 
     async def _post_message(self, params: dict[str, Any]) -> web.Response:
-        if self._post_failures:
-            failure = self._post_failures.pop(0)
-            if failure.status == 429:
-                return _json(
-                    {"ok": False, "error": "ratelimited"},
-                    status=429,
-                    headers={"Retry-After": str(failure.retry_after or 1)},
-                )
-            return _json({"ok": False, "error": "fatal_error"}, status=failure.status)
         if not params.get("channel"):
             return _json({"ok": False, "error": "channel_not_found"})
         if not params.get("text") and not params.get("blocks"):
@@ -434,6 +442,13 @@ def _bearer(request: web.Request) -> str | None:
     if auth.lower().startswith("bearer "):
         return auth[7:].strip()
     return None
+
+
+def _failure(planned: _PlannedFailure) -> web.Response:
+    if planned.status == 429:
+        retry_after = str(planned.retry_after if planned.retry_after is not None else 1)
+        return _json({"ok": False, "error": "ratelimited"}, status=429, headers={"Retry-After": retry_after})
+    return _json({"ok": False, "error": "fatal_error"}, status=planned.status)
 
 
 def _json(body: dict[str, Any], status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
