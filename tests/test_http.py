@@ -1,0 +1,170 @@
+"""The HTTP API: happy paths, and a 4xx with a reason for every bad input (never a 500)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from agentd.daemon import Daemon
+from agentd.errors import OperatorError
+from agentd.http.app import create_app
+
+ASSISTANT = "memory: {scope: thread, persistent: true}\nchannels: {webhook: {}}\n"
+
+
+def write_agents(root: Path, token: str | None = None) -> Path:
+    agents = root / "agents"
+    agents.mkdir()
+    (agents / "assistant.yaml").write_text(ASSISTANT)
+    (agents / "quiet.yaml").write_text("purpose: no webhook here\n")
+    if token:
+        (root / "agentd.yaml").write_text(f"http:\n  token: {token}\n")
+    return agents
+
+
+async def open_daemon(root: Path, token: str | None = None) -> Daemon:
+    daemon = Daemon(write_agents(root, token), root / "data", reload_interval=60)
+    await daemon.start()
+    return daemon
+
+
+@pytest.fixture
+async def api(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
+    daemon = await open_daemon(tmp_path)
+    transport = httpx.ASGITransport(app=create_app(daemon))
+    async with httpx.AsyncClient(transport=transport, base_url="http://agentd") as client:
+        yield client
+    await daemon.shutdown()
+
+
+@pytest.fixture
+async def secured(tmp_path: Path) -> AsyncIterator[tuple[httpx.AsyncClient, Daemon]]:
+    daemon = await open_daemon(tmp_path, token="s3cret")
+    transport = httpx.ASGITransport(app=create_app(daemon))
+    async with httpx.AsyncClient(transport=transport, base_url="http://agentd") as client:
+        yield client, daemon
+    await daemon.shutdown()
+
+
+async def post(api: httpx.AsyncClient, body: object, agent: str = "assistant", **kw: object) -> httpx.Response:
+    content = body if isinstance(body, str | bytes) else json.dumps(body)
+    return await api.post(f"/agents/{agent}/messages", content=content, **kw)  # type: ignore[arg-type]
+
+
+async def test_a_message_gets_a_reply(api: httpx.AsyncClient) -> None:
+    r = await post(api, {"conversation_id": "t-1", "text": "hello", "user_id": "ana"})
+    assert r.status_code == 200
+    body = r.json()
+    assert body["conversation_key"] == "webhook:t-1" and body["run_id"]
+    assert "I see 0 earlier messages" in body["reply"]
+    r = await post(api, {"conversation_id": "t-1", "text": "again"})
+    assert "I see 2 earlier messages" in r.json()["reply"]
+
+
+async def test_commands_run_over_http(api: httpx.AsyncClient) -> None:
+    r = await post(api, {"conversation_id": "t-1", "text": "/status"})
+    assert r.status_code == 200 and r.json()["reply"].startswith("Agent: assistant")
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "reason"),
+    [
+        ("{not json", 400, "malformed JSON"),
+        ("[1, 2]", 400, "expected a JSON object"),
+        ({"text": "hi"}, 422, "conversation_id"),
+        ({"conversation_id": "a"}, 422, "text"),
+        ({"conversation_id": "a", "text": ""}, 422, "text"),
+        ({"conversation_id": "has space", "text": "hi"}, 422, "conversation_id"),
+        ({"conversation_id": "x" * 129, "text": "hi"}, 422, "conversation_id"),
+        ({"conversation_id": "a", "text": 5}, 422, "text"),
+        ({"conversation_id": "a", "text": "hi", "extra": 1}, 422, "extra"),
+        ({"conversation_id": "a", "text": "x" * 32001}, 413, "limit is 32000"),
+    ],
+    ids=["malformed", "not-object", "no-id", "no-text", "empty-text", "bad-id", "long-id", "text-type", "extra", "oversize"],
+)
+async def test_bad_message_bodies(api: httpx.AsyncClient, body: object, status: int, reason: str) -> None:
+    r = await post(api, body)
+    assert r.status_code == status, r.text
+    assert reason in r.text
+
+
+async def test_an_oversized_body_is_413_before_parsing(api: httpx.AsyncClient) -> None:
+    r = await post(api, "x" * 300_000)
+    assert r.status_code == 413 and "limit" in r.json()["error"]
+
+
+async def test_unknown_agent_and_agent_without_webhook(api: httpx.AsyncClient) -> None:
+    r = await post(api, {"conversation_id": "a", "text": "hi"}, agent="nobody")
+    assert r.status_code == 404 and "no agent named 'nobody'" in r.json()["error"]
+    r = await post(api, {"conversation_id": "a", "text": "hi"}, agent="quiet")
+    assert r.status_code == 404 and "no webhook channel" in r.json()["error"]
+    assert (await api.get("/agents/nobody/runs")).status_code == 404
+    assert (await api.get("/nowhere")).status_code == 404
+
+
+async def test_read_endpoints(api: httpx.AsyncClient) -> None:
+    await post(api, {"conversation_id": "c", "text": "remember color: blue"})
+    agents = (await api.get("/agents")).json()["agents"]
+    assert [a["name"] for a in agents] == ["assistant", "quiet"]
+    assert agents[0]["status"] == "running" and agents[0]["model"] == "offline/offline"
+    assert agents[0]["channels"] == [{"name": "webhook", "status": "running", "error": None}]
+
+    runs = (await api.get("/agents/assistant/runs", params={"conversation_key": "webhook:c"})).json()["runs"]
+    assert len(runs) == 1 and runs[0]["trigger"] == "message" and runs[0]["tokens_estimated"] is True
+    assert runs[0]["started_at"].endswith("Z")
+
+    events = (await api.get("/audit", params={"agent": "assistant", "kind": "memory"})).json()["events"]
+    assert [(e["kind"], e["action"], e["data"]) for e in events] == [("memory", "remember", {"key": "color"})]
+    assert events[0]["agent"] == "assistant" and events[0]["conversation_key"] == "webhook:c"
+    config = (await api.get("/audit", params={"kind": "config"})).json()["events"]
+    assert {e["agent"] for e in config} == {"assistant", "quiet"}
+    assert (await api.get("/audit", params={"since": "2999-01-01T00:00:00Z"})).json()["events"] == []
+
+    conv = (await api.get("/agents/assistant/conversations/webhook:c")).json()
+    assert conv["thread_id"] == 1 and len(conv["messages"]) == 4 and "- color" in conv["system"]
+    assert conv["context"]["compact_at_tokens"] == 50000
+
+    status = (await api.get("/agents/assistant/status", params={"conversation_key": "webhook:c"})).json()
+    assert status["offline"] is True and status["totals"]["message_runs"] == 1
+    assert status["memory_keys"] == ["color"]
+    assert (await api.get("/healthz")).json()["ok"] is True
+    schema = (await api.get("/openapi.json")).json()
+    assert "/agents/{agent}/messages" in schema["paths"]
+
+
+@pytest.mark.parametrize(
+    ("params", "status"),
+    [({"since": "yesterday"}, 400), ({"limit": "0"}, 422), ({"limit": "many"}, 422), ({"agent": "ghost"}, 404)],
+)
+async def test_bad_audit_queries(api: httpx.AsyncClient, params: dict[str, str], status: int) -> None:
+    r = await api.get("/audit", params=params)
+    assert r.status_code == status and r.json()["error"]
+
+
+async def test_status_needs_a_conversation_key(api: httpx.AsyncClient) -> None:
+    r = await api.get("/agents/assistant/status")
+    assert r.status_code == 422 and "conversation_key" in r.text
+
+
+async def test_token_guards_every_route_but_healthz(secured: tuple[httpx.AsyncClient, Daemon]) -> None:
+    api, daemon = secured
+    assert (await api.get("/healthz")).status_code == 200
+    r = await post(api, {"conversation_id": "a", "text": "hi"})
+    assert r.status_code == 401 and "missing bearer token" in r.json()["error"]
+    r = await api.get("/agents", headers={"Authorization": "Bearer wrong"})
+    assert r.status_code == 401 and "wrong bearer token" in r.json()["error"]
+    ok = {"Authorization": "Bearer s3cret"}
+    assert (await post(api, {"conversation_id": "a", "text": "hi"}, headers=ok)).status_code == 200
+    events = (await api.get("/audit", params={"kind": "auth"}, headers=ok)).json()["events"]
+    assert [(e["action"], e["data"]["reason"]) for e in events] == [("denied", "missing token"), ("denied", "wrong token")]
+
+
+def test_non_loopback_host_needs_a_token(tmp_path: Path) -> None:
+    agents = write_agents(tmp_path)
+    with pytest.raises(OperatorError, match="refusing to listen on 0.0.0.0 without a token"):
+        Daemon(agents, tmp_path / "data", host="0.0.0.0")
+    Daemon(agents, tmp_path / "data", host="127.0.0.2")  # loopback is fine
