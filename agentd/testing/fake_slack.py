@@ -194,6 +194,11 @@ class FakeSlack:
         ack: dict[str, Any] = await self._wait_for(find, timeout)
         return ack
 
+    @property
+    def open_sockets(self) -> int:
+        """Socket Mode connections currently open on the fake's side."""
+        return len(self._sockets)
+
     def calls_to(self, method: str) -> list[ApiCall]:
         return [c for c in self.calls if c.method == method]
 

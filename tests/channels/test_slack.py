@@ -369,7 +369,7 @@ async def test_stop_is_quick_even_with_a_turn_in_flight(fake: FakeSlack) -> None
     assert time.monotonic() - started < 2.0
     assert task.done() and task.exception() is None
     assert host.statuses[-1] == ("slack", "stopped", None)
-    await wait_until(lambda: not fake._sockets)
+    await wait_until(lambda: fake.open_sockets == 0)
     assert not fake.posts
 
 
