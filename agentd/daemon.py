@@ -43,7 +43,7 @@ CHANNEL_STOP_TIMEOUT = 5.0
 class AgentEntry:
     name: str
     path: Path
-    fingerprint: tuple[float, int] | None = None
+    fingerprint: tuple[int, int] | None = None
     spec: AgentSpec | None = None  # the last good definition
     runtime: AgentRuntime | None = None
     last_error: str | None = None
@@ -304,7 +304,7 @@ class Daemon:
                 st = path.stat()
             except OSError:
                 continue
-            fingerprint = (st.st_mtime, st.st_size)
+            fingerprint = (st.st_mtime_ns, st.st_size)
             entry = self.entries.get(name)
             if entry is not None and entry.fingerprint == fingerprint:
                 continue

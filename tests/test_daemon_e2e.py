@@ -1,0 +1,242 @@
+"""`agentd run` as a real process: HTTP, restart and replay, hot reload, drain, and kill -9."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+pytestmark = pytest.mark.slow
+
+ASSISTANT = """\
+purpose: Help.
+memory:
+  scope: thread
+  persistent: true
+  compact_at_tokens: 400
+channels:
+  webhook: {}
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class DaemonProcess:
+    def __init__(self, root: Path):
+        self.root = root
+        self.port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log = root / "daemon.log"
+
+    def start(self) -> DaemonProcess:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        env.pop("AGENTD_MODEL", None)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "agentd.cli", "run", "--port", str(self.port), "--reload-interval", "0.2"],
+            cwd=self.root,
+            stdout=self.log.open("ab"),
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"daemon exited: {self.log.read_text()}")
+            try:
+                if httpx.get(f"{self.url}/healthz", timeout=0.5).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                time.sleep(0.05)
+        raise AssertionError(f"daemon did not start: {self.log.read_text()}")
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def say(self, text: str, conversation: str = "c1", agent: str = "assistant") -> dict:
+        r = httpx.post(
+            f"{self.url}/agents/{agent}/messages", json={"conversation_id": conversation, "text": text}, timeout=10
+        )
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    def get(self, path: str, **params: str) -> dict:
+        r = httpx.get(f"{self.url}{path}", params=params, timeout=10)
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+        return self.proc.wait(timeout=20)
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    (tmp_path / "agents").mkdir()
+    (tmp_path / "agents" / "assistant.yaml").write_text(ASSISTANT)
+    return tmp_path
+
+
+@pytest.fixture
+def daemon(workdir: Path) -> Iterator[DaemonProcess]:
+    d = DaemonProcess(workdir).start()
+    yield d
+    if d.proc and d.proc.poll() is None:
+        d.proc.kill()
+        d.proc.wait()
+
+
+def wait_until(check, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.05)
+    raise AssertionError("condition not met in time")
+
+
+def test_conversation_memory_compaction_and_audit_survive_a_restart(daemon: DaemonProcess) -> None:
+    assert "I see 0 earlier" in daemon.say("hello")["reply"]
+    assert daemon.say("remember city: Lisbon")["reply"] == "Remembered city."
+    for i in range(6):
+        daemon.say(f"message number {i} with some words to grow the context a little")
+    wait_until(lambda: any(r["trigger"] == "compaction" for r in daemon.get("/agents/assistant/runs")["runs"]))
+    assert daemon.stop() == 0  # SIGTERM drains and exits 0
+
+    daemon.start()
+    reply = daemon.say("after restart")["reply"]
+    assert "and a summary of older turns" in reply and "Memory keys I hold: city" in reply
+    assert daemon.say("recall city", conversation="elsewhere")["reply"] == "I remember: Lisbon"
+    assert daemon.say("/status")["reply"].startswith("Agent: assistant")
+    conversation = daemon.get("/agents/assistant/conversations/webhook:c1")
+    assert conversation["summary"] and conversation["messages"][-1]["parts"][0]["text"].startswith("(offline model)")
+    kinds = {(e["kind"], e["action"]) for e in daemon.get("/audit", agent="assistant")["events"]}
+    assert {("memory", "remember"), ("compaction", "ok"), ("command", "status"), ("config", "loaded")} <= kinds
+    assert daemon.stop() == 0
+    db = sqlite3.connect(daemon.root / "data" / "assistant.sqlite")
+    assert db.execute("SELECT COUNT(*) FROM messages WHERE compacted = 1").fetchone()[0] > 0  # kept, not deleted
+    assert oct(os.stat(daemon.root / "data" / "assistant.sqlite").st_mode & 0o777) == "0o600"
+
+
+def test_hot_reload_add_edit_break_delete(daemon: DaemonProcess) -> None:
+    agents = daemon.root / "agents"
+    (agents / "second.yaml").write_text("purpose: first version\nchannels: {webhook: {}}\n")
+    wait_until(lambda: any(a["name"] == "second" for a in daemon.get("/agents")["agents"]))
+    assert "You said: hi" in daemon.say("hi", agent="second")["reply"]
+
+    (agents / "second.yaml").write_text("purpose: second version\nmemory: {scope: thread}\nchannels: {webhook: {}}\n")
+    wait_until(lambda: next(a for a in daemon.get("/agents")["agents"] if a["name"] == "second")["memory"]["scope"] == "thread")
+
+    (agents / "second.yaml").write_text("purpose: broken\nmemory: {scope: sometimes}\n")
+    wait_until(lambda: next(a for a in daemon.get("/agents")["agents"] if a["name"] == "second")["last_error"])
+    entry = next(a for a in daemon.get("/agents")["agents"] if a["name"] == "second")
+    assert entry["status"] == "running" and "second.yaml:2:17" in entry["last_error"]
+    assert "You said: still" in daemon.say("still", agent="second")["reply"]  # the last good definition serves
+    rejected = [e for e in daemon.get("/audit", kind="config")["events"] if e["action"] == "rejected"]
+    assert rejected and rejected[-1]["agent"] == "second"
+
+    (agents / "second.yaml").unlink()
+    wait_until(lambda: all(a["name"] != "second" for a in daemon.get("/agents")["agents"]))
+    r = httpx.post(f"{daemon.url}/agents/second/messages", json={"conversation_id": "x", "text": "hi"})
+    assert r.status_code == 404
+
+
+def test_kill_9_under_load_loses_no_acknowledged_turn(workdir: Path) -> None:
+    d = DaemonProcess(workdir).start()
+    acked: list[tuple[str, str]] = []
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def client(n: int) -> None:
+        with httpx.Client(timeout=5) as http:
+            i = 0
+            while not stop.is_set() and i < 400:
+                text = f"client {n} turn {i}"
+                try:
+                    r = http.post(
+                        f"{d.url}/agents/assistant/messages", json={"conversation_id": f"load-{n}", "text": text}
+                    )
+                except httpx.HTTPError:
+                    return
+                if r.status_code == 200:
+                    with lock:
+                        acked.append((f"webhook:load-{n}", text))
+                i += 1
+
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    wait_until(lambda: len(acked) >= 150, timeout=30)
+    assert d.proc is not None
+    d.proc.send_signal(signal.SIGKILL)
+    d.proc.wait()
+    stop.set()
+    for t in threads:
+        t.join()
+
+    db = sqlite3.connect(workdir / "data" / "assistant.sqlite")
+    assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    stored = set(
+        db.execute(
+            "SELECT t.conversation_key, json_extract(m.body, '$.parts[0].text') FROM messages m"
+            " JOIN threads t ON t.id = m.thread_id WHERE m.role = 'user'"
+        ).fetchall()
+    )
+    missing = [turn for turn in acked if turn not in stored]
+    assert not missing, f"{len(missing)} acknowledged turns lost"
+    # no half turns: every stored person's message has its reply and its run row
+    half = db.execute(
+        "SELECT COUNT(*) FROM messages u WHERE u.role = 'user' AND NOT EXISTS"
+        " (SELECT 1 FROM messages a WHERE a.thread_id = u.thread_id AND a.seq = u.seq + 1 AND a.role = 'assistant')"
+    ).fetchone()[0]
+    assert half == 0
+    orphan_runs = db.execute(
+        "SELECT COUNT(*) FROM messages m WHERE m.run_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.id = m.run_id)"
+    ).fetchone()[0]
+    assert orphan_runs == 0
+    db.close()
+
+    d.start()  # the conversation continues
+    reply = d.say("after the crash", conversation="load-0")["reply"]
+    assert "earlier messages" in reply
+    assert d.stop() == 0
+
+
+def test_chat_repl_keeps_its_own_session(workdir: Path) -> None:
+    run = subprocess.run(
+        [sys.executable, "-m", "agentd.cli", "chat", "assistant", "--session", "me"],
+        input=b"hello\nremember tea: green\n/status\n",
+        cwd=workdir,
+        capture_output=True,
+        timeout=30,
+    )
+    out = run.stdout.decode()
+    assert run.returncode == 0, run.stderr.decode()
+    assert "I see 0 earlier messages" in out and "Remembered tea." in out and "Conversation: repl:me" in out
+    listed = subprocess.run(
+        [sys.executable, "-m", "agentd.cli", "memories", "assistant"], cwd=workdir, capture_output=True, timeout=30
+    )
+    assert "tea: green" in listed.stdout.decode()
+    audit = subprocess.run(
+        [sys.executable, "-m", "agentd.cli", "audit", "assistant"], cwd=workdir, capture_output=True, timeout=30
+    )
+    assert "memory" in audit.stdout.decode() and "remember" in audit.stdout.decode()
+    runs = subprocess.run(
+        [sys.executable, "-m", "agentd.cli", "runs", "assistant", "--json"], cwd=workdir, capture_output=True, timeout=30
+    )
+    assert {r["conversation_key"] for r in __import__("json").loads(runs.stdout)} == {"repl:me"}
