@@ -1,0 +1,396 @@
+"""A fake Telegram Bot API on 127.0.0.1 for channel tests.
+
+It speaks the real wire protocol, so python-telegram-bot runs unmodified
+against it: ``POST /bot<token>/<method>`` with a form (or JSON) body, replies
+``{"ok": true, "result": ...}`` or ``{"ok": false, "error_code", "description"}``,
+and ``getUpdates`` long-polls and drops updates below ``offset``.
+
+Tests inject messages (private, group, forum topic), read what the bot sent,
+and schedule faults: a dropped connection, a 5xx, a 429 with ``retry_after``.
+A request carrying any other token gets 401 Unauthorized, as Telegram does.
+Start and stop it inside the running loop (``async with FakeTelegram() as fake``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import itertools
+import json
+import re
+import time
+from collections import defaultdict, deque
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import httpx
+from aiohttp import web
+
+FaultKind = Literal["drop", "502", "500", "429"]
+
+# Values PTB sends as plain strings; everything else in a form body is a JSON string.
+_STRING_FIELDS = frozenset({"text", "url", "secret_token", "action", "parse_mode", "caption", "ip_address"})
+_COMMAND_RE = re.compile(r"^/[A-Za-z0-9_]+(@[A-Za-z0-9_]+)?")
+_MENTION_RE = re.compile(r"(?<![\w@])@[A-Za-z0-9_]{3,32}")
+
+
+@dataclass(frozen=True)
+class Call:
+    method: str
+    params: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class _Fault:
+    kind: FaultKind
+    retry_after: int = 1
+
+
+class FakeTelegram:
+    """One bot's view of the Bot API; see the module docstring."""
+
+    def __init__(
+        self,
+        token: str = "123456789:AAE-fake-token-for-tests",
+        *,
+        bot_id: int = 123456789,
+        username: str = "agentd_test_bot",
+    ) -> None:
+        self.token = token
+        self.bot_id = bot_id
+        self.username = username
+        self.calls: list[Call] = []
+        self.sent: list[dict[str, Any]] = []  # sendMessage calls that succeeded, in order
+        self.webhook: dict[str, Any] | None = None  # the last setWebhook, cleared by deleteWebhook
+        self.commands: list[dict[str, Any]] = []
+        self._updates: list[dict[str, Any]] = []
+        self._faults: dict[str, deque[_Fault]] = defaultdict(deque)
+        self._update_ids = itertools.count(1000)
+        self._message_ids = itertools.count(100)
+        self._wake_pollers = asyncio.Event()
+        self._call_arrived = asyncio.Event()
+        self._closing = False
+        self._runner: web.AppRunner | None = None
+        self.port = 0
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    async def start(self) -> FakeTelegram:
+        app = web.Application()
+        app.router.add_route("*", "/bot{token}/{method}", self._handle)
+        # a short shutdown timeout: a held long poll must not delay stop()
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = self._runner.addresses[0][1]
+        return self
+
+    async def stop(self) -> None:
+        self._closing = True
+        self._wake_pollers.set()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def __aenter__(self) -> FakeTelegram:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    @property
+    def api_base_url(self) -> str:
+        """The server root; the Bot API lives under ``/bot<token>/`` below it."""
+        return f"http://127.0.0.1:{self.port}"
+
+    # -- building and delivering updates -------------------------------------------------------
+
+    def user(self, user_id: int) -> dict[str, Any]:
+        return {"id": user_id, "is_bot": False, "first_name": f"User{user_id}", "username": f"user{user_id}"}
+
+    def bot_user(self) -> dict[str, Any]:
+        return {"id": self.bot_id, "is_bot": True, "first_name": "agentd test", "username": self.username}
+
+    def message_update(
+        self,
+        text: str,
+        *,
+        user_id: int,
+        chat_id: int | None = None,
+        chat_type: Literal["private", "group", "supergroup"] = "private",
+        thread_id: int | None = None,
+        topic_creator_id: int | None = None,
+        reply_to_bot: bool = False,
+        message_id: int | None = None,
+    ) -> dict[str, Any]:
+        """An Update carrying a text message, shaped like Telegram's (entities included).
+
+        ``thread_id`` makes it a forum topic message; Telegram then sets
+        ``reply_to_message`` to the topic's creation message (sent by
+        ``topic_creator_id``) unless the message replies to something else.
+        """
+        chat: dict[str, Any]
+        if chat_type == "private":
+            chat = {"id": user_id, "type": "private", "first_name": f"User{user_id}"}
+        else:
+            if chat_id is None:
+                raise ValueError("group messages need a chat_id")
+            chat = {"id": chat_id, "type": chat_type, "title": f"Group {chat_id}"}
+            if thread_id is not None:
+                chat["is_forum"] = True
+        message: dict[str, Any] = {
+            "message_id": message_id if message_id is not None else next(self._message_ids),
+            "date": int(time.time()),
+            "chat": chat,
+            "from": self.user(user_id),
+            "text": text,
+        }
+        entities = _entities(text)
+        if entities:
+            message["entities"] = entities
+        if thread_id is not None:
+            message["message_thread_id"] = thread_id
+            message["is_topic_message"] = True
+            creator = self.user(topic_creator_id or user_id)
+            if topic_creator_id == self.bot_id:
+                creator = self.bot_user()
+            message["reply_to_message"] = {
+                "message_id": thread_id,
+                "message_thread_id": thread_id,
+                "date": int(time.time()) - 60,
+                "chat": chat,
+                "from": creator,
+                "forum_topic_created": {"name": f"topic {thread_id}", "icon_color": 7322096},
+            }
+        if reply_to_bot:
+            message["reply_to_message"] = {
+                "message_id": next(self._message_ids),
+                "date": int(time.time()) - 10,
+                "chat": chat,
+                "from": self.bot_user(),
+                "text": "an earlier answer",
+                **({"message_thread_id": thread_id} if thread_id is not None else {}),
+            }
+        return {"update_id": next(self._update_ids), "message": message}
+
+    def inject(self, update: dict[str, Any]) -> dict[str, Any]:
+        """Queue an update for the next getUpdates (waking a held long poll)."""
+        self._updates.append(update)
+        self._wake_pollers.set()
+        return update
+
+    def send_text(self, text: str, **fields: Any) -> dict[str, Any]:
+        """Build a message update (see `message_update`) and queue it for getUpdates."""
+        return self.inject(self.message_update(text, **fields))
+
+    def redeliver(self, update: dict[str, Any]) -> dict[str, Any]:
+        """Queue the same message again under a new update_id, as Telegram does after a lost confirmation."""
+        again = copy.deepcopy(update)
+        again["update_id"] = next(self._update_ids)
+        return self.inject(again)
+
+    async def deliver_webhook(
+        self, update: dict[str, Any], *, secret_token: str | None = None
+    ) -> httpx.Response:
+        """POST an update to the registered webhook with its secret header, as Telegram would."""
+        if self.webhook is None:
+            raise AssertionError("no webhook registered (setWebhook was not called)")
+        secret = secret_token if secret_token is not None else self.webhook.get("secret_token")
+        headers = {"X-Telegram-Bot-Api-Secret-Token": secret} if secret else {}
+        async with httpx.AsyncClient(timeout=5.0) as client:
+            return await client.post(self.webhook["url"], json=update, headers=headers)
+
+    # -- faults ----------------------------------------------------------------------------------
+
+    def fail(self, method: str, times: int = 1, *, how: FaultKind = "drop", retry_after: int = 1) -> None:
+        """Make the next `times` calls of `method` fail.
+
+        ``drop`` closes the connection without a response; ``502``/``500`` answer
+        with that status; ``429`` answers Too Many Requests with
+        ``parameters.retry_after``. A held getUpdates long poll fails at once.
+        """
+        for _ in range(times):
+            self._faults[method].append(_Fault(how, retry_after))
+        if method == "getUpdates":
+            self._wake_pollers.set()
+
+    def revoke_token(self) -> None:
+        """Refuse the current token from now on (401), as after /revoke in BotFather; a held poll is answered too."""
+        self.token = self.token + "-revoked"
+        self._wake_pollers.set()
+
+    # -- what the bot did --------------------------------------------------------------------
+
+    def calls_to(self, method: str) -> list[dict[str, Any]]:
+        return [call.params for call in self.calls if call.method == method]
+
+    async def wait_for_calls(self, method: str, n: int = 1, timeout: float = 5.0) -> list[dict[str, Any]]:
+        await self._wait(lambda: len(self.calls_to(method)) >= n, timeout)
+        return self.calls_to(method)
+
+    async def wait_for_sent(self, n: int = 1, timeout: float = 5.0) -> list[dict[str, Any]]:
+        await self._wait(lambda: len(self.sent) >= n, timeout)
+        return self.sent
+
+    async def _wait(self, condition: Any, timeout: float) -> None:
+        async def _until() -> None:
+            while not condition():
+                self._call_arrived.clear()
+                await self._call_arrived.wait()
+
+        await asyncio.wait_for(_until(), timeout)
+
+    # -- the server ------------------------------------------------------------------------------
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        method = request.match_info["method"]
+        params = await _read_params(request)
+        self.calls.append(Call(method, params))
+        self._call_arrived.set()
+        if request.match_info["token"] != self.token:
+            return _error(401, "Unauthorized")
+        fault = self._next_fault(method)
+        if fault is not None:
+            return _fault_response(request, fault)
+        if method == "getUpdates":
+            return await self._get_updates(request, params)
+        handler = getattr(self, f"_api_{method}", None)
+        if handler is None:
+            return _error(404, "Not Found")
+        result = handler(params)
+        self._call_arrived.set()
+        return _ok(result)
+
+    def _next_fault(self, method: str) -> _Fault | None:
+        queue = self._faults.get(method)
+        return queue.popleft() if queue else None
+
+    async def _get_updates(self, request: web.Request, params: dict[str, Any]) -> web.StreamResponse:
+        offset = int(params.get("offset") or 0)
+        timeout = float(params.get("timeout") or 0)
+        limit = int(params.get("limit") or 100)
+        self._updates = [u for u in self._updates if u["update_id"] >= offset]  # below offset = confirmed
+        if not self._updates and timeout and not self._closing:
+            self._wake_pollers.clear()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._wake_pollers.wait(), timeout)
+            fault = self._next_fault("getUpdates")
+            if fault is not None:
+                return _fault_response(request, fault)
+            if request.match_info["token"] != self.token:
+                return _error(401, "Unauthorized")
+        return _ok(self._updates[:limit])
+
+    def _api_getMe(self, params: dict[str, Any]) -> dict[str, Any]:
+        return {
+            **self.bot_user(),
+            "can_join_groups": True,
+            "can_read_all_group_messages": False,
+            "supports_inline_queries": False,
+        }
+
+    def _api_sendMessage(self, params: dict[str, Any]) -> dict[str, Any]:
+        self.sent.append(params)
+        chat_id = int(params["chat_id"])
+        message: dict[str, Any] = {
+            "message_id": next(self._message_ids),
+            "date": int(time.time()),
+            "chat": {"id": chat_id, "type": "private" if chat_id > 0 else "supergroup"},
+            "from": self.bot_user(),
+            "text": params.get("text", ""),
+        }
+        if params.get("message_thread_id") is not None:
+            message["message_thread_id"] = int(params["message_thread_id"])
+            message["is_topic_message"] = True
+        return message
+
+    def _api_sendChatAction(self, params: dict[str, Any]) -> bool:
+        return True
+
+    def _api_setMyCommands(self, params: dict[str, Any]) -> bool:
+        self.commands = list(params.get("commands") or [])
+        return True
+
+    def _api_setWebhook(self, params: dict[str, Any]) -> bool:
+        self.webhook = dict(params)
+        return True
+
+    def _api_deleteWebhook(self, params: dict[str, Any]) -> bool:
+        self.webhook = None
+        return True
+
+    def _api_getWebhookInfo(self, params: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "url": (self.webhook or {}).get("url", ""),
+            "has_custom_certificate": False,
+            "pending_update_count": 0,
+        }
+
+    def _api_close(self, params: dict[str, Any]) -> bool:
+        return True
+
+
+async def _read_params(request: web.Request) -> dict[str, Any]:
+    if request.content_type == "application/json":
+        body = await request.read()
+        loaded = json.loads(body) if body else {}
+        return dict(loaded) if isinstance(loaded, dict) else {}
+    form = await request.post()  # urlencoded or multipart
+    params: dict[str, Any] = {}
+    for key, value in form.items():
+        if not isinstance(value, str):
+            continue  # an uploaded file; not needed by any test yet
+        params[key] = value if key in _STRING_FIELDS else _json_or_str(value)
+    return params
+
+
+def _json_or_str(value: str) -> Any:
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value
+
+
+def _entities(text: str) -> list[dict[str, Any]]:
+    """The entities Telegram would attach: a leading bot command and @mentions (UTF-16 offsets)."""
+
+    def utf16(s: str) -> int:
+        return len(s.encode("utf-16-le")) // 2
+
+    entities: list[dict[str, Any]] = []
+    command = _COMMAND_RE.match(text)
+    if command:
+        entities.append({"type": "bot_command", "offset": 0, "length": utf16(command.group(0))})
+    for mention in _MENTION_RE.finditer(text):
+        if command and mention.start() < command.end():
+            continue
+        entities.append(
+            {"type": "mention", "offset": utf16(text[: mention.start()]), "length": utf16(mention.group(0))}
+        )
+    return entities
+
+
+def _ok(result: Any) -> web.Response:
+    return web.json_response({"ok": True, "result": result})
+
+
+def _error(code: int, description: str, **parameters: Any) -> web.Response:
+    body: dict[str, Any] = {"ok": False, "error_code": code, "description": description}
+    if parameters:
+        body["parameters"] = parameters
+    return web.json_response(body, status=code)
+
+
+def _fault_response(request: web.Request, fault: _Fault) -> web.Response:
+    if fault.kind == "drop":
+        # close the socket before any byte of a response: the client sees a lost connection
+        if request.transport is not None:
+            request.transport.close()
+        return web.Response(status=500)
+    if fault.kind == "429":
+        return _error(
+            429, f"Too Many Requests: retry after {fault.retry_after}", retry_after=fault.retry_after
+        )
+    return _error(int(fault.kind), "Bad Gateway" if fault.kind == "502" else "Internal Server Error")
