@@ -59,7 +59,7 @@ COMMANDS = (
 TYPING_EVERY = 4.5  # Telegram shows "typing…" for 5 s after each sendChatAction
 NETWORK_RETRIES = 3  # a reply survives this many transient failures (timeouts, 5xx, dropped connections)
 RATE_LIMIT_RETRIES = 5  # and this many 429s, each after its retry_after
-STOP_SECONDS = 10.0  # stop() waits at most this long for run() to close everything
+STOP_SECONDS = 4.5  # stop() waits at most this long for run() to close everything (the daemon allows 5 s)
 
 _COMMAND_RE = re.compile(r"^/([A-Za-z0-9_]+)(?:@([A-Za-z0-9_]+))?")
 
