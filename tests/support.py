@@ -27,12 +27,16 @@ class Harness:
         self.runtimes: list[AgentRuntime] = []
         self.registries: list[ProviderRegistry] = []
 
-    async def runtime(self, yaml_text: str, name: str = "bot", providers: dict[str, Any] | None = None) -> AgentRuntime:
+    async def runtime(
+        self, yaml_text: str, name: str = "bot", providers: dict[str, Any] | None = None
+    ) -> AgentRuntime:
         registry = ProviderRegistry({})
         for provider_name, provider in (providers or {}).items():
             registry.register(provider_name, provider)
         self.registries.append(registry)
-        runtime = AgentRuntime(make_spec(yaml_text, name), AgentStore(self.data / f"{name}.sqlite", self.executor), registry)
+        runtime = AgentRuntime(
+            make_spec(yaml_text, name), AgentStore(self.data / f"{name}.sqlite", self.executor), registry
+        )
         await runtime.start()
         self.runtimes.append(runtime)
         return runtime
@@ -56,6 +60,8 @@ class Harness:
 
 def say(runtime: AgentRuntime, key: str = "webhook:c1", user: str | None = "u1") -> Callable[..., Any]:
     async def _say(text: str, event_id: str | None = None, channel: str = "webhook") -> Reply:
-        return await runtime.handle(InboundEvent(runtime.name, key, text, channel, user_id=user, event_id=event_id))
+        return await runtime.handle(
+            InboundEvent(runtime.name, key, text, channel, user_id=user, event_id=event_id)
+        )
 
     return _say

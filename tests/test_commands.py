@@ -10,7 +10,9 @@ THREAD = "memory: {scope: thread, compact_at_tokens: 5000}\nmodel: scripted/m\n"
 
 
 async def command_audit(runtime: AgentRuntime) -> list[str]:
-    rows = await runtime.store.read(lambda c: c.execute("SELECT action FROM audit WHERE kind = 'command'").fetchall())
+    rows = await runtime.store.read(
+        lambda c: c.execute("SELECT action FROM audit WHERE kind = 'command'").fetchall()
+    )
     return [r[0] for r in rows]
 
 
@@ -23,7 +25,9 @@ async def test_new_archives_and_starts_fresh_under_the_same_key(harness: Harness
     await talk("after")
     assert [m.text for m in model.requests[-1].messages] == ["after"]
     threads = await runtime.store.read(
-        lambda c: c.execute("SELECT status, (SELECT COUNT(*) FROM messages m WHERE m.thread_id = t.id) FROM threads t").fetchall()
+        lambda c: c.execute(
+            "SELECT status, (SELECT COUNT(*) FROM messages m WHERE m.thread_id = t.id) FROM threads t"
+        ).fetchall()
     )
     assert threads == [("archived", 2), ("active", 2)]  # the old transcript is kept in the file
     runtime = await harness.restart(runtime)
@@ -77,7 +81,9 @@ async def test_help_unknown_and_audit(harness: Harness) -> None:
     await talk("/new")
     await talk("/reset")
     assert await command_audit(runtime) == ["help", "unknown", "status", "compact", "new", "reset"]
-    runs = await runtime.store.read(lambda c: c.execute("SELECT COUNT(*) FROM runs WHERE trigger = 'command'").fetchone()[0])
+    runs = await runtime.store.read(
+        lambda c: c.execute("SELECT COUNT(*) FROM runs WHERE trigger = 'command'").fetchone()[0]
+    )
     assert runs == 6
 
 

@@ -79,7 +79,9 @@ def test_env_interpolation_and_defaults() -> None:
     )
     assert spec.model.name == OFFLINE_MODEL
     assert spec.memory.compact_at_tokens == 1234
-    spec = parse_agent(Path("a.yaml"), text="model: ${AGENTD_MODEL:-offline}\n", env={"AGENTD_MODEL": "openai/x"})
+    spec = parse_agent(
+        Path("a.yaml"), text="model: ${AGENTD_MODEL:-offline}\n", env={"AGENTD_MODEL": "openai/x"}
+    )
     assert spec.model.name == "openai/x"
 
 
@@ -106,7 +108,9 @@ def test_compaction_can_be_disabled_but_not_set_true() -> None:
 def test_daemon_file(tmp_path: Path) -> None:
     path = tmp_path / "agentd.yaml"
     assert parse_daemon(path).http.port == 8765  # missing file: defaults
-    path.write_text("providers:\n  local:\n    kind: ollama\n    base_url: http://127.0.0.1:1/v1\nhttp:\n  port: 9000\n")
+    path.write_text(
+        "providers:\n  local:\n    kind: ollama\n    base_url: http://127.0.0.1:1/v1\nhttp:\n  port: 9000\n"
+    )
     spec = parse_daemon(path, env={})
     assert spec.providers["local"].kind == "ollama" and spec.http.port == 9000
     path.write_text("http:\n  prot: 9000\n")
@@ -114,7 +118,9 @@ def test_daemon_file(tmp_path: Path) -> None:
         parse_daemon(path, env={})
 
 
-def test_check_reports_every_broken_file_and_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_check_reports_every_broken_file_and_exits_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     agents = tmp_path / "agents"
     agents.mkdir()
     (agents / "good.yaml").write_text("purpose: fine\n")

@@ -69,7 +69,9 @@ class DaemonProcess:
 
     def say(self, text: str, conversation: str = "c1", agent: str = "assistant") -> dict:
         r = httpx.post(
-            f"{self.url}/agents/{agent}/messages", json={"conversation_id": conversation, "text": text}, timeout=10
+            f"{self.url}/agents/{agent}/messages",
+            json={"conversation_id": conversation, "text": text},
+            timeout=10,
         )
         assert r.status_code == 200, r.text
         return r.json()
@@ -115,7 +117,9 @@ def test_conversation_memory_compaction_and_audit_survive_a_restart(daemon: Daem
     assert daemon.say("remember city: Lisbon")["reply"] == "Remembered city."
     for i in range(6):
         daemon.say(f"message number {i} with some words to grow the context a little")
-    wait_until(lambda: any(r["trigger"] == "compaction" for r in daemon.get("/agents/assistant/runs")["runs"]))
+    wait_until(
+        lambda: any(r["trigger"] == "compaction" for r in daemon.get("/agents/assistant/runs")["runs"])
+    )
     assert daemon.stop() == 0  # SIGTERM drains and exits 0
 
     daemon.start()
@@ -124,12 +128,21 @@ def test_conversation_memory_compaction_and_audit_survive_a_restart(daemon: Daem
     assert daemon.say("recall city", conversation="elsewhere")["reply"] == "I remember: Lisbon"
     assert daemon.say("/status")["reply"].startswith("Agent: assistant")
     conversation = daemon.get("/agents/assistant/conversations/webhook:c1")
-    assert conversation["summary"] and conversation["messages"][-1]["parts"][0]["text"].startswith("(offline model)")
+    assert conversation["summary"] and conversation["messages"][-1]["parts"][0]["text"].startswith(
+        "(offline model)"
+    )
     kinds = {(e["kind"], e["action"]) for e in daemon.get("/audit", agent="assistant")["events"]}
-    assert {("memory", "remember"), ("compaction", "ok"), ("command", "status"), ("config", "loaded")} <= kinds
+    assert {
+        ("memory", "remember"),
+        ("compaction", "ok"),
+        ("command", "status"),
+        ("config", "loaded"),
+    } <= kinds
     assert daemon.stop() == 0
     db = sqlite3.connect(daemon.root / "data" / "assistant.sqlite")
-    assert db.execute("SELECT COUNT(*) FROM messages WHERE compacted = 1").fetchone()[0] > 0  # kept, not deleted
+    assert (
+        db.execute("SELECT COUNT(*) FROM messages WHERE compacted = 1").fetchone()[0] > 0
+    )  # kept, not deleted
     assert oct(os.stat(daemon.root / "data" / "assistant.sqlite").st_mode & 0o777) == "0o600"
 
 
@@ -139,14 +152,25 @@ def test_hot_reload_add_edit_break_delete(daemon: DaemonProcess) -> None:
     wait_until(lambda: any(a["name"] == "second" for a in daemon.get("/agents")["agents"]))
     assert "You said: hi" in daemon.say("hi", agent="second")["reply"]
 
-    (agents / "second.yaml").write_text("purpose: second version\nmemory: {scope: thread}\nchannels: {webhook: {}}\n")
-    wait_until(lambda: next(a for a in daemon.get("/agents")["agents"] if a["name"] == "second")["memory"]["scope"] == "thread")
+    (agents / "second.yaml").write_text(
+        "purpose: second version\nmemory: {scope: thread}\nchannels: {webhook: {}}\n"
+    )
+    wait_until(
+        lambda: (
+            next(a for a in daemon.get("/agents")["agents"] if a["name"] == "second")["memory"]["scope"]
+            == "thread"
+        )
+    )
 
     (agents / "second.yaml").write_text("purpose: broken\nmemory: {scope: sometimes}\n")
-    wait_until(lambda: next(a for a in daemon.get("/agents")["agents"] if a["name"] == "second")["last_error"])
+    wait_until(
+        lambda: next(a for a in daemon.get("/agents")["agents"] if a["name"] == "second")["last_error"]
+    )
     entry = next(a for a in daemon.get("/agents")["agents"] if a["name"] == "second")
     assert entry["status"] == "running" and "second.yaml:2:17" in entry["last_error"]
-    assert "You said: still" in daemon.say("still", agent="second")["reply"]  # the last good definition serves
+    assert (
+        "You said: still" in daemon.say("still", agent="second")["reply"]
+    )  # the last good definition serves
     rejected = [e for e in daemon.get("/audit", kind="config")["events"] if e["action"] == "rejected"]
     assert rejected and rejected[-1]["agent"] == "second"
 
@@ -169,7 +193,8 @@ def test_kill_9_under_load_loses_no_acknowledged_turn(workdir: Path) -> None:
                 text = f"client {n} turn {i}"
                 try:
                     r = http.post(
-                        f"{d.url}/agents/assistant/messages", json={"conversation_id": f"load-{n}", "text": text}
+                        f"{d.url}/agents/assistant/messages",
+                        json={"conversation_id": f"load-{n}", "text": text},
                     )
                 except httpx.HTTPError:
                     return
@@ -229,14 +254,23 @@ def test_chat_repl_keeps_its_own_session(workdir: Path) -> None:
     assert run.returncode == 0, run.stderr.decode()
     assert "I see 0 earlier messages" in out and "Remembered tea." in out and "Conversation: repl:me" in out
     listed = subprocess.run(
-        [sys.executable, "-m", "agentd.cli", "memories", "assistant"], cwd=workdir, capture_output=True, timeout=30
+        [sys.executable, "-m", "agentd.cli", "memories", "assistant"],
+        cwd=workdir,
+        capture_output=True,
+        timeout=30,
     )
     assert "tea: green" in listed.stdout.decode()
     audit = subprocess.run(
-        [sys.executable, "-m", "agentd.cli", "audit", "assistant"], cwd=workdir, capture_output=True, timeout=30
+        [sys.executable, "-m", "agentd.cli", "audit", "assistant"],
+        cwd=workdir,
+        capture_output=True,
+        timeout=30,
     )
     assert "memory" in audit.stdout.decode() and "remember" in audit.stdout.decode()
     runs = subprocess.run(
-        [sys.executable, "-m", "agentd.cli", "runs", "assistant", "--json"], cwd=workdir, capture_output=True, timeout=30
+        [sys.executable, "-m", "agentd.cli", "runs", "assistant", "--json"],
+        cwd=workdir,
+        capture_output=True,
+        timeout=30,
     )
     assert {r["conversation_key"] for r in __import__("json").loads(runs.stdout)} == {"repl:me"}

@@ -50,7 +50,9 @@ async def secured(tmp_path: Path) -> AsyncIterator[tuple[httpx.AsyncClient, Daem
     await daemon.shutdown()
 
 
-async def post(api: httpx.AsyncClient, body: object, agent: str = "assistant", **kw: object) -> httpx.Response:
+async def post(
+    api: httpx.AsyncClient, body: object, agent: str = "assistant", **kw: object
+) -> httpx.Response:
     content = body if isinstance(body, str | bytes) else json.dumps(body)
     return await api.post(f"/agents/{agent}/messages", content=content, **kw)  # type: ignore[arg-type]
 
@@ -84,7 +86,18 @@ async def test_commands_run_over_http(api: httpx.AsyncClient) -> None:
         ({"conversation_id": "a", "text": "hi", "extra": 1}, 422, "extra"),
         ({"conversation_id": "a", "text": "x" * 32001}, 413, "limit is 32000"),
     ],
-    ids=["malformed", "not-object", "no-id", "no-text", "empty-text", "bad-id", "long-id", "text-type", "extra", "oversize"],
+    ids=[
+        "malformed",
+        "not-object",
+        "no-id",
+        "no-text",
+        "empty-text",
+        "bad-id",
+        "long-id",
+        "text-type",
+        "extra",
+        "oversize",
+    ],
 )
 async def test_bad_message_bodies(api: httpx.AsyncClient, body: object, status: int, reason: str) -> None:
     r = await post(api, body)
@@ -138,7 +151,12 @@ async def test_read_endpoints(api: httpx.AsyncClient) -> None:
 
 @pytest.mark.parametrize(
     ("params", "status"),
-    [({"since": "yesterday"}, 400), ({"limit": "0"}, 422), ({"limit": "many"}, 422), ({"agent": "ghost"}, 404)],
+    [
+        ({"since": "yesterday"}, 400),
+        ({"limit": "0"}, 422),
+        ({"limit": "many"}, 422),
+        ({"agent": "ghost"}, 404),
+    ],
 )
 async def test_bad_audit_queries(api: httpx.AsyncClient, params: dict[str, str], status: int) -> None:
     r = await api.get("/audit", params=params)
@@ -151,7 +169,7 @@ async def test_status_needs_a_conversation_key(api: httpx.AsyncClient) -> None:
 
 
 async def test_token_guards_every_route_but_healthz(secured: tuple[httpx.AsyncClient, Daemon]) -> None:
-    api, daemon = secured
+    api, _daemon = secured
     assert (await api.get("/healthz")).status_code == 200
     r = await post(api, {"conversation_id": "a", "text": "hi"})
     assert r.status_code == 401 and "missing bearer token" in r.json()["error"]
@@ -160,11 +178,14 @@ async def test_token_guards_every_route_but_healthz(secured: tuple[httpx.AsyncCl
     ok = {"Authorization": "Bearer s3cret"}
     assert (await post(api, {"conversation_id": "a", "text": "hi"}, headers=ok)).status_code == 200
     events = (await api.get("/audit", params={"kind": "auth"}, headers=ok)).json()["events"]
-    assert [(e["action"], e["data"]["reason"]) for e in events] == [("denied", "missing token"), ("denied", "wrong token")]
+    assert [(e["action"], e["data"]["reason"]) for e in events] == [
+        ("denied", "missing token"),
+        ("denied", "wrong token"),
+    ]
 
 
 def test_non_loopback_host_needs_a_token(tmp_path: Path) -> None:
     agents = write_agents(tmp_path)
-    with pytest.raises(OperatorError, match="refusing to listen on 0.0.0.0 without a token"):
+    with pytest.raises(OperatorError, match=r"refusing to listen on 0\.0\.0\.0 without a token"):
         Daemon(agents, tmp_path / "data", host="0.0.0.0")
     Daemon(agents, tmp_path / "data", host="127.0.0.2")  # loopback is fine

@@ -14,7 +14,9 @@ PERSISTENT = "memory: {scope: thread, persistent: true}\nmodel: scripted/m\npurp
 
 
 async def audit_rows(runtime: AgentRuntime) -> list[tuple[str, str, dict[str, object]]]:
-    rows = await runtime.store.read(lambda c: c.execute("SELECT kind, action, data FROM audit ORDER BY id").fetchall())
+    rows = await runtime.store.read(
+        lambda c: c.execute("SELECT kind, action, data FROM audit ORDER BY id").fetchall()
+    )
     return [(k, a, json.loads(d)) for k, a, d in rows]
 
 
@@ -38,7 +40,7 @@ async def test_remember_recall_list_forget(harness: Harness) -> None:
     await talk("forget it")
     model.call("recall", key="deploy_region").reply("nothing")
     await talk("where again?")
-    name, content, is_error = tool_results(model.requests[-1])[-1]
+    _name, content, is_error = tool_results(model.requests[-1])[-1]
     assert is_error and "no memory with key 'deploy_region'" in content
 
 
@@ -109,7 +111,9 @@ async def test_memories_survive_scope_none_compaction_new_reset_and_restart(harn
 
 async def test_stateless_agent_still_has_its_facts(harness: Harness) -> None:
     model = ScriptedProvider()
-    runtime = await harness.runtime("memory: {persistent: true}\nmodel: scripted/m\n", providers={"scripted": model})
+    runtime = await harness.runtime(
+        "memory: {persistent: true}\nmodel: scripted/m\n", providers={"scripted": model}
+    )
     model.call("remember", key="tz", value="UTC").reply("ok")
     await say(runtime)("my timezone is UTC")
     await say(runtime)("hello")
@@ -133,4 +137,3 @@ async def test_offline_model_without_persistent_memory_says_so(harness: Harness)
     runtime = await harness.runtime("memory: {scope: thread}\n")
     text = (await say(runtime)("remember color: blue")).text
     assert "I have no persistent memory" in text
-

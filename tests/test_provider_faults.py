@@ -50,10 +50,14 @@ async def transcript(runtime: AgentRuntime) -> list[str]:
 
 
 async def last_run(runtime: AgentRuntime) -> tuple[str, str | None]:
-    return await runtime.store.read(lambda c: c.execute("SELECT status, error FROM runs ORDER BY rowid DESC").fetchone())
+    return await runtime.store.read(
+        lambda c: c.execute("SELECT status, error FROM runs ORDER BY rowid DESC").fetchone()
+    )
 
 
-async def test_tool_calls_and_usage_over_the_openai_wire(harness: Harness, fake: FakeLLM, client: httpx.AsyncClient) -> None:
+async def test_tool_calls_and_usage_over_the_openai_wire(
+    harness: Harness, fake: FakeLLM, client: httpx.AsyncClient
+) -> None:
     runtime = await runtime_on(harness, openai(fake, client))
     fake.reply(tool_calls=[("remember", {"key": "city", "value": "Lisbon"})], usage=(120, 9))
     fake.reply("Saved.", usage=(150, 3))
@@ -63,13 +67,21 @@ async def test_tool_calls_and_usage_over_the_openai_wire(harness: Harness, fake:
     tool_message = second["messages"][-1]
     assert tool_message["role"] == "tool" and tool_message["content"] == "Remembered city."
     assert second["messages"][-2]["tool_calls"][0]["id"] == tool_message["tool_call_id"]
-    run = await runtime.store.read(lambda c: c.execute("SELECT input_tokens, output_tokens, tokens_estimated, model_calls FROM runs").fetchone())
+    run = await runtime.store.read(
+        lambda c: c.execute(
+            "SELECT input_tokens, output_tokens, tokens_estimated, model_calls FROM runs"
+        ).fetchone()
+    )
     assert run == (270, 12, 0, 2)
     assert runtime.memory.keys() == ["city"]
 
 
-async def test_tool_calls_over_the_anthropic_wire(harness: Harness, fake: FakeLLM, client: httpx.AsyncClient) -> None:
-    provider = AnthropicProvider(name="fake", client=client, base_url=fake.anthropic_base_url, api_key="k", retry_base_s=0.01)
+async def test_tool_calls_over_the_anthropic_wire(
+    harness: Harness, fake: FakeLLM, client: httpx.AsyncClient
+) -> None:
+    provider = AnthropicProvider(
+        name="fake", client=client, base_url=fake.anthropic_base_url, api_key="k", retry_base_s=0.01
+    )
     runtime = await runtime_on(harness, provider)
     fake.reply(tool_calls=[("list_memories", {})], usage=(40, 2))
     fake.reply("You have nothing saved.", usage=(60, 5))
@@ -115,7 +127,9 @@ async def test_timeout_is_an_error_reply(harness: Harness, fake: FakeLLM, client
     assert await transcript(runtime) == ["hello?"]
 
 
-async def test_429_then_success_retries_transparently(harness: Harness, fake: FakeLLM, client: httpx.AsyncClient) -> None:
+async def test_429_then_success_retries_transparently(
+    harness: Harness, fake: FakeLLM, client: httpx.AsyncClient
+) -> None:
     runtime = await runtime_on(harness, openai(fake, client))
     fake.fail(429, retry_after=0)
     fake.reply("finally", usage=(5, 1))
@@ -123,7 +137,9 @@ async def test_429_then_success_retries_transparently(harness: Harness, fake: Fa
     assert await last_run(runtime) == ("ok", None)
 
 
-async def test_missing_key_names_the_variable(harness: Harness, client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_missing_key_names_the_variable(
+    harness: Harness, client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     provider = OpenAIProvider(name="openai", kind="openai", client=client)
     runtime = await runtime_on(harness, provider)

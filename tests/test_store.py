@@ -28,8 +28,19 @@ async def test_file_is_private_and_in_wal_mode(store: AgentStore) -> None:
     assert stat.S_IMODE(store.path.stat().st_mode) == 0o600
     mode = await store.read(lambda c: c.execute("PRAGMA journal_mode").fetchone()[0])
     assert mode == "wal"
-    tables = await store.read(lambda c: {r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type='table'")})
-    assert {"threads", "messages", "runs", "audit", "memories", "identity", "summaries", "inbound_events"} <= tables
+    tables = await store.read(
+        lambda c: {r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    )
+    assert {
+        "threads",
+        "messages",
+        "runs",
+        "audit",
+        "memories",
+        "identity",
+        "summaries",
+        "inbound_events",
+    } <= tables
 
 
 def test_migrate_from_blank_then_nothing_to_do(tmp_path: Path) -> None:

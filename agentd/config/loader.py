@@ -95,7 +95,7 @@ def _to_python(file: str, text: str, env: Mapping[str, str]) -> _Located:
         if isinstance(value, str) and "${" in value:
             value = _interpolate(value, file, marks[loc], env)
             # An unquoted `${PORT}` should behave as if the number had been written.
-            if node.style is None and value != "":
+            if getattr(node, "style", None) is None and value != "":
                 resolved = yaml.safe_load(value)
                 if isinstance(resolved, int | float | bool):
                     value = resolved

@@ -31,8 +31,11 @@ class MemoryStrategy(Protocol):
     turn, against the in-memory hot thread).
     """
 
-    kind: str
-    keeps_transcript: bool
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def keeps_transcript(self) -> bool: ...
 
     def view(self, thread: StoredThread) -> MemoryView: ...
 

@@ -28,7 +28,9 @@ class ScriptedProvider:
         self._script.append(Completion(Message(role="assistant", parts=(part,)), _usage(usage), "tool_calls"))
         return self
 
-    def fail(self, message: str = "HTTP 500", status: int | None = 500, unreachable: bool = False) -> ScriptedProvider:
+    def fail(
+        self, message: str = "HTTP 500", status: int | None = 500, unreachable: bool = False
+    ) -> ScriptedProvider:
         self._script.append(
             ProviderError(message, provider=self.name, model="m", status=status, unreachable=unreachable)
         )
@@ -37,7 +39,9 @@ class ScriptedProvider:
     async def complete(self, request: CompletionRequest) -> Completion:
         self.requests.append(request)
         if not self._script:
-            return Completion(Message.assistant(f"default reply to: {request.messages[-1].text}"), Usage(10, 5))
+            return Completion(
+                Message.assistant(f"default reply to: {request.messages[-1].text}"), Usage(10, 5)
+            )
         item = self._script.popleft()
         if isinstance(item, BaseException):
             raise item
