@@ -30,6 +30,7 @@ from agentd.engine.runtime import AgentRuntime
 from agentd.errors import AgentdError, ConfigError, OperatorError
 from agentd.events import InboundEvent, Reply
 from agentd.http.app import create_app
+from agentd.providers.embedders import build_embedder
 from agentd.providers.registry import ProviderRegistry
 from agentd.store.audit import AuditRecord, insert_audit, query_audit
 from agentd.store.db import AgentStore, StoreExecutor
@@ -144,6 +145,11 @@ class Daemon:
         self.executor = StoreExecutor()
         self.client = httpx.AsyncClient()
         self.providers = ProviderRegistry(self.settings.providers, self.client)
+        self.embedder = (
+            build_embedder(self.settings.embedder, self.settings.providers, self.client)
+            if self.settings.embedder
+            else None
+        )
         self.daemon_store = AgentStore(data_dir / DAEMON_FILE, self.executor)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stop = asyncio.Event()
@@ -349,8 +355,14 @@ class Daemon:
                 self.data_dir / f"{spec.name}.sqlite", self.executor, self.settings.store.synchronous
             )
             runtime = AgentRuntime(
-                spec, store, self.providers, hot_conversations=self.settings.store.hot_conversations
+                spec,
+                store,
+                self.providers,
+                hot_conversations=self.settings.store.hot_conversations,
+                embedder=self.embedder,
+                memory_extractor_model=self.settings.memory_extractor_model,
             )
+            runtime.peers = self.runtime
             try:
                 await runtime.start()
             except AgentdError as e:

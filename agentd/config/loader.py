@@ -105,11 +105,15 @@ def _to_python(file: str, text: str, env: Mapping[str, str]) -> _Located:
     return _Located(data, marks, key_marks)
 
 
-def _fields_at(model: type[BaseModel], loc: Loc) -> list[str]:
-    """The field names of the model found by following loc from `model` (best effort)."""
+def _fields_at(model: type[BaseModel], loc: Loc, data: Any) -> list[str]:
+    """The field names of the model found by following loc from `model` (best effort).
+
+    Unions are resolved by the data's `kind` when the members are tagged.
+    """
     annotation: Any = model
+    node = data
     for part in loc:
-        annotation = _unwrap_model(annotation)
+        annotation = _unwrap_model(annotation, node)
         if isinstance(annotation, type) and issubclass(annotation, BaseModel) and isinstance(part, str):
             field = annotation.model_fields.get(part)
             if field is None:
@@ -119,18 +123,40 @@ def _fields_at(model: type[BaseModel], loc: Loc) -> list[str]:
             annotation = typing.get_args(annotation)[-1]
         else:
             return []
-    annotation = _unwrap_model(annotation)
+        node = node[part] if isinstance(node, dict | list) and _has(node, part) else None  # type: ignore[index]
+    annotation = _unwrap_model(annotation, node)
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return list(annotation.model_fields)
     return []
 
 
-def _unwrap_model(annotation: Any) -> Any:
+def _has(node: Any, part: str | int) -> bool:
+    if isinstance(node, dict):
+        return part in node
+    return isinstance(part, int) and part < len(node)
+
+
+def _flatten(annotation: Any) -> list[Any]:
+    """The members of a (possibly nested, possibly Annotated) union."""
+    if typing.get_origin(annotation) is typing.Annotated:
+        return _flatten(typing.get_args(annotation)[0])
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return [m for arg in typing.get_args(annotation) for m in _flatten(arg)]
+    return [annotation]
+
+
+def _unwrap_model(annotation: Any, node: Any = None) -> Any:
+    if typing.get_origin(annotation) is typing.Annotated:
+        annotation = typing.get_args(annotation)[0]
     origin = typing.get_origin(annotation)
     if origin in (typing.Union, types.UnionType):
-        for arg in typing.get_args(annotation):
-            if isinstance(arg, type) and issubclass(arg, BaseModel):
-                return arg
+        members = [a for a in _flatten(annotation) if isinstance(a, type) and issubclass(a, BaseModel)]
+        kind = node.get("kind") if isinstance(node, dict) else None
+        for member in members:
+            tag = member.model_fields.get("kind")
+            if kind is not None and tag is not None and kind in typing.get_args(tag.annotation):
+                return member
+        return members[0] if members else annotation
     return annotation
 
 
@@ -146,7 +172,7 @@ def _problems(
         if kind == "extra_forbidden":
             key = str(loc[-1])
             line, col = located.key_marks.get(loc, located.marks.get(loc[:-1], (None, None)))
-            allowed = _fields_at(model, loc[:-1])
+            allowed = _fields_at(model, loc[:-1], located.data)
             hint = difflib.get_close_matches(key, allowed, n=1)
             msg = f"unknown key {key!r}"
             msg += f" (did you mean {hint[0]!r}?)" if hint else ""
@@ -170,6 +196,8 @@ def _trim_to_data(located: _Located, loc: Loc) -> Loc:
         elif isinstance(node, list) and isinstance(part, int) and part < len(node):
             node = node[part]
             out.append(part)
+        elif isinstance(node, dict) and node.get("kind") == part:
+            continue  # a discriminated union's tag (e.g. "window" for kind: window): not in the data
         elif isinstance(node, dict) and isinstance(part, str) and part[:1].islower() and "[" not in part:
             out.append(part)  # a missing or extra key: keep it, it names the problem
             node = None

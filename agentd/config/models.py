@@ -10,6 +10,7 @@ from pydantic import Field, field_validator, model_validator
 from agentd.config.base import Spec
 from agentd.config.discord import DiscordSpec
 from agentd.config.slack import SlackSpec
+from agentd.config.strategies import StrategySpec
 from agentd.config.telegram import TelegramSpec
 
 AGENT_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
@@ -48,6 +49,9 @@ class MemorySpec(Spec):
     persistent: bool = False
     compact_at_tokens: int | Literal[False] = 50000
     max_value_chars: int = Field(default=4000, gt=0, le=1_000_000)
+    # agent: one set of facts for everyone; user: each person's facts are theirs alone
+    persistent_scope: Literal["agent", "user"] = "agent"
+    strategy: StrategySpec | None = None
 
     @field_validator("compact_at_tokens", mode="before")
     @classmethod
@@ -73,6 +77,21 @@ class ChannelsSpec(Spec):
         return [name for name in type(self).model_fields if getattr(self, name) is not None]
 
 
+class SubagentSpec(Spec):
+    """Another agent this one may call as a tool, optionally with a different memory for this slot."""
+
+    agent: str
+    description: str | None = None
+    memory_override: StrategySpec | None = None
+
+    @field_validator("agent")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not AGENT_NAME_RE.match(v):
+            raise ValueError(f"{v!r} is not an agent name ([a-z0-9][a-z0-9_-]*)")
+        return v
+
+
 class AgentSpec(Spec):
     name: str
     purpose: str = ""
@@ -80,6 +99,7 @@ class AgentSpec(Spec):
     memory: MemorySpec = MemorySpec()
     channels: ChannelsSpec = ChannelsSpec()
     max_tool_steps: int = Field(default=8, ge=1, le=100)
+    subagents: list[SubagentSpec] = []
 
     @field_validator("name")
     @classmethod
@@ -139,9 +159,18 @@ class DefaultsSpec(Spec):
 
 class DaemonSpec(Spec):
     providers: dict[str, ProviderSpec] = {}
+    # provider/model of the embedder episodic memory uses: openai/..., ollama/..., hash/<dim>, local/...
+    embedder: str | None = None
+    # the model for folds and fact extraction when a strategy names none
+    memory_extractor_model: str | None = None
     http: HttpSpec = HttpSpec()
     store: StoreSpec = StoreSpec()
     defaults: DefaultsSpec = DefaultsSpec()
+
+    @field_validator("embedder", "memory_extractor_model")
+    @classmethod
+    def _refs(cls, v: str | None) -> str | None:
+        return None if v is None else normalise_model_ref(v)
 
     @model_validator(mode="after")
     def _provider_names(self) -> DaemonSpec:

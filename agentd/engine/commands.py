@@ -68,7 +68,7 @@ async def _compact(
 ) -> CommandResult:
     if not strategy.keeps_transcript:
         return CommandResult(NO_HISTORY.format(what="compact"), "compact", {"result": "no_history"})
-    outcome = await runtime.compact(spec, thread, reason="command")
+    outcome = await runtime.compact(thread, reason="command")
     if outcome.status == "ok":
         text = f"Compacted {outcome.compacted_messages} older messages into a summary; the last two turns are kept verbatim."
     elif outcome.status == "nothing_to_compact":
@@ -155,7 +155,7 @@ async def status_facts(
 ) -> dict[str, Any]:
     key = thread.conversation_key
     totals, counts = await runtime.store.read(lambda conn: (run_totals(conn, key), count_messages(conn, key)))
-    threshold = spec.memory.compact_at_tokens if strategy.keeps_transcript else None
+    threshold = getattr(strategy, "compact_at_tokens", None)
     return {
         "agent": spec.name,
         "model": spec.model.name,
@@ -174,7 +174,7 @@ async def status_facts(
             if thread.last_input_tokens is not None
             else estimate_tokens(len(spec.purpose) + thread.chars),
             "estimated": thread.last_tokens_estimated or thread.last_input_tokens is None,
-            "compact_at_tokens": threshold or None,
+            "compact_at_tokens": threshold,
             "messages": len(thread.messages),
             "summary": thread.summary is not None,
         },

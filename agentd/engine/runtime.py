@@ -5,33 +5,31 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from agentd.config.models import AgentSpec
 from agentd.engine.conversations import ConversationLocks, HotThreads
+from agentd.errors import OperatorError, ProviderError
 from agentd.events import InboundEvent, Reply
-from agentd.memory.base import MemoryStrategy
+from agentd.memory.base import MemoryStrategy, ModelCall
 from agentd.memory.compaction import CompactionOutcome, compact_thread
 from agentd.memory.persistent import PersistentMemory
-from agentd.memory.transcript import FullTranscript, NoHistory
-from agentd.providers.base import ModelProvider
+from agentd.memory.registry import strategy_for
+from agentd.messages import Message, estimate_tokens
+from agentd.providers.base import CompletionRequest, Embedder, ModelProvider
 from agentd.providers.registry import ProviderRegistry
 from agentd.store.audit import AuditRecord, insert_audit
 from agentd.store.db import AgentStore
 from agentd.store.identity import ensure_identity
 from agentd.store.inbound import event_seen
+from agentd.store.runs import RunRecord, insert_run
 from agentd.store.transcripts import StoredThread
 
 log = logging.getLogger(__name__)
 RECENT_EVENTS = 10_000
-
-
-def strategy_for(spec: AgentSpec) -> MemoryStrategy:
-    if spec.memory.scope == "thread":
-        threshold = spec.memory.compact_at_tokens
-        return FullTranscript(compact_at_tokens=threshold if threshold is not False else None)
-    return NoHistory()
 
 
 class AgentRuntime:
@@ -45,6 +43,8 @@ class AgentRuntime:
         providers: ProviderRegistry,
         *,
         hot_conversations: int = 2000,
+        embedder: Embedder | None = None,
+        memory_extractor_model: str | None = None,
     ):
         self.spec = spec
         self.store = store
@@ -52,6 +52,11 @@ class AgentRuntime:
         self.locks = ConversationLocks()
         self.threads = HotThreads(store, hot_conversations)
         self.memory = PersistentMemory(store, spec.name, spec.memory.max_value_chars)
+        self.embedder = embedder
+        self.memory_extractor_model = memory_extractor_model
+        # other agents of the daemon, for sub-agent tools (set by the daemon)
+        self.peers: Callable[[str], AgentRuntime | None] = lambda name: None
+        self._strategies: tuple[AgentSpec, MemoryStrategy] | None = None
         self.status = "starting"
         self.last_error: str | None = None
         self.started_at = time.time()
@@ -73,32 +78,54 @@ class AgentRuntime:
         await self.memory.load()
         self.status = "running"
 
+    @property
+    def agent(self) -> str:
+        return self.spec.name
+
     def update_spec(self, spec: AgentSpec) -> None:
         self.spec = spec
         self.memory.max_value_chars = spec.memory.max_value_chars
+
+    def strategy(self, spec: AgentSpec) -> MemoryStrategy:
+        """The memory strategy of a definition, built once per definition."""
+        cached = self._strategies
+        if cached is not None and cached[0] is spec:
+            return cached[1]
+        strategy = strategy_for(spec)
+        self._strategies = (spec, strategy)
+        return strategy
 
     # -- the entry point ---------------------------------------------------------------
 
     async def handle(self, event: InboundEvent) -> Reply:
         """Answer one event: ordered per conversation, de-duplicated by platform id."""
+        if event.event_id is not None and await self._is_duplicate(event):
+            return Reply(text="", conversation_key=event.conversation_key, duplicate=True)
+        return await self.handle_with(event, self.spec, None)
+
+    async def handle_with(
+        self,
+        event: InboundEvent,
+        spec: AgentSpec,
+        strategy: MemoryStrategy | None,
+        parent_run_id: str | None = None,
+    ) -> Reply:
+        """Answer with a given definition and strategy (a sub-agent slot may override the strategy)."""
         from agentd.engine.commands import is_command, run_command
         from agentd.engine.turn import run_turn
 
-        if event.event_id is not None and await self._is_duplicate(event):
-            return Reply(text="", conversation_key=event.conversation_key, duplicate=True)
         self._enter()
         try:
-            spec = self.spec
-            strategy = strategy_for(spec)
+            strategy = strategy or self.strategy(spec)
             async with self.locks.hold(event.conversation_key):
                 thread = await self._thread(event.conversation_key, strategy)
-                if strategy.needs_compaction(thread):
-                    await self.compact(spec, thread, reason="threshold")
+                if strategy.settle_due(thread):
+                    await self._settle(strategy, thread, None)
                 if is_command(event.text):
                     return await run_command(self, spec, strategy, thread, event)
-                reply = await run_turn(self, spec, strategy, thread, event)
-            if strategy.needs_compaction(thread):
-                self._spawn(self._compact_later(event.conversation_key))
+                reply = await run_turn(self, spec, strategy, thread, event, parent_run_id)
+            if strategy.settle_due(thread):
+                self._spawn(self._settle_later(event.conversation_key, strategy, reply.run_id))
             return reply
         finally:
             self._leave()
@@ -118,43 +145,93 @@ class AgentRuntime:
             self._recent_events.popitem(last=False)
         return await self.store.read(lambda conn: event_seen(conn, marker[0], marker[1]))
 
-    # -- compaction ----------------------------------------------------------------------
+    # -- memory work after runs (MemoryContext) ---------------------------------------------
 
-    def model_for(self, spec: AgentSpec, small: bool) -> tuple[ModelProvider, str, str]:
-        ref = (spec.model.small or spec.model.name) if small else spec.model.name
-        provider, model = self.providers.resolve(ref)
-        return provider, model, ref
+    def agent_model(self, small: bool = False) -> str:
+        spec = self.spec
+        return (spec.model.small or spec.model.name) if small else spec.model.name
 
-    async def compact(self, spec: AgentSpec, thread: StoredThread, reason: str) -> CompactionOutcome:
-        """Compact a thread; the caller holds its conversation lock."""
-        provider, model, ref = self.model_for(spec, small=True)
-        outcome = await compact_thread(
-            store=self.store,
-            agent=self.name,
-            thread=thread,
-            provider=provider,
-            model_ref=ref,
-            model_name=model,
-            reason=reason,
+    def memory_model(self, preferred: str | None) -> str | None:
+        if preferred:
+            return preferred
+        if self.memory_extractor_model:
+            return self.memory_extractor_model
+        for ref in (self.spec.model.small, self.spec.model.name):
+            # the offline model cannot fold or extract: it only echoes what it was given
+            if ref and not ref.startswith("offline/"):
+                return ref
+        return None
+
+    def model_for(self, ref: str) -> tuple[ModelProvider, str]:
+        return self.providers.resolve(ref)
+
+    async def call_model(
+        self,
+        *,
+        trigger: str,
+        model_ref: str,
+        system: str,
+        messages: Sequence[Message],
+        conversation_key: str | None,
+        thread_id: int | None = None,
+        parent_run_id: str | None = None,
+        purpose: str = "chat",
+    ) -> ModelCall:
+        run = RunRecord(
+            id=uuid.uuid4().hex,
+            conversation_key=conversation_key,
+            trigger=trigger,
+            model=model_ref,
+            status="ok",
+            started_at=time.time(),
+            thread_id=thread_id,
+            parent_run_id=parent_run_id,
         )
-        if outcome.status == "failed":
-            log.warning(
-                "agent %s: compaction of %s failed: %s", self.name, thread.conversation_key, outcome.error
+        request = CompletionRequest(model="", system=system, messages=messages, purpose=purpose)
+        try:
+            provider, model = self.model_for(model_ref)
+            request = CompletionRequest(model=model, system=system, messages=messages, purpose=purpose)
+            completion = await provider.complete(request)
+        except (ProviderError, OperatorError) as e:
+            run.status, run.error = "error", str(e)
+            run.duration_ms = (time.time() - run.started_at) * 1000
+            await self.store.write(lambda conn: insert_run(conn, run))
+            raise
+        run.model_calls = 1
+        run.duration_ms = (time.time() - run.started_at) * 1000
+        if completion.usage is not None:
+            run.input_tokens, run.output_tokens = (
+                completion.usage.input_tokens,
+                completion.usage.output_tokens,
             )
-        return outcome
+        else:
+            run.input_tokens = estimate_tokens(len(system) + sum(m.char_count() for m in messages))
+            run.output_tokens = estimate_tokens(completion.message.char_count())
+            run.tokens_estimated = True
+        run.last_input_tokens = run.input_tokens
+        return ModelCall(completion, run)
 
-    async def _compact_later(self, key: str) -> None:
-        """After a run crossed the threshold: compact before the next message loads its history."""
+    async def compact(self, thread: StoredThread, reason: str) -> CompactionOutcome:
+        """Compact a thread by hand (/compact); the caller holds its conversation lock."""
+        return await compact_thread(self, thread, reason)
+
+    async def _settle(self, strategy: MemoryStrategy, thread: StoredThread, run_id: str | None) -> None:
+        try:
+            await strategy.settle(self, thread, run_id)
+        except Exception:
+            # After-run work is derived from persisted cursors: whatever failed is retried next time.
+            log.exception(
+                "agent %s: memory work after a run of %s failed", self.name, thread.conversation_key
+            )
+
+    async def _settle_later(self, key: str, strategy: MemoryStrategy, run_id: str | None) -> None:
+        """After a run: do the memory work before the next message of the conversation loads."""
         self._enter()
         try:
-            spec = self.spec
-            strategy = strategy_for(spec)
             async with self.locks.hold(key):
-                thread = self.threads.peek(key)
-                if thread is not None and strategy.needs_compaction(thread):
-                    await self.compact(spec, thread, reason="threshold")
-        except Exception:
-            log.exception("agent %s: background compaction of %s failed", self.name, key)
+                thread = self.threads.peek(key) if strategy.keeps_transcript else None
+                if thread is not None and strategy.settle_due(thread):
+                    await self._settle(strategy, thread, run_id)
         finally:
             self._leave()
 

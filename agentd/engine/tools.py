@@ -3,34 +3,16 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 from agentd.errors import ToolError
 from agentd.memory.persistent import PersistentMemory
+from agentd.memory.tooling import Tool, ToolCall, object_schema
 from agentd.messages import Message, ToolCallPart, ToolResultPart
 from agentd.providers.base import ToolSpec
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class ToolCall:
-    """Who is calling: the conversation and run a tool call belongs to."""
-
-    conversation_key: str
-    run_id: str
-    user_id: str | None
-
-
-Handler = Callable[[dict[str, Any], ToolCall], Awaitable[str]]
-
-
-@dataclass(frozen=True, slots=True)
-class Tool:
-    spec: ToolSpec
-    handler: Handler
 
 
 async def run_tool_calls(tools: dict[str, Tool], calls: list[ToolCallPart], context: ToolCall) -> Message:
@@ -83,8 +65,7 @@ def memory_tools(memory: PersistentMemory, scope_of: Callable[[ToolCall], str]) 
     key = _string("key", "1-64 characters: letters, digits, '_', '.', ':' or '-'")
     value = _string("value", f"the fact to keep, at most {memory.max_value_chars} characters")
 
-    def obj(props: dict[str, Any]) -> dict[str, Any]:
-        return {"type": "object", "properties": props, "required": list(props), "additionalProperties": False}
+    obj = object_schema
 
     return [
         Tool(

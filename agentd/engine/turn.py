@@ -15,11 +15,12 @@ import uuid
 from typing import TYPE_CHECKING
 
 from agentd.config.models import AgentSpec
-from agentd.engine.tools import Tool, ToolCall, memory_tools, run_tool_calls
+from agentd.engine.tools import memory_tools, run_tool_calls
 from agentd.errors import OperatorError, ProviderError
 from agentd.events import InboundEvent, Reply
-from agentd.memory.base import MemoryStrategy
+from agentd.memory.base import MemoryStrategy, TurnInput, speaker_partition
 from agentd.memory.persistent import AGENT_SCOPE, memory_preamble
+from agentd.memory.tooling import Tool, ToolCall
 from agentd.messages import Message, estimate_tokens
 from agentd.providers.base import CompletionRequest
 from agentd.store.inbound import record_event
@@ -42,11 +43,24 @@ def build_system(purpose: str, sections: list[str]) -> str:
     return "\n\n".join(s for s in (purpose.strip(), *sections) if s)
 
 
-def agent_tools(runtime: AgentRuntime, spec: AgentSpec) -> dict[str, Tool]:
+def persistent_scope(spec: AgentSpec, conversation_key: str, user_id: str | None) -> str:
+    """Whose persistent facts a turn reads and writes: the agent's, or only the speaker's."""
+    if spec.memory.persistent_scope == "user":
+        return speaker_partition(conversation_key, user_id)
+    return AGENT_SCOPE
+
+
+def agent_tools(runtime: AgentRuntime, spec: AgentSpec) -> list[Tool]:
+    """The tools every turn of this definition gets (memory tools, sub-agents)."""
+    from agentd.engine.subagents import subagent_tools
+
     tools: list[Tool] = []
     if spec.memory.persistent:
-        tools += memory_tools(runtime.memory, lambda call: AGENT_SCOPE)
-    return {t.spec.name: t for t in tools}
+        tools += memory_tools(
+            runtime.memory, lambda call: persistent_scope(spec, call.conversation_key, call.user_id)
+        )
+    tools += subagent_tools(runtime, spec)
+    return tools
 
 
 async def run_turn(
@@ -55,6 +69,7 @@ async def run_turn(
     strategy: MemoryStrategy,
     thread: StoredThread,
     event: InboundEvent,
+    parent_run_id: str | None = None,
 ) -> Reply:
     started = time.time()
     run = RunRecord(
@@ -65,13 +80,18 @@ async def run_turn(
         status="ok",
         started_at=started,
         thread_id=thread.id,
+        parent_run_id=parent_run_id,
     )
-    view = strategy.view(thread)
+    turn = TurnInput(event.conversation_key, event.text, event.user_id)
+    view = await strategy.view(runtime, thread, turn)
+    for note in view.notes:
+        log.info("agent %s run %s: %s", runtime.name, run.id, note)
     sections = list(view.system_sections)
     if spec.memory.persistent:
-        sections.append(memory_preamble(runtime.memory.keys(AGENT_SCOPE)))
+        scope = persistent_scope(spec, event.conversation_key, event.user_id)
+        sections.append(memory_preamble(runtime.memory.keys(scope)))
     system = build_system(spec.purpose, sections)
-    tools = agent_tools(runtime, spec)
+    tools = {t.spec.name: t for t in [*agent_tools(runtime, spec), *strategy.tools(runtime, thread, turn)]}
     tool_specs = [t.spec for t in tools.values()]
     history = list(view.messages)
     history_chars = view.chars if view.chars is not None else sum(m.char_count() for m in history)

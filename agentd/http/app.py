@@ -21,11 +21,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from agentd.engine.commands import status_facts
-from agentd.engine.runtime import AgentRuntime, strategy_for
-from agentd.engine.turn import build_system
+from agentd.engine.runtime import AgentRuntime
+from agentd.engine.turn import build_system, persistent_scope
 from agentd.errors import StoreError
 from agentd.events import CONVERSATION_ID_RE, InboundEvent
-from agentd.memory.persistent import AGENT_SCOPE, memory_preamble
+from agentd.memory.base import TurnInput
+from agentd.memory.persistent import memory_preamble
 from agentd.messages import MESSAGE_ADAPTER
 from agentd.store.runs import list_runs
 
@@ -214,7 +215,7 @@ def create_app(directory: AgentDirectory) -> FastAPI:
     async def status(agent: str, conversation_key: str = Query(min_length=3)) -> dict[str, Any]:
         runtime = runtime_or_404(agent)
         spec = runtime.spec
-        strategy = strategy_for(spec)
+        strategy = runtime.strategy(spec)
         thread = await runtime.threads.get(conversation_key)
         facts = await status_facts(runtime, spec, strategy, thread)
         if spec.memory.persistent:
@@ -229,13 +230,16 @@ def create_app(directory: AgentDirectory) -> FastAPI:
     async def conversation(agent: str, conversation_key: str) -> dict[str, Any]:
         runtime = runtime_or_404(agent)
         spec = runtime.spec
-        strategy = strategy_for(spec)
+        strategy = runtime.strategy(spec)
         thread = await runtime.threads.get(conversation_key)
-        view = strategy.view(thread)
+        # what the next turn would see; recall is searched with an empty query here
+        view = await strategy.view(runtime, thread, TurnInput(conversation_key, "", None))
         sections = list(view.system_sections)
         if spec.memory.persistent:
-            sections.append(memory_preamble(runtime.memory.keys(AGENT_SCOPE)))
-        threshold = spec.memory.compact_at_tokens if strategy.keeps_transcript else None
+            sections.append(
+                memory_preamble(runtime.memory.keys(persistent_scope(spec, conversation_key, None)))
+            )
+        threshold = getattr(strategy, "compact_at_tokens", None)
         return {
             "agent": agent,
             "conversation_key": conversation_key,
@@ -249,7 +253,7 @@ def create_app(directory: AgentDirectory) -> FastAPI:
             "context": {
                 "tokens": thread.last_input_tokens,
                 "estimated": thread.last_tokens_estimated,
-                "compact_at_tokens": threshold or None,
+                "compact_at_tokens": threshold,
             },
         }
 

@@ -8,17 +8,18 @@ leaves the transcript exactly as it was.
 
 from __future__ import annotations
 
+import logging
 import time
-import uuid
 from dataclasses import dataclass
 
-from agentd.errors import ProviderError
-from agentd.messages import Message, TextPart, ToolCallPart, ToolResultPart, estimate_tokens
-from agentd.providers.base import CompletionRequest, ModelProvider
+from agentd.errors import OperatorError, ProviderError
+from agentd.memory.base import MemoryContext
+from agentd.messages import Message, TextPart, ToolCallPart, ToolResultPart
 from agentd.store.audit import AuditRecord, insert_audit
-from agentd.store.db import AgentStore
-from agentd.store.runs import RunRecord, insert_run
+from agentd.store.runs import insert_run
 from agentd.store.transcripts import StoredMessage, StoredThread, apply_compaction
+
+log = logging.getLogger(__name__)
 
 KEEP_TURNS = 2
 SUMMARY_INSTRUCTIONS = (
@@ -66,83 +67,71 @@ def render_for_summary(previous_summary: str | None, older: list[StoredMessage])
     return "\n".join(lines)
 
 
-async def compact_thread(
-    *,
-    store: AgentStore,
-    agent: str,
-    thread: StoredThread,
-    provider: ModelProvider,
-    model_ref: str,
-    model_name: str,
-    reason: str,
-) -> CompactionOutcome:
-    """Compact `thread` in place (the caller holds the conversation's lock)."""
+async def compact_thread(ctx: MemoryContext, thread: StoredThread, reason: str) -> CompactionOutcome:
+    """Compact `thread` in place (the caller holds its conversation lock).
+
+    Summarised by model.small when set, else the main model; the purpose is not
+    part of what is summarised.
+    """
     split = verbatim_tail_start(thread.messages)
     if thread.id is None or split == 0:
         return CompactionOutcome("nothing_to_compact")
     older = thread.messages[:split]
     upto_seq = older[-1].seq
-    run = RunRecord(
-        id=uuid.uuid4().hex,
-        conversation_key=thread.conversation_key,
-        trigger="compaction",
-        model=model_ref,
-        status="ok",
-        started_at=time.time(),
-        thread_id=thread.id,
-    )
-    request = CompletionRequest(
-        model=model_name,
-        system=SUMMARY_INSTRUCTIONS,
-        messages=[Message.user(render_for_summary(thread.summary, older))],
-        purpose="summary",
-    )
-    audit = AuditRecord("compaction", "ok", thread.conversation_key, run.id, {"reason": reason})
-    summary = ""
+    thread_id = thread.id
     try:
-        completion = await provider.complete(request)
-        summary = completion.message.text.strip()
-        if not summary:
-            raise ProviderError(
-                "returned an empty summary", provider=model_ref.split("/")[0], model=model_name
-            )
-        run.model_calls = 1
-        if completion.usage is not None:
-            run.input_tokens, run.output_tokens = (
-                completion.usage.input_tokens,
-                completion.usage.output_tokens,
-            )
-        else:
-            run.input_tokens = estimate_tokens(len(request.system) + request.messages[0].char_count())
-            run.output_tokens = estimate_tokens(len(summary))
-            run.tokens_estimated = True
-    except ProviderError as e:
-        run.status, run.error = "error", str(e)
-        audit.action = "failed"
-        audit.data["error"] = str(e)
-    run.duration_ms = (time.time() - run.started_at) * 1000
+        call = await ctx.call_model(
+            trigger="compaction",
+            model_ref=ctx.agent_model(small=True),
+            system=SUMMARY_INSTRUCTIONS,
+            messages=[Message.user(render_for_summary(thread.summary, older))],
+            conversation_key=thread.conversation_key,
+            thread_id=thread_id,
+            purpose="summary",
+        )
+    except (ProviderError, OperatorError) as e:
+        await ctx.audit(
+            "compaction",
+            "failed",
+            conversation_key=thread.conversation_key,
+            data={"reason": reason, "error": str(e)},
+        )
+        log.warning("agent %s: compaction of %s failed: %s", ctx.agent, thread.conversation_key, e)
+        return CompactionOutcome("failed", error=str(e))
+    summary = call.completion.message.text.strip()
+    run = call.run
+    if not summary:
+        error = "the model returned an empty summary"
+        run.status, run.error = "error", error
+        audit = AuditRecord(
+            "compaction", "failed", thread.conversation_key, run.id, {"reason": reason, "error": error}
+        )
+        now = time.time()
+
+        def record_failure(conn):  # type: ignore[no-untyped-def]
+            insert_run(conn, run)
+            insert_audit(conn, ctx.agent, [audit], now)
+
+        await ctx.store.write(record_failure)
+        return CompactionOutcome("failed", run.id, error=error)
+
+    audit = AuditRecord(
+        "compaction",
+        "ok",
+        thread.conversation_key,
+        run.id,
+        {"reason": reason, "upto_seq": upto_seq, "messages": len(older), "summary_chars": len(summary)},
+    )
     now = time.time()
 
-    if run.status == "ok":
-        audit.data.update({"upto_seq": upto_seq, "messages": len(older), "summary_chars": len(summary)})
-        assert thread.id is not None
-        thread_id = thread.id
-
-        def commit(conn):  # type: ignore[no-untyped-def]
-            apply_compaction(conn, thread_id, upto_seq, summary, run.id, now)
-            insert_run(conn, run)
-            insert_audit(conn, agent, [audit], now)
-
-        await store.write(commit)
-        thread.summary = summary
-        thread.messages = thread.messages[split:]
-        thread.last_input_tokens, thread.last_tokens_estimated = None, False
-        thread.recount()
-        return CompactionOutcome("ok", run.id, len(older))
-
-    def record_failure(conn):  # type: ignore[no-untyped-def]
+    def commit(conn):  # type: ignore[no-untyped-def]
+        apply_compaction(conn, thread_id, upto_seq, summary, run.id, now)
         insert_run(conn, run)
-        insert_audit(conn, agent, [audit], now)
+        insert_audit(conn, ctx.agent, [audit], now)
 
-    await store.write(record_failure)
-    return CompactionOutcome("failed", run.id, error=run.error)
+    await ctx.store.write(commit)
+    thread.summary = summary
+    thread.messages = thread.messages[split:]
+    thread.last_input_tokens, thread.last_tokens_estimated = None, False
+    thread.recount()
+    return CompactionOutcome("ok", run.id, len(older))

@@ -2,43 +2,73 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from typing import Any
 
-from agentd.memory.base import MemoryView
+from agentd.config.models import MemorySpec
+from agentd.config.strategies import FullStrategy, NoneStrategy
+from agentd.memory.base import MemoryContext, MemoryView, TurnInput
+from agentd.memory.compaction import compact_thread
+from agentd.memory.tooling import Tool
+from agentd.messages import MESSAGE_ADAPTER
 from agentd.store.transcripts import StoredThread
 
 SUMMARY_HEADING = "Summary of the earlier part of this conversation (older turns were compacted):"
 
 
-@dataclass(frozen=True)
 class NoHistory:
-    """scope: none — every run starts blank: the purpose and the new message."""
+    """none — every run starts blank: the purpose and the new message."""
 
-    kind: str = "none"
-    keeps_transcript: bool = False
+    kind = "none"
+    keeps_transcript = False
 
-    def view(self, thread: StoredThread) -> MemoryView:
+    def __init__(
+        self, spec: NoneStrategy | None = None, memory: MemorySpec | None = None, layer: str = "none"
+    ):
+        self.layer = layer
+
+    async def view(self, ctx: MemoryContext, thread: StoredThread, turn: TurnInput) -> MemoryView:
         return MemoryView()
 
-    def needs_compaction(self, thread: StoredThread) -> bool:
+    def tools(self, ctx: MemoryContext, thread: StoredThread, turn: TurnInput) -> Sequence[Tool]:
+        return ()
+
+    def settle_due(self, thread: StoredThread) -> bool:
         return False
 
+    async def settle(self, ctx: MemoryContext, thread: StoredThread, run_id: str | None) -> None:
+        return None
 
-@dataclass(frozen=True)
+    async def inspect(self, ctx: MemoryContext, thread: StoredThread) -> dict[str, Any]:
+        return {"kind": self.kind, "layer": self.layer, "sees": "nothing: every run starts blank"}
+
+
 class FullTranscript:
-    """scope: thread — the whole transcript replayed; compacted once the context crosses the threshold."""
+    """full (and scope: thread) — the whole transcript, compacted once the context crosses the threshold."""
 
-    compact_at_tokens: int | None
-    kind: str = "full"
-    keeps_transcript: bool = True
+    kind = "full"
+    keeps_transcript = True
 
-    def view(self, thread: StoredThread) -> MemoryView:
+    def __init__(
+        self, spec: FullStrategy | None = None, memory: MemorySpec | None = None, layer: str = "full"
+    ):
+        threshold = (memory or MemorySpec()).compact_at_tokens
+        self.compact_at_tokens: int | None = threshold if threshold is not False else None
+        self.layer = layer
+
+    async def view(self, ctx: MemoryContext, thread: StoredThread, turn: TurnInput) -> MemoryView:
+        return self.current_view(thread)
+
+    def current_view(self, thread: StoredThread) -> MemoryView:
         sections = (f"{SUMMARY_HEADING}\n{thread.summary}",) if thread.summary else ()
         return MemoryView(
             system_sections=sections, messages=[m.message for m in thread.messages], chars=thread.chars
         )
 
-    def needs_compaction(self, thread: StoredThread) -> bool:
+    def tools(self, ctx: MemoryContext, thread: StoredThread, turn: TurnInput) -> Sequence[Tool]:
+        return ()
+
+    def settle_due(self, thread: StoredThread) -> bool:
         # The trigger reads the last model call of the last run only (reset by compaction),
         # so it neither never fires without usage nor fires on every message after crossing.
         return (
@@ -46,3 +76,21 @@ class FullTranscript:
             and thread.last_input_tokens is not None
             and thread.last_input_tokens >= self.compact_at_tokens
         )
+
+    async def settle(self, ctx: MemoryContext, thread: StoredThread, run_id: str | None) -> None:
+        if self.settle_due(thread):
+            await compact_thread(ctx, thread, reason="threshold")
+
+    async def inspect(self, ctx: MemoryContext, thread: StoredThread) -> dict[str, Any]:
+        view = self.current_view(thread)
+        return {
+            "kind": self.kind,
+            "layer": self.layer,
+            "summary": thread.summary,
+            "messages": [
+                MESSAGE_ADAPTER.dump_python(m, mode="json", exclude_none=True) for m in view.messages
+            ],
+            "context_tokens": thread.last_input_tokens,
+            "tokens_estimated": thread.last_tokens_estimated,
+            "compact_at_tokens": self.compact_at_tokens,
+        }

@@ -99,6 +99,62 @@ MIGRATIONS: list[tuple[str, tuple[str, ...]]] = [
             ) WITHOUT ROWID""",
         ),
     ),
+    (
+        "0002_memory_strategies",
+        (
+            # Per thread and strategy layer: what the layer carries (a rolling summary, Σ, an
+            # extraction cursor) and the last message seq it has taken in. Keyed by thread, so
+            # /new starts every layer afresh and the archived thread keeps its own.
+            """CREATE TABLE memory_state (
+                thread_id INTEGER NOT NULL REFERENCES threads(id),
+                layer TEXT NOT NULL,
+                data TEXT NOT NULL DEFAULT '{}',
+                upto_seq INTEGER NOT NULL DEFAULT 0,
+                updated_at REAL NOT NULL,
+                PRIMARY KEY (thread_id, layer)
+            ) WITHOUT ROWID""",
+            # Episodes, partitioned by the person who spoke. `embedder` and `vector` stay NULL
+            # until the episode is embedded (an embedder that is down never loses an episode).
+            """CREATE TABLE episodes (
+                id INTEGER PRIMARY KEY,
+                partition TEXT NOT NULL,
+                conversation_key TEXT,
+                text TEXT NOT NULL,
+                importance REAL NOT NULL DEFAULT 1.0,
+                created_at REAL NOT NULL,
+                run_id TEXT,
+                embedder TEXT,
+                vector BLOB
+            )""",
+            "CREATE INDEX episodes_by_partition ON episodes(partition, embedder, id)",
+            "CREATE INDEX episodes_unembedded ON episodes(id) WHERE vector IS NULL",
+            """CREATE VIRTUAL TABLE episodes_fts USING fts5(
+                text, content='episodes', content_rowid='id', tokenize='porter unicode61'
+            )""",
+            """CREATE TRIGGER episodes_fts_insert AFTER INSERT ON episodes BEGIN
+                INSERT INTO episodes_fts(rowid, text) VALUES (new.id, new.text);
+            END""",
+            """CREATE TRIGGER episodes_fts_delete AFTER DELETE ON episodes BEGIN
+                INSERT INTO episodes_fts(episodes_fts, rowid, text) VALUES ('delete', old.id, old.text);
+            END""",
+            """CREATE TRIGGER episodes_fts_update AFTER UPDATE OF text ON episodes BEGIN
+                INSERT INTO episodes_fts(episodes_fts, rowid, text) VALUES ('delete', old.id, old.text);
+                INSERT INTO episodes_fts(rowid, text) VALUES (new.id, new.text);
+            END""",
+            # Semantic facts, partitioned by speaker, upserted by key (newer wins).
+            """CREATE TABLE facts (
+                partition TEXT NOT NULL,
+                key TEXT NOT NULL,
+                value TEXT NOT NULL,
+                confidence REAL NOT NULL DEFAULT 1.0,
+                source TEXT,
+                created_at REAL NOT NULL,
+                updated_at REAL NOT NULL,
+                run_id TEXT,
+                PRIMARY KEY (partition, key)
+            ) WITHOUT ROWID""",
+        ),
+    ),
 ]
 
 

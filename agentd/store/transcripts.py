@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 from dataclasses import dataclass, field
+from typing import Any
 
 from agentd.messages import Message, dump_message, load_message
 
@@ -29,6 +30,8 @@ class StoredThread:
     # characters the model reads for summary + messages: the base of token estimates, kept
     # incrementally so an estimate never walks a long thread.
     chars: int = 0
+    # per memory layer: what the strategy caches for this thread (loaded from memory_state)
+    layers: dict[str, Any] = field(default_factory=dict)
 
     def recount(self) -> None:
         self.chars = len(self.summary or "") + sum(m.message.char_count() for m in self.messages)
@@ -115,6 +118,7 @@ def delete_transcript(conn: sqlite3.Connection, thread_id: int) -> int:
     """Delete a thread's messages and summaries (the thread row stays, empty); returns messages deleted."""
     cur = conn.execute("DELETE FROM messages WHERE thread_id = ?", (thread_id,))
     conn.execute("DELETE FROM summaries WHERE thread_id = ?", (thread_id,))
+    conn.execute("DELETE FROM memory_state WHERE thread_id = ?", (thread_id,))
     conn.execute(
         "UPDATE threads SET last_input_tokens = NULL, last_tokens_estimated = 0 WHERE id = ?", (thread_id,)
     )

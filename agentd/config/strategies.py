@@ -1,0 +1,140 @@
+"""`memory.strategy`: which memory an agent's conversations get (product.md §5).
+
+Each kind is its own spec model, chosen by `kind`; an unknown kind or field is
+a config error like any other.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from agentd.config.base import Spec
+
+DEFAULT_EXTRACTOR = (
+    "Extract durable facts about the person and their work from the exchange below: preferences, "
+    "names, decisions, constraints, things they own or use. Skip small talk and anything uncertain."
+)
+
+
+def _model_ref(v: str | None) -> str | None:
+    from agentd.config.models import normalise_model_ref  # one rule for every model reference
+
+    return None if v is None else normalise_model_ref(v)
+
+
+class NoneStrategy(Spec):
+    """Nothing carried: every run starts blank."""
+
+    kind: Literal["none"]
+
+
+class FullStrategy(Spec):
+    """The whole transcript; compaction still applies (memory.compact_at_tokens)."""
+
+    kind: Literal["full"]
+
+
+class WindowStrategy(Spec):
+    """The last `messages` messages; the purpose is always kept."""
+
+    kind: Literal["window"]
+    messages: int = Field(default=20, ge=1, le=10_000)
+
+
+class SummarizedStrategy(Spec):
+    """A rolling summary refreshed every `every` messages, plus the messages since."""
+
+    kind: Literal["summarized"]
+    every: int = Field(default=20, ge=2, le=10_000)
+    model: str | None = None
+
+    _ref = field_validator("model")(classmethod(lambda cls, v: _model_ref(v)))
+
+
+class EpisodicStrategy(Spec):
+    """Past exchanges recalled by relevance (vectors fused with keywords), per speaker."""
+
+    kind: Literal["episodic"]
+    top_k: int = Field(default=5, ge=1, le=100)
+    threshold: float = Field(default=0.0, ge=0.0, le=1.0)
+    half_life_days: float | None = Field(default=None, gt=0)
+    write: Literal["always", "tool"] = "always"
+
+
+class SemanticStrategy(Spec):
+    """Facts {key, value, confidence, source} extracted after each run, per speaker; no vectors."""
+
+    kind: Literal["semantic"]
+    extractor: str = DEFAULT_EXTRACTOR
+    model: str | None = None
+
+    _ref = field_validator("model")(classmethod(lambda cls, v: _model_ref(v)))
+
+
+class StateField(Spec):
+    name: str
+    description: str
+
+    @field_validator("name")
+    @classmethod
+    def _identifier(cls, v: str) -> str:
+        if not re.match(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$", v):
+            raise ValueError("a field name is 1-64 letters, digits or '_', not starting with a digit")
+        return v
+
+
+class StateStrategy(Spec):
+    """A structured Σ with a fixed set of fields, folded once per run by a model."""
+
+    kind: Literal["state"]
+    spec: str
+    fields: list[StateField] = Field(min_length=1)
+    max_chars: int = Field(default=4000, ge=100, le=1_000_000)
+    model: str | None = None
+    # Without any model to fold with, the strategy degrades to a window of this many recent messages.
+    tail_messages: int = Field(default=8, ge=1, le=1000)
+
+    _ref = field_validator("model")(classmethod(lambda cls, v: _model_ref(v)))
+
+    @model_validator(mode="after")
+    def _unique(self) -> StateStrategy:
+        names = [f.name for f in self.fields]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"field names must be unique; repeated: {', '.join(duplicates)}")
+        return self
+
+
+LayerStrategy = Annotated[
+    NoneStrategy
+    | FullStrategy
+    | WindowStrategy
+    | SummarizedStrategy
+    | EpisodicStrategy
+    | SemanticStrategy
+    | StateStrategy,
+    Field(discriminator="kind"),
+]
+
+
+class CompositeStrategy(Spec):
+    """Layers consulted and written in order (e.g. window + episodic)."""
+
+    kind: Literal["composite"]
+    layers: list[LayerStrategy] = Field(min_length=1)
+
+
+StrategySpec = Annotated[
+    NoneStrategy
+    | FullStrategy
+    | WindowStrategy
+    | SummarizedStrategy
+    | EpisodicStrategy
+    | SemanticStrategy
+    | StateStrategy
+    | CompositeStrategy,
+    Field(discriminator="kind"),
+]
