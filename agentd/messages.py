@@ -6,7 +6,8 @@ part they cannot carry instead of dropping it.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from collections.abc import Iterator, Sequence
+from typing import Annotated, Any, Literal, overload
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
@@ -102,3 +103,64 @@ def load_message(raw: str | bytes) -> Message:
 def estimate_tokens(chars: int) -> int:
     """The estimate used when a provider reports no usage: about four characters a token."""
     return (chars + 3) // 4
+
+
+class MessageSequence(Sequence[Message]):
+    """Messages as one read-only sequence without copying: `head[:head_len]` followed by `tail`.
+
+    A turn's prompt is the replayed history plus the turn's new messages;
+    copying a 10,000-message history into a new list on every model call is
+    what made per-turn cost grow with the thread. `head` is a list that only
+    ever grows at the end (a hot thread), so fixing its length here makes this
+    a stable snapshot. Items of `head` may be anything with a `.message`
+    attribute (stored messages) or Messages themselves.
+    """
+
+    __slots__ = ("_head", "_head_len", "_tail")
+
+    def __init__(self, head: Sequence[Any], head_len: int | None = None, tail: Sequence[Message] = ()):
+        self._head = head
+        self._head_len = len(head) if head_len is None else head_len
+        self._tail = tuple(tail)
+
+    def __len__(self) -> int:
+        return self._head_len + len(self._tail)
+
+    def _item(self, i: int) -> Message:
+        if i < self._head_len:
+            item = self._head[i]
+            return item if isinstance(item, Message) else item.message
+        return self._tail[i - self._head_len]
+
+    @overload
+    def __getitem__(self, index: int) -> Message: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Message]: ...
+
+    def __getitem__(self, index: int | slice) -> Message | list[Message]:
+        n = len(self)
+        if isinstance(index, slice):
+            return [self._item(i) for i in range(*index.indices(n))]
+        if index < 0:
+            index += n
+        if not 0 <= index < n:
+            raise IndexError("message index out of range")
+        return self._item(index)
+
+    def __iter__(self) -> Iterator[Message]:
+        for i in range(self._head_len):
+            item = self._head[i]
+            yield item if isinstance(item, Message) else item.message
+        yield from self._tail
+
+    def extended(self, more: Sequence[Message]) -> MessageSequence:
+        return MessageSequence(self._head, self._head_len, (*self._tail, *more))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Sequence) and not isinstance(other, str):
+            return list(self) == list(other)
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        return f"MessageSequence({list(self)!r})"

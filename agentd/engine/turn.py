@@ -21,7 +21,7 @@ from agentd.events import InboundEvent, Reply
 from agentd.memory.base import MemoryStrategy, TurnInput, speaker_partition
 from agentd.memory.persistent import AGENT_SCOPE, memory_preamble
 from agentd.memory.tooling import Tool, ToolCall
-from agentd.messages import Message, estimate_tokens
+from agentd.messages import Message, MessageSequence, estimate_tokens
 from agentd.providers.base import CompletionRequest
 from agentd.store.inbound import record_event
 from agentd.store.runs import RunRecord, insert_run
@@ -93,7 +93,9 @@ async def run_turn(
     system = build_system(spec.purpose, sections)
     tools = {t.spec.name: t for t in [*agent_tools(runtime, spec), *strategy.tools(runtime, thread, turn)]}
     tool_specs = [t.spec for t in tools.values()]
-    history = list(view.messages)
+    history = (
+        view.messages if isinstance(view.messages, MessageSequence) else MessageSequence(list(view.messages))
+    )
     history_chars = view.chars if view.chars is not None else sum(m.char_count() for m in history)
     fixed_chars = len(system) + sum(
         len(t.name) + len(t.description) + len(str(t.parameters)) for t in tool_specs
@@ -111,7 +113,7 @@ async def run_turn(
             request = CompletionRequest(
                 model=model,
                 system=system,
-                messages=history + new,
+                messages=history.extended(new),
                 tools=tool_specs if allow_tools else (),
                 temperature=spec.model.temperature,
                 max_output_tokens=spec.model.max_output_tokens,

@@ -10,7 +10,7 @@ from agentd.config.strategies import FullStrategy, NoneStrategy
 from agentd.memory.base import MemoryContext, MemoryView, TurnInput
 from agentd.memory.compaction import compact_thread
 from agentd.memory.tooling import Tool
-from agentd.messages import MESSAGE_ADAPTER
+from agentd.messages import MESSAGE_ADAPTER, MessageSequence
 from agentd.store.transcripts import StoredThread
 
 SUMMARY_HEADING = "Summary of the earlier part of this conversation (older turns were compacted):"
@@ -62,7 +62,7 @@ class FullTranscript:
     def current_view(self, thread: StoredThread) -> MemoryView:
         sections = (f"{SUMMARY_HEADING}\n{thread.summary}",) if thread.summary else ()
         return MemoryView(
-            system_sections=sections, messages=[m.message for m in thread.messages], chars=thread.chars
+            system_sections=sections, messages=MessageSequence(thread.messages), chars=thread.chars
         )
 
     def tools(self, ctx: MemoryContext, thread: StoredThread, turn: TurnInput) -> Sequence[Tool]:
