@@ -15,7 +15,7 @@ from typing import Any
 
 from agentd.config.loader import check_dir, parse_agent, parse_daemon
 from agentd.errors import AgentdError
-from agentd.events import CONVERSATION_ID_RE, InboundEvent
+from agentd.events import CONVERSATION_ID_RE, InboundEvent, is_conversation_key
 from agentd.store.audit import query_audit
 from agentd.store.memories import list_memories
 from agentd.store.runs import list_runs
@@ -111,6 +111,16 @@ def build_parser() -> argparse.ArgumentParser:
     memories.add_argument("--json", action="store_true")
     common(memories)
     memories.set_defaults(func=cmd_memories)
+
+    inspect = sub.add_parser(
+        "inspect", help="print, per memory layer, what an agent's model will see next in a conversation"
+    )
+    inspect.add_argument("agent")
+    inspect.add_argument("key", help="conversation key, e.g. webhook:ticket-7 or repl:local")
+    inspect.add_argument("--json", action="store_true")
+    common(inspect)
+    inspect.add_argument("--config", type=Path, default=None)
+    inspect.set_defaults(func=cmd_inspect)
     return p
 
 
@@ -252,6 +262,127 @@ def cmd_memories(args: argparse.Namespace) -> int:
             f"{(r['scope'] + ' ') if r['scope'] else ''}{r['key']}: {r['value']}  (updated {_time(r['updated_at'])})"
         ),  # type: ignore[arg-type]
     )
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    import httpx
+
+    from agentd.engine.runtime import AgentRuntime
+    from agentd.http.inspector import inspect_conversation
+    from agentd.providers.embedders import build_embedder
+    from agentd.providers.registry import ProviderRegistry
+    from agentd.store.db import AgentStore, StoreExecutor
+
+    if not is_conversation_key(args.key):
+        print(
+            f"agentd: {args.key!r} is not a conversation key (<channel>:<id>, e.g. webhook:t-1)",
+            file=sys.stderr,
+        )
+        return 2
+    path = args.agents / f"{args.agent}.yaml"
+    if not path.exists():
+        print(f"agentd: no agent file {path}", file=sys.stderr)
+        return 1
+    data_file = args.data / f"{args.agent}.sqlite"
+    if not data_file.exists():  # opening it would create an empty file
+        print(f"agentd: no data file {data_file} (has agent {args.agent!r} run yet?)", file=sys.stderr)
+        return 1
+    spec = parse_agent(path)
+    settings = parse_daemon(args.config if args.config is not None else args.agents.parent / "agentd.yaml")
+
+    async def go() -> dict[str, Any]:
+        # The agent opened in-process, as the daemon would, so each strategy describes itself.
+        executor = StoreExecutor()
+        client = httpx.AsyncClient()
+        providers = ProviderRegistry(settings.providers, client)
+        try:
+            embedder = (
+                build_embedder(settings.embedder, settings.providers, client) if settings.embedder else None
+            )
+            runtime = AgentRuntime(
+                spec,
+                AgentStore(data_file, executor, settings.store.synchronous),
+                providers,
+                embedder=embedder,
+                memory_extractor_model=settings.memory_extractor_model,
+            )
+            await runtime.start()
+            try:
+                return await inspect_conversation(runtime, args.key)
+            finally:
+                await runtime.close()
+        finally:
+            await providers.aclose()
+            executor.shutdown()
+
+    inspected = asyncio.run(go())
+    if args.json:
+        print(json.dumps(inspected, indent=2, ensure_ascii=False, default=str))
+    else:
+        print(render_inspection(inspected))
+    return 0
+
+
+def render_inspection(inspected: dict[str, Any]) -> str:
+    """The inspector as text: a header, then each layer's fields in the order the strategy gave them."""
+    thread = inspected.get("thread_id")
+    lines = [
+        f"agent {inspected['agent']} · conversation {inspected['conversation_key']} · "
+        f"strategy {inspected['strategy']} · thread {thread if thread is not None else '(none yet)'}"
+    ]
+    for layer in inspected["layers"]:
+        name, kind = layer.get("layer"), layer.get("kind")
+        lines += [
+            "",
+            f"== layer {name} ({kind}) ==" if name and name != kind else f"== layer {kind or name} ==",
+        ]
+        for key, value in layer.items():
+            if key not in ("kind", "layer"):
+                lines += _text_field(key, value, "")
+    if "persistent" in inspected:
+        lines += ["", "== persistent memory =="]
+        for key, value in inspected["persistent"].items():
+            lines += _text_field(key, value, "")
+    return "\n".join(lines)
+
+
+def _text_field(key: str, value: Any, indent: str) -> list[str]:
+    if isinstance(value, list) and value and all(_is_message(v) for v in value):
+        return [f"{indent}{key}:"] + [f"{indent}  {_message_line(m)}" for m in value]
+    if isinstance(value, dict) and value:
+        out = [f"{indent}{key}:"]
+        for k, v in value.items():
+            out += _text_field(str(k), v, indent + "  ")
+        return out
+    if isinstance(value, list) and value:
+        return [f"{indent}{key}:"] + [
+            f"{indent}  - {json.dumps(v, ensure_ascii=False, default=str) if not isinstance(v, str) else v}"
+            for v in value
+        ]
+    if isinstance(value, str) and "\n" in value:
+        return [f"{indent}{key}:"] + [f"{indent}  | {line}" for line in value.splitlines()]
+    shown = "-" if value is None or value == [] or value == {} else value
+    return [f"{indent}{key}: {shown}"]
+
+
+def _is_message(value: Any) -> bool:
+    return isinstance(value, dict) and "role" in value and "parts" in value
+
+
+def _message_line(message: dict[str, Any]) -> str:
+    pieces = []
+    for part in message.get("parts", ()):
+        if part.get("kind") == "text":
+            pieces.append(part.get("text", ""))
+        elif part.get("kind") == "tool_call":
+            pieces.append(
+                f"-> {part.get('name')}({json.dumps(part.get('arguments', {}), ensure_ascii=False)})"
+            )
+        else:
+            flag = " (error)" if part.get("is_error") else ""
+            pieces.append(f"<- {part.get('name')}{flag}: {part.get('content')}")
+    who = f" ({message['user_id']})" if message.get("user_id") else ""
+    return f"{message.get('role')}{who}: " + " ".join(pieces).replace("\n", "\n    ")
 
 
 if __name__ == "__main__":

@@ -24,7 +24,9 @@ from agentd.engine.commands import status_facts
 from agentd.engine.runtime import AgentRuntime
 from agentd.engine.turn import build_system, persistent_scope
 from agentd.errors import StoreError
-from agentd.events import CONVERSATION_ID_RE, InboundEvent
+from agentd.events import CONVERSATION_ID_RE, InboundEvent, is_conversation_key
+from agentd.http.inspector import inspect_conversation
+from agentd.http.ui import add_ui_routes
 from agentd.memory.base import TurnInput
 from agentd.memory.persistent import memory_preamble
 from agentd.messages import MESSAGE_ADAPTER
@@ -222,6 +224,22 @@ def create_app(directory: AgentDirectory) -> FastAPI:
             facts["memory_keys"] = runtime.memory.keys()
         return facts
 
+    # Before the transcript route below: its `{conversation_key:path}` would take ".../memory" as a key.
+    @app.get(
+        "/agents/{agent}/conversations/{conversation_key:path}/memory",
+        tags=["agents"],
+        dependencies=[Depends(require_token)],
+    )
+    async def conversation_memory(agent: str, conversation_key: str) -> dict[str, Any]:
+        """The memory inspector: per layer, what the model will see on the next turn."""
+        runtime = runtime_or_404(agent)
+        if not is_conversation_key(conversation_key):
+            raise ApiError(
+                400,
+                f"not a conversation key: {conversation_key!r} (expected <channel>:<id>, e.g. webhook:t-1)",
+            )
+        return await inspect_conversation(runtime, conversation_key)
+
     @app.get(
         "/agents/{agent}/conversations/{conversation_key:path}",
         tags=["agents"],
@@ -267,6 +285,7 @@ def create_app(directory: AgentDirectory) -> FastAPI:
     # so they are not behind the bearer token: Slack and Telegram cannot send one.
     app.add_api_route("/slack/{agent}/events", platform, methods=["POST"], include_in_schema=False)
     app.add_api_route("/telegram/{agent}", platform, methods=["POST"], include_in_schema=False)
+    add_ui_routes(app, directory)
     return app
 
 
