@@ -111,6 +111,7 @@ async def _reset(
 
     def after() -> None:
         thread.summary, thread.messages = None, []
+        thread.layers.clear()  # the memory layers' cached state went with their memory_state rows
         thread.last_input_tokens, thread.last_tokens_estimated = None, False
         thread.recount()
 
