@@ -11,9 +11,10 @@ It runs in its own thread with its own event loop, so sync tests, async tests
 and a daemon in a subprocess can all use it. Chat calls on either API take the
 next item of one shared script; when the script is empty they get a
 deterministic default reply ("fake reply to: <last user text>") with usage.
-`/v1/embeddings` answers deterministic unit vectors derived from a hash of
-each text. Faults (fail/hang/malformed/drop/raw) can target the embeddings
-endpoint with `endpoint="embeddings"`; they queue separately.
+`/v1/embeddings` and Ollama's native `/api/embed` answer deterministic unit
+vectors derived from a hash of each text (`fake_embedding`). Faults
+(fail/hang/malformed/drop/raw) can target either embeddings route with
+`endpoint="embeddings"`; they queue separately from chat.
 
 Like the real APIs, the fake answers 400 to requests that break wire rules a
 provider adapter must respect (tool results that answer no call, unanswered
@@ -169,6 +170,7 @@ class FakeLLM:
         app.router.add_post("/v1/chat/completions", self._openai_chat)
         app.router.add_post("/v1/messages", self._anthropic_messages)
         app.router.add_post("/v1/embeddings", self._embeddings)
+        app.router.add_post("/api/embed", self._ollama_embed)
         # handler_cancellation: a client that gives up (timeout test) cancels the hang at once.
         runner = web.AppRunner(app, access_log=None, handler_cancellation=True, shutdown_timeout=0.2)
         await runner.setup()
@@ -327,6 +329,26 @@ class FakeLLM:
                 ],
                 "model": body.get("model"),
                 "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+            },
+        )
+
+    async def _ollama_embed(self, request: web.Request) -> web.StreamResponse:
+        body = await self._receive(request)
+        if (refused := self._refuse(request, body, "ollama", _check_ollama_embed)) is not None:
+            return refused
+        item = await self._scripted("embeddings", request, "ollama")
+        if isinstance(item, web.StreamResponse):
+            return item
+        texts = [body["input"]] if isinstance(body["input"], str) else body["input"]
+        dim = body.get("dimensions") or self.embedding_dim
+        return _json(
+            200,
+            {
+                "model": body["model"],
+                "embeddings": [fake_embedding(t, dim) for t in texts],
+                "total_duration": 1_000_000,
+                "load_duration": 1_000,
+                "prompt_eval_count": sum(_estimate_tokens(t) for t in texts),
             },
         )
 
@@ -552,6 +574,15 @@ def _check_embeddings(body: dict[str, Any]) -> str | None:
     return None
 
 
+def _check_ollama_embed(body: dict[str, Any]) -> str | None:
+    if not isinstance(body.get("model"), str) or not body["model"]:
+        return "model is required"
+    texts = body.get("input")
+    if isinstance(texts, str) or (isinstance(texts, list) and all(isinstance(t, str) for t in texts)):
+        return None
+    return "invalid input type"
+
+
 def _last_user_text(body: dict[str, Any]) -> str:
     for m in reversed(body.get("messages") or []):
         if not isinstance(m, dict) or m.get("role") != "user":
@@ -588,6 +619,8 @@ _ANTHROPIC_ERROR_TYPES = {
 
 def _error(api: str, status: int, message: str, headers: dict[str, str] | None = None) -> web.Response:
     """An error body in the API's own shape, so clients parse it as they would the real one."""
+    if api == "ollama":
+        return _json(status, {"error": message}, headers)
     if api == "anthropic":
         kind = _ANTHROPIC_ERROR_TYPES.get(status, "api_error")
         return _json(status, {"type": "error", "error": {"type": kind, "message": message}}, headers)
