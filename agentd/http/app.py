@@ -214,14 +214,17 @@ def create_app(directory: AgentDirectory) -> FastAPI:
         return {"runs": [_run_out(r) for r in rows]}
 
     @app.get("/agents/{agent}/status", tags=["agents"], dependencies=[Depends(require_token)])
-    async def status(agent: str, conversation_key: str = Query(min_length=3)) -> dict[str, Any]:
+    async def status(
+        agent: str, conversation_key: str = Query(min_length=3), user_id: str | None = None
+    ) -> dict[str, Any]:
         runtime = runtime_or_404(agent)
         spec = runtime.spec
         strategy = runtime.strategy(spec)
         thread = await runtime.threads.get(conversation_key)
         facts = await status_facts(runtime, spec, strategy, thread)
         if spec.memory.persistent:
-            facts["memory_keys"] = runtime.memory.keys()
+            # the keys that conversation's model sees: with persistent_scope user, only that person's
+            facts["memory_keys"] = runtime.memory.keys(persistent_scope(spec, conversation_key, user_id))
         return facts
 
     # Before the transcript route below: its `{conversation_key:path}` would take ".../memory" as a key.
