@@ -44,7 +44,8 @@ def merge_views(views: Sequence[MemoryView]) -> MemoryView:
     for view in views:
         if len(view.messages) > len(messages):
             messages = view.messages
-    return MemoryView(system_sections=sections, messages=list(messages), notes=notes)
+    # passed on as is: a full layer's view is a snapshot over the hot thread, never copied
+    return MemoryView(system_sections=sections, messages=messages, notes=notes)
 
 
 class CompositeMemory:
