@@ -1,0 +1,375 @@
+"""State memory: Σ folded once per run into patches of changed keys, and every fault of product.md §5."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from agentd.engine.runtime import AgentRuntime
+from agentd.errors import ProviderError
+from agentd.memory.base import TurnInput
+from agentd.memory.patches import (
+    PatchRefused,
+    apply_patch,
+    check_size,
+    fold_answer,
+    parse_json_answer,
+    rejected_request,
+    validate_patch,
+)
+from agentd.memory.state import StateMemory
+from agentd.store.audit import query_audit
+from agentd.testing.scripted import ScriptedProvider
+from tests.support import Harness, say
+
+FIELDS = ["goal", "working_on", "open"]
+KEY = "webhook:c1"
+
+
+def agent_yaml(
+    *,
+    model: str | None = "fold/m",
+    agent_model: str = "main/m",
+    max_chars: int = 4000,
+    tail: int = 8,
+    persistent: bool = False,
+) -> str:
+    strategy = {
+        "kind": "state",
+        "spec": "Keep what this person is working on and what is still open.",
+        "fields": [
+            {"name": "goal", "description": "what they are trying to achieve"},
+            {"name": "working_on", "description": "the ids in play right now"},
+            {"name": "open", "description": "what is still unresolved"},
+        ],
+        "max_chars": max_chars,
+        "tail_messages": tail,
+    }
+    if model:
+        strategy["model"] = model
+    memory = {"strategy": strategy, "persistent": persistent}
+    return f"purpose: PURPOSE LINE\nmodel: {agent_model}\nmemory: {json.dumps(memory)}\n"
+
+
+async def setup(
+    harness: Harness, name: str = "bot", **kwargs: Any
+) -> tuple[AgentRuntime, ScriptedProvider, ScriptedProvider]:
+    main, fold = ScriptedProvider("main"), ScriptedProvider("fold")
+    runtime = await harness.runtime(agent_yaml(**kwargs), name, providers={"main": main, "fold": fold})
+    return runtime, main, fold
+
+
+async def turn(runtime: AgentRuntime, text: str, user: str = "u1") -> str:
+    reply = await say(runtime, KEY, user)(text)
+    assert await runtime.drain(5)  # the fold runs after the reply, before the next message
+    return reply.text
+
+
+async def inspect(runtime: AgentRuntime) -> dict[str, Any]:
+    thread = await runtime.threads.get(KEY)
+    return await runtime.strategy(runtime.spec).inspect(runtime, thread)
+
+
+async def fold_runs(runtime: AgentRuntime) -> list[tuple[str, str, str | None]]:
+    return await runtime.store.read(
+        lambda c: c.execute(
+            "SELECT status, model, parent_run_id FROM runs WHERE trigger = 'fold' ORDER BY started_at, rowid"
+        ).fetchall()
+    )
+
+
+async def fold_audit(runtime: AgentRuntime) -> list[tuple[str, dict[str, Any]]]:
+    rows = await runtime.store.read(lambda c: query_audit(c, kind="fold"))
+    return [(r["action"], r["data"]) for r in rows]
+
+
+def texts(request: Any) -> list[str]:
+    return [m.text for m in request.messages]
+
+
+# -- the pure patch functions ---------------------------------------------------------------
+
+
+def test_patch_functions() -> None:
+    assert parse_json_answer('```json\n{"goal": "x"}\n```') == {"goal": "x"}
+    assert parse_json_answer('Here it is:\n```\n{"goal": "x"}\n```\nDone.') == {"goal": "x"}
+    assert parse_json_answer('  {"open": null} ') == {"open": None}
+    with pytest.raises(PatchRefused, match="not valid JSON"):
+        parse_json_answer("sure, the goal is x")
+    with pytest.raises(PatchRefused, match="empty"):
+        parse_json_answer("```json\n```")
+    with pytest.raises(PatchRefused, match="not a JSON array"):
+        validate_patch([{"goal": "x"}], FIELDS)
+    with pytest.raises(PatchRefused, match=r"unknown key 'mood'.*goal, working_on, open"):
+        validate_patch({"goal": "x", "mood": "y"}, FIELDS)
+    result = apply_patch(
+        {"open": "a", "goal": "g", "gone": 1}, {"open": None, "goal": "g", "working_on": [1]}, FIELDS
+    )
+    assert result.sigma == {"goal": "g", "working_on": [1]}  # field order; undeclared key dropped
+    assert result.changed == ("working_on",)  # re-sending an unchanged value is not a change
+    assert result.deleted == ("open", "gone")
+    assert check_size({"goal": "x" * 10}, 100) == len('{"goal":"xxxxxxxxxx"}')
+    with pytest.raises(PatchRefused, match="over the limit of 100"):
+        check_size({"goal": "x" * 100}, 100)
+    with pytest.raises(PatchRefused, match="over the limit"):
+        fold_answer('{"goal": "' + "é" * 200 + '"}', {}, FIELDS, 150)
+    down = ProviderError("x", provider="p", model="m", status=None, unreachable=True)
+    assert not rejected_request(down)
+    assert not rejected_request(ProviderError("x", provider="p", model="m", status=503, retryable=True))
+    assert rejected_request(ProviderError("x", provider="p", model="m", status=400))
+
+
+# -- the fold and what the model sees -------------------------------------------------------
+
+
+async def test_the_model_sees_spec_sigma_and_the_last_exchange_never_the_transcript(
+    harness: Harness,
+) -> None:
+    runtime, main, fold = await setup(harness)
+    main.reply("noted")
+    fold.reply('{"goal": "ship v2"}')
+    await turn(runtime, "I want to ship v2")
+
+    request = fold.requests[0]
+    assert request.purpose == "fold"
+    assert "Keep what this person is working on" in request.system
+    assert "- working_on: the ids in play right now" in request.system
+    assert texts(request) == [
+        "Σ now:\n{}\n\nMessages since Σ was last updated:\nuser: I want to ship v2\nassistant: noted"
+    ]
+
+    main.reply("on it")
+    fold.reply('```json\n{"working_on": "PR 12"}\n```')  # a fenced answer is fine
+    await turn(runtime, "working on PR 12")
+    chat = main.requests[1]
+    assert chat.system.startswith("PURPOSE LINE")
+    assert 'Σ = {"goal":"ship v2"}' in chat.system
+    assert texts(chat) == ["I want to ship v2", "noted", "working on PR 12"]
+    assert texts(fold.requests[1])[0].startswith('Σ now:\n{"goal":"ship v2"}')
+    assert "I want to ship v2" not in texts(fold.requests[1])[0]  # only what was not folded yet
+
+    main.reply("fine")
+    fold.reply("{}")  # nothing changed
+    await turn(runtime, "thanks")
+    chat = main.requests[2]
+    assert 'Σ = {"goal":"ship v2","working_on":"PR 12"}' in chat.system
+    assert texts(chat) == ["working on PR 12", "on it", "thanks"]  # not the first exchange
+
+    assert [status for status, _, _ in await fold_runs(runtime)] == ["ok", "ok", "ok"]
+    runs = await fold_runs(runtime)
+    assert all(model == "fold/m" and parent for _, model, parent in runs)  # linked to the message run
+    audit = await fold_audit(runtime)
+    assert [a for a, _ in audit] == ["ok", "ok", "ok"]
+    assert audit[1][1]["changed"] == ["working_on"]
+
+    # Σ and the cursor are in the agent's file: a restart sees them
+    runtime = await harness.restart(runtime)
+    report = await inspect(runtime)
+    assert report["sigma"] == {"goal": "ship v2", "working_on": "PR 12"}
+    assert report["not_folded"] == []
+    assert [m["parts"][0]["text"] for m in report["messages"]] == ["thanks", "fine"]
+
+
+async def test_null_deletes_a_key(harness: Harness) -> None:
+    runtime, _main, fold = await setup(harness)
+    fold.reply('{"goal": "ship v2", "open": "the flaky test"}')
+    await turn(runtime, "goal is v2; flaky test open")
+    fold.reply('{"open": null}')
+    await turn(runtime, "the flaky test is fixed")
+    assert (await inspect(runtime))["sigma"] == {"goal": "ship v2"}
+    assert (await fold_audit(runtime))[-1][1]["deleted"] == ["open"]
+
+
+@pytest.mark.parametrize(
+    ("bad_answer", "reason"),
+    [
+        ('{"goal": "ship v2", "mood": "happy"}', "unknown key 'mood'"),
+        ('{"goal": "' + "x" * 300 + '"}', "over the limit of 200"),
+        ("Sure! The goal is to ship v2.", "not valid JSON"),
+        ('["goal", "ship v2"]', "must be a JSON object"),
+    ],
+    ids=["unknown-key", "oversize", "malformed-json", "not-an-object"],
+)
+async def test_a_refused_patch_is_retried_once_with_the_reason(
+    harness: Harness, bad_answer: str, reason: str
+) -> None:
+    runtime, _main, fold = await setup(harness, max_chars=200)
+    fold.reply('{"open": "docs"}')
+    await turn(runtime, "docs are open")
+    fold.reply(bad_answer).reply('{"goal": "ship v2"}')
+    await turn(runtime, "I want to ship v2")
+
+    assert len(fold.requests) == 3
+    retry = fold.requests[2]
+    assert texts(retry)[:2] == [texts(fold.requests[1])[0], bad_answer]  # same input, its own answer
+    assert reason in texts(retry)[2]
+    # the whole first patch was refused: nothing of it reached Σ (no 'mood', 'goal' from the retry)
+    assert (await inspect(runtime))["sigma"] == {"goal": "ship v2", "open": "docs"}
+    assert [s for s, _, _ in await fold_runs(runtime)] == ["ok", "error", "ok"]
+    audit = await fold_audit(runtime)
+    assert [a for a, _ in audit] == ["ok", "refused", "ok"]
+    assert reason in audit[1][1]["reason"] and audit[1][1]["attempt"] == 1
+    assert audit[2][1]["attempt"] == 2
+
+
+async def test_refused_twice_keeps_sigma_and_drops_the_pending_messages(harness: Harness) -> None:
+    runtime, _main, fold = await setup(harness)
+    fold.reply('{"goal": "ship v2"}')
+    await turn(runtime, "I want to ship v2")
+    fold.reply('{"mood": "tired"}').reply('{"goal": "rest", "mood": "tired"}')
+    await turn(runtime, "I am tired")
+
+    report = await inspect(runtime)
+    assert report["sigma"] == {"goal": "ship v2"}  # kept as it was
+    assert report["not_folded"] == []  # the pending messages were dropped: the cursor moved on
+    audit = await fold_audit(runtime)
+    assert [(a, d.get("attempt")) for a, d in audit] == [
+        ("ok", 1),
+        ("refused", 1),
+        ("refused", 2),
+        ("dropped", None),
+    ]
+    assert all("mood" in d["reason"] for a, d in audit if a == "refused")
+    assert audit[-1][1]["messages"] == 2
+
+    fold.reply('{"working_on": "PR 3"}')
+    await turn(runtime, "now PR 3")
+    assert "I am tired" not in texts(fold.requests[-1])[0]  # dropped messages are not folded again
+    assert "now PR 3" in texts(fold.requests[-1])[0]
+    assert (await inspect(runtime))["sigma"] == {"goal": "ship v2", "working_on": "PR 3"}
+
+
+async def test_a_request_the_provider_rejects_counts_as_a_refusal(harness: Harness) -> None:
+    runtime, _main, fold = await setup(harness)
+    fold.fail("HTTP 400 context too long", status=400).fail("HTTP 400 context too long", status=400)
+    await turn(runtime, "a very long message")
+    report = await inspect(runtime)
+    assert report["not_folded"] == [] and report["sigma"] == {}
+    assert [a for a, _ in await fold_audit(runtime)] == ["refused", "refused", "dropped"]
+
+
+async def test_provider_down_keeps_the_queue_and_the_next_turn_folds_it(harness: Harness) -> None:
+    runtime, main, fold = await setup(harness)
+    main.reply("a1")
+    fold.fail("cannot connect", status=None, unreachable=True)
+    await turn(runtime, "q1")
+    assert [m["seq"] for m in (await inspect(runtime))["not_folded"]] == [1, 2]  # the queue is kept
+
+    # still down before and after turn 2 (503 after retries counts as down too)
+    main.reply("a2")
+    fold.fail("cannot connect", status=None, unreachable=True).fail("HTTP 503", status=503)
+    await turn(runtime, "q2")
+    # still down before turn 3: the chat model sees the queue verbatim, Σ is still empty
+    main.reply("a3")
+    fold.fail("cannot connect", status=None, unreachable=True).reply('{"goal": "answer q1-q3"}')
+    await turn(runtime, "q3")
+    chat = main.requests[2]
+    assert texts(chat) == ["q1", "a1", "q2", "a2", "q3"]
+    assert "4 message(s) not folded into Σ yet" in chat.system
+
+    # back up after turn 3: one fold takes in the whole queue
+    folded = texts(fold.requests[-1])[0]
+    assert all(t in folded for t in ("q1", "a1", "q2", "a2", "q3", "a3"))
+    report = await inspect(runtime)
+    assert report["sigma"] == {"goal": "answer q1-q3"} and report["not_folded"] == []
+    assert [s for s, _, _ in await fold_runs(runtime)] == ["error"] * 4 + ["ok"]
+    assert [a for a, _ in await fold_audit(runtime)] == ["deferred"] * 4 + ["ok"]
+
+    main.reply("a4")
+    await turn(runtime, "q4")
+    assert texts(main.requests[3]) == ["q3", "a3", "q4"]
+
+
+async def test_inspect_shows_sigma_above_the_messages_not_yet_folded(harness: Harness) -> None:
+    runtime, main, fold = await setup(harness)
+    fold.reply('{"goal": "ship v2"}')
+    await turn(runtime, "I want to ship v2")
+    main.reply("ok")
+    fold.fail("down", status=None, unreachable=True)
+    await turn(runtime, "also fix the docs")
+    report = await inspect(runtime)
+    assert list(report)[:4] == ["kind", "layer", "model", "degraded"]
+    assert list(report).index("sigma") < list(report).index("not_folded")
+    assert report["sigma"] == {"goal": "ship v2"}
+    assert [m["parts"][0]["text"] for m in report["not_folded"]] == ["also fix the docs", "ok"]
+    json.dumps(report)  # served as JSON by the inspector
+
+
+async def test_one_fold_per_run_however_many_tool_steps(harness: Harness) -> None:
+    runtime, main, fold = await setup(harness, persistent=True)
+    for i in range(3):
+        main.call("remember", key=f"k{i}", value=f"v{i}")
+    main.reply("saved three things")
+    fold.reply('{"working_on": "k0 k1 k2"}')
+    await turn(runtime, "remember three things")
+    assert len(main.requests) == 4  # three tool steps and the answer
+    assert len(await fold_runs(runtime)) == 1  # one extra call for the whole run
+    folded = texts(fold.requests[0])[0]
+    assert folded.count("assistant called remember(") == 3 and folded.count("tool remember returned") == 3
+
+    main.reply("next")
+    fold.reply("{}")
+    await turn(runtime, "and now?")
+    # the last exchange is shown whole: tool calls with their results, in order
+    roles = [m.role for m in main.requests[-1].messages]
+    assert roles == ["user", *["assistant", "tool"] * 3, "assistant", "user"]
+
+
+async def test_without_a_model_state_degrades_to_a_window_of_the_tail(harness: Harness) -> None:
+    # the agent runs on the offline model and nothing else is configured: nothing can fold
+    runtime, _main, fold = await setup(harness, model=None, agent_model="offline", tail=2, persistent=True)
+    for text in ("hello", "remember colour: blue", "how are you"):
+        await turn(runtime, text)
+    assert fold.requests == [] and await fold_runs(runtime) == []
+    strategy = runtime.strategy(runtime.spec)
+    assert isinstance(strategy, StateMemory)
+    thread = await runtime.threads.get(KEY)
+    view = await strategy.view(runtime, thread, TurnInput(KEY, "next", "u1"))
+    assert len(thread.messages) == 8  # hello/reply, remember call+result+reply..., how are you/reply
+    assert [m.role for m in view.messages] == ["user", "assistant"]  # the last 2
+    assert any("no model to fold with" in n for n in view.notes)
+    assert view.system_sections == []  # no Σ was ever kept
+
+    # a tail that would start at a tool result starts at its call instead
+    strategy2 = StateMemory(strategy.spec.model_copy(update={"tail_messages": 4}), None)
+    view = await strategy2.view(runtime, thread, TurnInput(KEY, "next", "u1"))
+    assert [m.role for m in view.messages] == ["assistant", "tool", "assistant", "user", "assistant"]
+    report = await strategy2.inspect(runtime, thread)
+    assert report["degraded"] is True and report["model"] is None
+
+
+async def test_an_explicit_offline_fold_model_also_degrades(harness: Harness) -> None:
+    runtime, main, _fold = await setup(harness, model="offline", tail=2)
+    await turn(runtime, "one")
+    await turn(runtime, "two")
+    assert await fold_runs(runtime) == []
+    assert texts(main.requests[-1]) == ["one", "default reply to: one", "two"]
+
+
+async def test_fold_model_resolution_order(harness: Harness) -> None:
+    providers = {name: ScriptedProvider(name) for name in ("main", "strat", "extractor")}
+
+    async def runtime_with(name: str, strategy_model: str | None, extractor: str | None) -> AgentRuntime:
+        runtime = await harness.runtime(agent_yaml(model=strategy_model), name, providers=providers)
+        runtime.memory_extractor_model = extractor
+        return runtime
+
+    # the strategy's model wins over agentd.yaml's memory_extractor_model and the agent's model
+    first = await runtime_with("first", "strat/m", "extractor/m")
+    providers["strat"].reply('{"goal": "g"}')
+    await turn(first, "hi")
+    assert [r.purpose for r in providers["strat"].requests] == ["fold"]
+    # without it, memory_extractor_model
+    second = await runtime_with("second", None, "extractor/m")
+    providers["extractor"].reply('{"goal": "g"}')
+    await turn(second, "hi")
+    assert [r.purpose for r in providers["extractor"].requests] == ["fold"]
+    # without either, the agent's own model
+    third = await runtime_with("third", None, None)
+    providers["main"].reply("hello").reply('{"goal": "g"}')
+    await turn(third, "hi")
+    assert [r.purpose for r in providers["main"].requests] == ["chat", "chat", "chat", "fold"]
+    for runtime, model in ((first, "strat/m"), (second, "extractor/m"), (third, "main/m")):
+        assert [(s, m) for s, m, _ in await fold_runs(runtime)] == [("ok", model)]
