@@ -52,7 +52,7 @@ def test_merge_keeps_every_section_in_order_and_the_longest_message_list() -> No
     assert list(merged.system_sections) == ["first", "second", "third", "fourth"]
     assert list(merged.messages) == [a, b, c]
     assert list(merged.notes) == ["n1", "n2"]
-    assert merge_views([MemoryView(), MemoryView()]).messages == []
+    assert list(merge_views([MemoryView(), MemoryView()]).messages) == []
 
 
 async def test_window_plus_summarized(harness: Harness) -> None:
@@ -169,7 +169,7 @@ async def test_a_composite_with_episodic_by_registry_name(harness: Harness) -> N
     ]
     await turns(runtime, main, 0, 3)
     seen = main.requests[-1]
-    assert texts(seen.messages) == ["q1", "a1", "q2"]  # episodic adds no transcript of its own
+    assert texts(seen.messages) == ["q0", "a0", "q1", "a1", "q2"]  # episodic adds no transcript
     assert "save_episode" in [t.name for t in seen.tools]  # the layers' tools are offered
     described = await strategy.inspect(runtime, await runtime.threads.get("webhook:c1"))
     assert [d["kind"] for d in described["layers"]] == ["window", "episodic"]
