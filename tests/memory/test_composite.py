@@ -158,7 +158,7 @@ async def test_a_composite_with_episodic_by_registry_name(harness: Harness) -> N
     pytest.importorskip("agentd.memory.episodic")
     main = ScriptedProvider("main")
     runtime = await harness.runtime(
-        composite_spec("{kind: window, messages: 4}", "{kind: episodic, write: tool}"),
+        composite_spec("{kind: window, messages: 2}", "{kind: episodic, write: tool}"),
         providers={"main": main},
     )
     strategy = runtime.strategy(runtime.spec)
@@ -169,7 +169,7 @@ async def test_a_composite_with_episodic_by_registry_name(harness: Harness) -> N
     ]
     await turns(runtime, main, 0, 3)
     seen = main.requests[-1]
-    assert texts(seen.messages) == ["q0", "a0", "q1", "a1", "q2"]  # episodic adds no transcript
+    assert texts(seen.messages) == ["q1", "a1", "q2"]  # the window's; episodic replays no transcript
     assert "save_episode" in [t.name for t in seen.tools]  # the layers' tools are offered
     described = await strategy.inspect(runtime, await runtime.threads.get("webhook:c1"))
     assert [d["kind"] for d in described["layers"]] == ["window", "episodic"]
