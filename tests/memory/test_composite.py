@@ -45,7 +45,7 @@ def test_merge_keeps_every_section_in_order_and_the_longest_message_list() -> No
         [
             MemoryView(system_sections=["first"], messages=[b, c], notes=["n1"]),
             MemoryView(system_sections=["second", "third"], messages=[a, b, c]),
-            MemoryView(messages=[a, b, c], notes=["n2"]),  # a tie goes to the earlier layer
+            MemoryView(messages=[c, b, a], notes=["n2"]),  # a tie goes to the earlier layer
             MemoryView(system_sections=["fourth"]),
         ]
     )
