@@ -53,7 +53,8 @@ table{border-collapse:collapse;background:#fff;width:100%}th,td{border:1px solid
 th{background:#eceff3;font-weight:600}
 pre,.text{white-space:pre-wrap;word-break:break-word;margin:0;font:13px/1.4 ui-monospace,monospace}
 .layer{background:#fff;border:1px solid #d8dce3;border-left:4px solid #3d6bd6;padding:.6rem .9rem;margin:.7rem 0}
-.layer h3{margin:0 0 .5rem;font-size:1rem}dl{margin:0}dt{font-weight:600;margin-top:.4rem}dd{margin:0 0 0 1rem}
+.layer h3{margin:0 0 .5rem;font-size:1rem}dl{margin:0;display:grid;grid-template-columns:max-content 1fr;gap:.3rem 1rem}
+dt{font-weight:600}dd{margin:0;min-width:0}dd>.msg:first-child{margin-top:0}
 .msg{border-left:3px solid #aab;padding:.25rem .6rem;margin:.3rem 0;background:#fff}.msg .role{font-weight:600;font-size:.85rem;color:#556}
 .msg.user{border-color:#3d6bd6}.msg.assistant{border-color:#2e9d5b}.msg.tool{border-color:#b07d12}
 .running,.ok{color:#1e7b45}.error,.failed,.stopped{color:#b3261e}.muted{color:#6b7280}
@@ -141,7 +142,9 @@ def value_html(value: Any) -> str:
         return '<span class="muted">—</span>'
     if isinstance(value, str):
         return f"<pre>{esc(value)}</pre>" if "\n" in value or len(value) > 120 else esc(value)
-    if isinstance(value, bool | int | float):
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int | float):
         return esc(value)
     if isinstance(value, list):
         if not value:
@@ -153,6 +156,8 @@ def value_html(value: Any) -> str:
             for row in value:
                 columns += [k for k in row if k not in columns]
             return table(columns, [[cell_html(row.get(c)) for c in columns] for row in value])
+        if all(isinstance(v, str | int | float) and not isinstance(v, bool) for v in value):
+            return esc(", ".join(str(v) for v in value))
         return "<ul>" + "".join(f"<li>{value_html(v)}</li>" for v in value) + "</ul>"
     if isinstance(value, dict):
         if not value:
@@ -373,7 +378,7 @@ def add_ui_routes(app: FastAPI, directory: AgentDirectory) -> None:
         persistent = inspected.get("persistent")
         api = f"/agents/{quote(agent, safe='')}/conversations/{quote(conversation_key, safe=':')}/memory"
         body = (
-            f"<p>{link(agent_href(agent), '← ' + agent)} · strategy <b>{esc(inspected['strategy'])}</b> · "
+            f"<p>{link(agent_href(agent), '← ' + agent)} · strategy <strong>{esc(inspected['strategy'])}</strong> · "
             f"thread {esc(inspected['thread_id'] if inspected['thread_id'] is not None else 'none yet')} · "
             f"JSON: <code>{esc(api)}</code></p>"
             '<h2 id="inspector">What the model sees next</h2>'
@@ -385,7 +390,7 @@ def add_ui_routes(app: FastAPI, directory: AgentDirectory) -> None:
             )
             + '<h2 id="transcript">Transcript</h2>'
             + (
-                f"<p><b>Summary of compacted turns</b></p><pre>{esc(thread.summary)}</pre>"
+                f"<p><strong>Summary of compacted turns</strong></p><pre>{esc(thread.summary)}</pre>"
                 if thread.summary
                 else ""
             )
