@@ -361,6 +361,12 @@ def _text_field(key: str, value: Any, indent: str) -> list[str]:
         ]
     if isinstance(value, str) and "\n" in value:
         return [f"{indent}{key}:"] + [f"{indent}  | {line}" for line in value.splitlines()]
+    if (
+        (key == "at" or key.endswith("_at"))
+        and isinstance(value, int | float)
+        and not isinstance(value, bool)
+    ):
+        return [f"{indent}{key}: {_time(value)} UTC"]  # strategies report times as epoch seconds
     shown = "-" if value is None or value == [] or value == {} else value
     return [f"{indent}{key}: {shown}"]
 

@@ -172,6 +172,43 @@ async def test_a_composite_reports_each_layer_in_order(tmp_path: Path) -> None:
         await daemon.shutdown()
 
 
+STRATEGIES = {
+    "window": "{kind: window, messages: 2}",
+    "summarized": "{kind: summarized, every: 2}",
+    "state": "{kind: state, spec: track the trip, fields: [{name: destination, description: where to}]}",
+    "episodic": "{kind: episodic, top_k: 3}",
+    "semantic": "{kind: semantic}",
+    "composite": "{kind: composite, layers: [{kind: window, messages: 2}, {kind: episodic}, {kind: semantic}]}",
+}
+MODULES = {"composite": ("composite", "window", "episodic", "semantic")}
+
+
+@pytest.mark.parametrize("kind", list(STRATEGIES))
+async def test_every_strategy_answers_the_api_and_the_page(tmp_path: Path, kind: str) -> None:
+    """Whatever a strategy's inspect() reports comes out as JSON and as a page (never a 500)."""
+    for module in MODULES.get(kind, (kind,)):
+        pytest.importorskip(f"agentd.memory.{module}")
+    yaml_text = f"memory:\n  persistent: true\n  strategy: {STRATEGIES[kind]}\nchannels: {{webhook: {{}}}}\n"
+    daemon, client = await open_api(tmp_path, {"agent": yaml_text})
+    try:
+        for text in ("we fly to <Lisbon>", "remember color: blue", "and then?"):
+            await send(client, "agent", "c", text)
+        await daemon.runtime("agent").drain(5)  # type: ignore[union-attr]
+        r = await client.get("/agents/agent/conversations/webhook:c/memory")
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert body["strategy"] == kind and body["layers"]
+        expected = STRATEGIES[kind].count("kind:") - (1 if kind == "composite" else 0)
+        assert len(body["layers"]) == expected
+        page = await client.get("/ui/agents/agent/conversations/webhook:c")
+        assert page.status_code == 200, page.text
+        assert page.text.count('<section class="layer">') == expected + 1  # + persistent memory
+        assert "<Lisbon>" not in page.text
+    finally:
+        await client.aclose()
+        await daemon.shutdown()
+
+
 # -- agentd inspect ---------------------------------------------------------------------------------
 
 

@@ -67,7 +67,12 @@ def esc(value: Any) -> str:
 
 
 def when(ts: float | None) -> str:
-    return "—" if ts is None else datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S")
+    if ts is None:
+        return "—"
+    try:
+        return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S")
+    except (OverflowError, OSError, ValueError):
+        return str(ts)
 
 
 def agent_href(agent: str) -> str:
@@ -136,8 +141,15 @@ def _is_message(value: Any) -> bool:
     return isinstance(value, dict) and "role" in value and "parts" in value
 
 
-def value_html(value: Any) -> str:
+def _is_time(key: str | None, value: Any) -> bool:
+    # strategies report times as epoch seconds under "at" / "*_at"
+    return bool(key) and (key == "at" or str(key).endswith("_at")) and isinstance(value, int | float)
+
+
+def value_html(value: Any, key: str | None = None) -> str:
     """Any JSON-like value a strategy reports, readable: messages as a chat, records as a table."""
+    if _is_time(key, value):
+        return esc(when(value) + " UTC")
     if value is None:
         return '<span class="muted">—</span>'
     if isinstance(value, str):
@@ -155,7 +167,7 @@ def value_html(value: Any) -> str:
             columns: list[str] = []
             for row in value:
                 columns += [k for k in row if k not in columns]
-            return table(columns, [[cell_html(row.get(c)) for c in columns] for row in value])
+            return table(columns, [[cell_html(row.get(c), c) for c in columns] for row in value])
         if all(isinstance(v, str | int | float) and not isinstance(v, bool) for v in value):
             return esc(", ".join(str(v) for v in value))
         return "<ul>" + "".join(f"<li>{value_html(v)}</li>" for v in value) + "</ul>"
@@ -163,22 +175,26 @@ def value_html(value: Any) -> str:
         if not value:
             return '<span class="muted">empty</span>'
         return (
-            "<dl>" + "".join(f"<dt>{esc(k)}</dt><dd>{value_html(v)}</dd>" for k, v in value.items()) + "</dl>"
+            "<dl>"
+            + "".join(f"<dt>{esc(k)}</dt><dd>{value_html(v, str(k))}</dd>" for k, v in value.items())
+            + "</dl>"
         )
     return esc(value)
 
 
-def cell_html(value: Any) -> str:
+def cell_html(value: Any, key: str | None = None) -> str:
     if isinstance(value, dict | list):
         return f"<pre>{esc(compact_json(value))}</pre>"
-    return value_html(value)
+    return value_html(value, key)
 
 
 def layer_html(layer: dict[str, Any]) -> str:
     name, kind = layer.get("layer"), layer.get("kind")
     title = f"{name} ({kind})" if name and name != kind else str(kind or name or "layer")
     rows = "".join(
-        f"<dt>{esc(k)}</dt><dd>{value_html(v)}</dd>" for k, v in layer.items() if k not in ("kind", "layer")
+        f"<dt>{esc(k)}</dt><dd>{value_html(v, k)}</dd>"
+        for k, v in layer.items()
+        if k not in ("kind", "layer")
     )
     return f'<section class="layer"><h3>{esc(title)}</h3><dl>{rows}</dl></section>'
 
