@@ -189,3 +189,11 @@ def test_non_loopback_host_needs_a_token(tmp_path: Path) -> None:
     with pytest.raises(OperatorError, match=r"refusing to listen on 0\.0\.0\.0 without a token"):
         Daemon(agents, tmp_path / "data", host="0.0.0.0")
     Daemon(agents, tmp_path / "data", host="127.0.0.2")  # loopback is fine
+
+
+@pytest.mark.parametrize(
+    "path", ["/agents/assistant/conversations/nocolon", "/agents/assistant/status?conversation_key=bad%20key"]
+)
+async def test_bad_conversation_keys_are_400(api: httpx.AsyncClient, path: str) -> None:
+    r = await api.get(path)
+    assert r.status_code == 400 and "not a conversation key" in r.json()["error"]

@@ -135,6 +135,13 @@ def create_app(directory: AgentDirectory) -> FastAPI:
             await directory.audit_auth_failure(request.url.path, "wrong token", _client(request))
             raise ApiError(401, "wrong bearer token")
 
+    def check_key(conversation_key: str) -> None:
+        if not is_conversation_key(conversation_key):
+            raise ApiError(
+                400,
+                f"not a conversation key: {conversation_key!r} (expected <channel>:<id>, e.g. webhook:t-1)",
+            )
+
     def runtime_or_404(agent: str) -> AgentRuntime:
         runtime = directory.runtime(agent)
         if runtime is None:
@@ -218,6 +225,7 @@ def create_app(directory: AgentDirectory) -> FastAPI:
         agent: str, conversation_key: str = Query(min_length=3), user_id: str | None = None
     ) -> dict[str, Any]:
         runtime = runtime_or_404(agent)
+        check_key(conversation_key)
         spec = runtime.spec
         strategy = runtime.strategy(spec)
         thread = await runtime.threads.get(conversation_key)
@@ -236,11 +244,7 @@ def create_app(directory: AgentDirectory) -> FastAPI:
     async def conversation_memory(agent: str, conversation_key: str) -> dict[str, Any]:
         """The memory inspector: per layer, what the model will see on the next turn."""
         runtime = runtime_or_404(agent)
-        if not is_conversation_key(conversation_key):
-            raise ApiError(
-                400,
-                f"not a conversation key: {conversation_key!r} (expected <channel>:<id>, e.g. webhook:t-1)",
-            )
+        check_key(conversation_key)
         return await inspect_conversation(runtime, conversation_key)
 
     @app.get(
@@ -250,6 +254,7 @@ def create_app(directory: AgentDirectory) -> FastAPI:
     )
     async def conversation(agent: str, conversation_key: str) -> dict[str, Any]:
         runtime = runtime_or_404(agent)
+        check_key(conversation_key)
         spec = runtime.spec
         strategy = runtime.strategy(spec)
         thread = await runtime.threads.get(conversation_key)
