@@ -256,6 +256,8 @@ async def test_provider_down_keeps_the_queue_and_the_next_turn_folds_it(harness:
     fold.fail("cannot connect", status=None, unreachable=True)
     await turn(runtime, "q1")
     assert [m["seq"] for m in (await inspect(runtime))["not_folded"]] == [1, 2]  # the queue is kept
+    runtime = await harness.restart(runtime)  # ... in the agent's file, not only in memory
+    assert [m["seq"] for m in (await inspect(runtime))["not_folded"]] == [1, 2]
 
     # still down before and after turn 2 (503 after retries counts as down too)
     main.reply("a2")
@@ -373,3 +375,21 @@ async def test_fold_model_resolution_order(harness: Harness) -> None:
     assert [r.purpose for r in providers["main"].requests] == ["chat", "chat", "chat", "fold"]
     for runtime, model in ((first, "strat/m"), (second, "extractor/m"), (third, "main/m")):
         assert [(s, m) for s, m, _ in await fold_runs(runtime)] == [("ok", model)]
+
+
+async def test_reset_forgets_sigma_and_new_starts_a_fresh_one(harness: Harness) -> None:
+    runtime, main, fold = await setup(harness)
+    fold.reply('{"goal": "ship v2"}')
+    await turn(runtime, "I want to ship v2")
+    await turn(runtime, "/reset")
+    fold.reply('{"open": "docs"}')
+    await turn(runtime, "docs are open")
+    assert texts(fold.requests[-1])[0].startswith("Σ now:\n{}")  # the old Σ is gone
+    assert (await inspect(runtime))["sigma"] == {"open": "docs"}
+
+    await turn(runtime, "/new")
+    main.reply("hello again")
+    fold.reply("{}")
+    await turn(runtime, "hi")
+    assert "Σ = {} (nothing kept yet)" in main.requests[-1].system
+    assert texts(main.requests[-1]) == ["hi"]

@@ -1,0 +1,283 @@
+"""Semantic memory: facts extracted after each run, upserted by key per speaker, shown every turn."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from typing import Any
+
+import pytest
+
+from agentd.engine.runtime import AgentRuntime
+from agentd.memory.base import TurnInput
+from agentd.memory.patches import PatchRefused
+from agentd.memory.semantic import SemanticMemory, parse_facts
+from agentd.store.audit import query_audit
+from agentd.store.db import connect
+from agentd.store.facts import delete_fact, list_facts, upsert_fact
+from agentd.store.migrations import migrate
+from agentd.testing.scripted import ScriptedProvider
+from tests.support import Harness, say
+
+GROUP = "webhook:group"
+
+
+def agent_yaml(model: str | None = "extract/m", agent_model: str = "main/m") -> str:
+    strategy: dict[str, Any] = {"kind": "semantic", "extractor": "EXTRACTOR PROMPT: keep durable facts."}
+    if model:
+        strategy["model"] = model
+    return f"purpose: PURPOSE\nmodel: {agent_model}\nmemory: {json.dumps({'strategy': strategy})}\n"
+
+
+def facts(*items: tuple[str, Any, float]) -> str:
+    return json.dumps(
+        {"facts": [{"key": k, "value": v, "confidence": c, "source": "they said so"} for k, v, c in items]}
+    )
+
+
+async def setup(harness: Harness, **kwargs: Any) -> tuple[AgentRuntime, ScriptedProvider, ScriptedProvider]:
+    main, extract = ScriptedProvider("main"), ScriptedProvider("extract")
+    runtime = await harness.runtime(agent_yaml(**kwargs), providers={"main": main, "extract": extract})
+    return runtime, main, extract
+
+
+async def turn(runtime: AgentRuntime, text: str, user: str | None = "u1", key: str = GROUP) -> None:
+    await say(runtime, key, user)(text)
+    assert await runtime.drain(5)  # extraction runs after the reply, before the next message
+
+
+async def stored(runtime: AgentRuntime) -> list[tuple[str, str, str, float, float, float]]:
+    return await runtime.store.read(
+        lambda c: c.execute(
+            "SELECT partition, key, value, confidence, created_at, updated_at FROM facts ORDER BY partition, key"
+        ).fetchall()
+    )
+
+
+async def extraction_audit(runtime: AgentRuntime) -> list[tuple[str, dict[str, Any]]]:
+    rows = await runtime.store.read(lambda c: query_audit(c, kind="extraction"))
+    return [(r["action"], r["data"]) for r in rows]
+
+
+def prompt(request: Any) -> str:
+    assert len(request.messages) == 1
+    return str(request.messages[0].text)
+
+
+# -- the output contract and the SQL ---------------------------------------------------------
+
+
+def test_parse_facts_contract() -> None:
+    parsed = parse_facts(
+        '```json\n{"facts": [{"key": "Preferred Editor", "value": "vim", "confidence": 0.9,'
+        ' "source": "I use vim"}, {"key": "team", "value": 7, "confidence": 1},'
+        ' {"key": "preferred_editor", "value": "helix", "confidence": 0.8, "source": ""},'
+        ' {"key": "city", "value": null, "confidence": 0.7}]}\n```'
+    )
+    assert [(f.key, f.value, f.confidence, f.source) for f in parsed] == [
+        ("team", "7", 1.0, None),
+        ("preferred_editor", "helix", 0.8, None),  # the last occurrence of a key wins
+        ("city", None, 0.7, None),  # null retracts
+    ]
+    assert parse_facts('{"facts": []}') == []
+    bad = [
+        ("no json here", "not valid JSON"),
+        ('[{"key": "a"}]', '"facts"'),
+        ('{"facts": [], "note": "x"}', '"facts"'),
+        ('{"facts": ["vim"]}', "not an object"),
+        ('{"facts": [{"key": "a b!", "value": "x", "confidence": 1}]}', "snake_case"),
+        ('{"facts": [{"key": "a", "confidence": 1}]}', "no value"),
+        ('{"facts": [{"key": "a", "value": ["x"], "confidence": 1}]}', "non-empty text"),
+        ('{"facts": [{"key": "a", "value": "x", "confidence": 1.5}]}', "from 0 to 1"),
+        ('{"facts": [{"key": "a", "value": "x"}]}', "from 0 to 1"),
+        ('{"facts": [{"key": "a", "value": "x", "confidence": 1, "why": "?"}]}', "unknown field"),
+        (json.dumps({"facts": [{"key": "a", "value": "x" * 501, "confidence": 1}]}), "over 500"),
+        (json.dumps({"facts": [{"key": f"k{i}", "value": "x", "confidence": 1} for i in range(21)]}), "21"),
+    ]
+    for answer, reason in bad:
+        with pytest.raises(PatchRefused, match=reason):
+            parse_facts(answer)
+
+
+def test_facts_upsert_newer_wins_and_keeps_created_at(tmp_path: Any) -> None:
+    conn: sqlite3.Connection = connect(tmp_path / "a.sqlite")
+    migrate(conn)
+    assert upsert_fact(conn, "user:a", "editor", "vim", 0.9, "s1", "r1", 100.0) == "created"
+    assert upsert_fact(conn, "user:a", "editor", "emacs", 0.8, "s2", "r2", 200.0) == "updated"
+    assert upsert_fact(conn, "user:a", "editor", "nano", 0.5, "s0", "r0", 150.0) == "kept"  # a late writer
+    assert upsert_fact(conn, "user:b", "editor", "ed", 1.0, None, None, 120.0) == "created"
+    [fact] = list_facts(conn, "user:a")
+    assert (fact.value, fact.confidence, fact.source, fact.run_id) == ("emacs", 0.8, "s2", "r2")
+    assert (fact.created_at, fact.updated_at) == (100.0, 200.0)
+    upsert_fact(conn, "user:a", "city", "Lyon", 1.0, None, None, 300.0)
+    assert [f.key for f in list_facts(conn, "user:a")] == ["city", "editor"]  # newest first
+    assert [f.key for f in list_facts(conn, "user:a", limit=1)] == ["city"]
+    assert delete_fact(conn, "user:a", "city") and not delete_fact(conn, "user:a", "city")
+    assert [f.value for f in list_facts(conn, "user:b")] == ["ed"]
+    conn.close()
+
+
+# -- extraction after each run ----------------------------------------------------------------
+
+
+async def test_facts_are_extracted_after_a_run_and_shown_on_the_next_turn(harness: Harness) -> None:
+    runtime, main, extract = await setup(harness)
+    main.reply("nice")
+    extract.reply(facts(("editor", "vim", 0.9)))
+    await turn(runtime, "I always use vim")
+
+    request = extract.requests[0]
+    assert request.purpose == "extraction"
+    assert request.system.startswith("EXTRACTOR PROMPT: keep durable facts.")
+    assert '{"facts": [' in request.system  # the output contract
+    assert prompt(request).endswith("The exchange:\nuser: I always use vim\nassistant: nice")
+    assert "(none yet)" in prompt(request)
+
+    main.reply("sure")
+    extract.reply(facts())
+    await turn(runtime, "what do I use?")
+    chat = main.requests[1]
+    assert chat.system.startswith("PURPOSE")
+    assert "- editor: vim (confidence 0.9)" in chat.system
+    assert [m.text for m in chat.messages] == ["what do I use?"]  # facts, not the transcript
+    # the extractor is told what is known, so it updates keys instead of duplicating them
+    assert "- editor: vim" in prompt(extract.requests[1])
+    assert "I always use vim" not in prompt(extract.requests[1])  # only the new exchange
+
+    runs = await runtime.store.read(
+        lambda c: c.execute("SELECT status, model FROM runs WHERE trigger = 'extraction'").fetchall()
+    )
+    assert runs == [("ok", "extract/m"), ("ok", "extract/m")]
+    audit = await extraction_audit(runtime)
+    assert audit[0] == (
+        "ok",
+        {"partition": "user:u1", "upto_seq": 2, "written": ["editor"], "retracted": []},
+    )
+    report = await runtime.strategy(runtime.spec).inspect(runtime, await runtime.threads.get(GROUP))
+    assert [f["value"] for f in report["facts"]["user:u1"]] == ["vim"]
+    assert report["not_extracted"] == 0
+
+
+async def test_upsert_by_key_newer_wins_no_duplicates_and_null_retracts(harness: Harness) -> None:
+    runtime, _main, extract = await setup(harness)
+    extract.reply(facts(("editor", "vim", 0.9), ("city", "Lyon", 0.8)))
+    await turn(runtime, "vim user from Lyon")
+    [city_before, editor_before] = await stored(runtime)
+    extract.reply(facts(("editor", "emacs", 0.7)))
+    await turn(runtime, "I switched to emacs")
+    rows = await stored(runtime)
+    assert [(p, k, v, c) for p, k, v, c, _, _ in rows] == [
+        ("user:u1", "city", "Lyon", 0.8),
+        ("user:u1", "editor", "emacs", 0.7),
+    ]
+    editor = rows[1]
+    assert editor[4] == editor_before[4]  # created_at kept
+    assert editor[5] > editor_before[5]  # updated_at set
+    assert rows[0] == city_before  # untouched
+
+    extract.reply(facts(("city", None, 0.9)))
+    await turn(runtime, "I moved away from Lyon")
+    assert [k for _, k, *_ in await stored(runtime)] == ["editor"]
+    assert (await extraction_audit(runtime))[-1][1]["retracted"] == ["city"]
+
+
+async def test_one_person_never_sees_another_persons_facts(harness: Harness) -> None:
+    runtime, main, extract = await setup(harness)
+    extract.reply(facts(("editor", "vim", 0.9)))
+    await turn(runtime, "I use vim", user="alice")
+    extract.reply(facts(("editor", "emacs", 0.9)))
+    await turn(runtime, "I use emacs", user="bob")
+    # bob's exchange was extracted without alice's facts, into bob's partition
+    assert "vim" not in prompt(extract.requests[1])
+    assert [(p, v) for p, _, v, *_ in await stored(runtime)] == [("user:alice", "vim"), ("user:bob", "emacs")]
+
+    extract.reply(facts())
+    await turn(runtime, "what do I use?", user="bob")
+    assert "- editor: emacs" in main.requests[-1].system and "vim" not in main.requests[-1].system
+    extract.reply(facts())
+    await turn(runtime, "and me?", user="alice")
+    assert "- editor: vim" in main.requests[-1].system and "emacs" not in main.requests[-1].system
+    # a person's facts follow them to another conversation; an anonymous caller sees nobody's
+    extract.reply(facts())
+    await turn(runtime, "hi from a DM", user="alice", key="webhook:alice-dm")
+    assert "- editor: vim" in main.requests[-1].system
+    extract.reply(facts())
+    await turn(runtime, "who am I?", user=None, key="webhook:anon")
+    assert "editor" not in main.requests[-1].system
+
+    report = await runtime.strategy(runtime.spec).inspect(runtime, await runtime.threads.get(GROUP))
+    assert set(report["facts"]) == {"user:alice", "user:bob"}
+
+
+async def test_a_backlog_of_several_speakers_is_extracted_per_speaker(harness: Harness) -> None:
+    runtime, _main, extract = await setup(harness)
+    extract.fail("down", status=None, unreachable=True)
+    await turn(runtime, "I use vim", user="alice")
+    extract.fail("down", status=None, unreachable=True)  # the settle before bob's turn
+    extract.reply(facts(("editor", "vim", 0.9))).reply(facts(("editor", "emacs", 0.9)))
+    await turn(runtime, "I use emacs", user="bob")
+    assert "I use vim" in prompt(extract.requests[2]) and "emacs" not in prompt(extract.requests[2])
+    assert "I use emacs" in prompt(extract.requests[3]) and "vim" not in prompt(extract.requests[3])
+    assert [(p, v) for p, _, v, *_ in await stored(runtime)] == [("user:alice", "vim"), ("user:bob", "emacs")]
+
+
+async def test_a_failure_inside_a_backlog_keeps_the_cursor_before_it(harness: Harness) -> None:
+    runtime, _main, extract = await setup(harness)
+    down = {"status": None, "unreachable": True}
+    extract.fail("down", **down)
+    await turn(runtime, "I use vim", user="alice")
+    # alice's exchange fails before and after bob's turn: bob's, after it, must wait its turn
+    extract.fail("down", **down).fail("down", **down)
+    await turn(runtime, "I use emacs", user="bob")
+    assert len(extract.requests) == 3 and await stored(runtime) == []
+    runtime = await harness.restart(runtime)  # the cursor is in the file: both are still due
+    extract.reply(facts(("editor", "vim", 0.9))).reply(facts(("editor", "emacs", 0.9))).reply(facts())
+    await turn(runtime, "hello", user="bob")
+    assert "I use vim" in prompt(extract.requests[3]) and "emacs" not in prompt(extract.requests[3])
+    assert "I use emacs" in prompt(extract.requests[4]) and "vim" not in prompt(extract.requests[4])
+    assert [(p, v) for p, _, v, *_ in await stored(runtime)] == [("user:alice", "vim"), ("user:bob", "emacs")]
+
+
+async def test_bad_output_is_audited_and_the_cursor_moves_on(harness: Harness) -> None:
+    runtime, _main, extract = await setup(harness)
+    extract.reply("The person uses vim.")
+    await turn(runtime, "I use vim")
+    assert await stored(runtime) == []
+    [(action, data)] = await extraction_audit(runtime)
+    assert action == "refused" and "not valid JSON" in data["reason"]
+    runs = await runtime.store.read(
+        lambda c: c.execute("SELECT status, error FROM runs WHERE trigger = 'extraction'").fetchall()
+    )
+    assert runs[0][0] == "error" and "not valid JSON" in runs[0][1]
+
+    extract.reply(facts(("city", "Lyon", 1)))
+    await turn(runtime, "I live in Lyon")
+    assert "I use vim" not in prompt(extract.requests[1])  # the refused exchange is not retried
+    assert [k for _, k, *_ in await stored(runtime)] == ["city"]
+
+
+async def test_provider_down_keeps_the_cursor(harness: Harness) -> None:
+    runtime, _main, extract = await setup(harness)
+    extract.fail("cannot connect", status=None, unreachable=True)
+    await turn(runtime, "I use vim")
+    assert await stored(runtime) == []
+    assert [a for a, _ in await extraction_audit(runtime)] == ["deferred"]
+    report = await runtime.strategy(runtime.spec).inspect(runtime, await runtime.threads.get(GROUP))
+    assert report["not_extracted"] == 2
+
+    # back before the next turn: the kept exchange is extracted then, the new one after the run
+    extract.reply(facts(("editor", "vim", 0.9))).reply(facts(("city", "Lyon", 1)))
+    await turn(runtime, "I live in Lyon")
+    assert "I use vim" in prompt(extract.requests[1])
+    assert "I live in Lyon" in prompt(extract.requests[2])
+    assert [k for _, k, *_ in await stored(runtime)] == ["city", "editor"]
+
+
+async def test_without_a_model_nothing_is_extracted_and_the_view_says_so(harness: Harness) -> None:
+    runtime, _main, extract = await setup(harness, model=None, agent_model="offline")
+    await turn(runtime, "I use vim")
+    assert extract.requests == [] and await stored(runtime) == []
+    strategy = runtime.strategy(runtime.spec)
+    assert isinstance(strategy, SemanticMemory)
+    view = await strategy.view(runtime, await runtime.threads.get(GROUP), TurnInput(GROUP, "hi", "u1"))
+    assert any("no model to extract facts" in note for note in view.notes)
