@@ -91,3 +91,18 @@ async def test_history_commands_on_a_stateless_agent_explain_themselves(harness:
     runtime = await harness.runtime("model: scripted/m\n", providers={"scripted": ScriptedProvider()})
     for command in ("/compact", "/new", "/reset"):
         assert "keeps no conversation history" in (await say(runtime)(command)).text
+
+
+async def test_compact_applies_to_the_full_transcript_only(harness: Harness) -> None:
+    runtime = await harness.runtime(
+        "memory: {strategy: {kind: window, messages: 4}}\nmodel: scripted/m\n",
+        providers={"scripted": ScriptedProvider()},
+    )
+    for i in range(4):
+        await say(runtime)(f"q{i}")
+    reply = await say(runtime)("/compact")
+    assert "applies to the full transcript only" in reply.text
+    compacted = await runtime.store.read(
+        lambda c: c.execute("SELECT SUM(compacted) FROM messages").fetchone()[0]
+    )
+    assert compacted == 0

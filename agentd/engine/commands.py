@@ -68,6 +68,15 @@ async def _compact(
 ) -> CommandResult:
     if not strategy.keeps_transcript:
         return CommandResult(NO_HISTORY.format(what="compact"), "compact", {"result": "no_history"})
+    if strategy.kind != "full":
+        # Other strategies bound the context themselves (a window, Σ, a rolling summary) and read
+        # the transcript by cursor; compacting it under them could drop messages not yet folded.
+        return CommandResult(
+            f"This agent's memory ({strategy.kind}) keeps its context small by itself; /compact applies "
+            "to the full transcript only.",
+            "compact",
+            {"result": "not_applicable", "strategy": strategy.kind},
+        )
     outcome = await runtime.compact(thread, reason="command")
     if outcome.status == "ok":
         text = f"Compacted {outcome.compacted_messages} older messages into a summary; the last two turns are kept verbatim."
