@@ -156,3 +156,17 @@ async def test_hot_reload_keeps_in_flight_runs_on_their_definition(harness: Harn
     await task
     await say(runtime)("y")
     assert systems == ["old", "new"]
+
+
+async def test_tool_calls_past_the_limit_are_answered_so_the_transcript_stays_well_formed(
+    harness: Harness,
+) -> None:
+    model = ScriptedProvider().call("list_memories").call("list_memories").call("list_memories")
+    spec = "memory: {scope: thread, persistent: true}\nmodel: scripted/m\nmax_tool_steps: 2\n"
+    runtime = await harness.runtime(spec, providers={"scripted": model})
+    await say(runtime)("go")
+    messages = await stored(runtime)
+    calls = [p.id for m in messages for p in m.tool_calls]
+    results = [p.call_id for m in messages for p in m.tool_results]
+    assert calls == results and len(calls) == 3
+    assert "limit of 2 tool steps" in messages[-1].tool_results[0].content

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from agentd.config.models import AgentSpec
+from agentd.engine.turn import persistent_scope
 from agentd.events import InboundEvent, Reply
 from agentd.memory.base import MemoryStrategy
 from agentd.messages import estimate_tokens
@@ -50,11 +51,17 @@ class CommandResult:
     run_id: str | None = None  # when the command produced its own run (compaction)
 
 
-Command = Callable[["AgentRuntime", AgentSpec, MemoryStrategy, StoredThread], Awaitable[CommandResult]]
+Command = Callable[
+    ["AgentRuntime", AgentSpec, MemoryStrategy, StoredThread, InboundEvent], Awaitable[CommandResult]
+]
 
 
 async def _help(
-    runtime: AgentRuntime, spec: AgentSpec, strategy: MemoryStrategy, thread: StoredThread
+    runtime: AgentRuntime,
+    spec: AgentSpec,
+    strategy: MemoryStrategy,
+    thread: StoredThread,
+    event: InboundEvent,
 ) -> CommandResult:
     lines = [f"/{name} — {what}" for name, what in HELP.items()]
     return CommandResult("Commands:\n" + "\n".join(lines), "help")
@@ -64,7 +71,11 @@ NO_HISTORY = "This agent keeps no conversation history (memory.scope is none), s
 
 
 async def _compact(
-    runtime: AgentRuntime, spec: AgentSpec, strategy: MemoryStrategy, thread: StoredThread
+    runtime: AgentRuntime,
+    spec: AgentSpec,
+    strategy: MemoryStrategy,
+    thread: StoredThread,
+    event: InboundEvent,
 ) -> CommandResult:
     if not strategy.keeps_transcript:
         return CommandResult(NO_HISTORY.format(what="compact"), "compact", {"result": "no_history"})
@@ -88,7 +99,11 @@ async def _compact(
 
 
 async def _new(
-    runtime: AgentRuntime, spec: AgentSpec, strategy: MemoryStrategy, thread: StoredThread
+    runtime: AgentRuntime,
+    spec: AgentSpec,
+    strategy: MemoryStrategy,
+    thread: StoredThread,
+    event: InboundEvent,
 ) -> CommandResult:
     if not strategy.keeps_transcript:
         return CommandResult(NO_HISTORY.format(what="archive"), "new", {"result": "no_history"})
@@ -109,7 +124,11 @@ async def _new(
 
 
 async def _reset(
-    runtime: AgentRuntime, spec: AgentSpec, strategy: MemoryStrategy, thread: StoredThread
+    runtime: AgentRuntime,
+    spec: AgentSpec,
+    strategy: MemoryStrategy,
+    thread: StoredThread,
+    event: InboundEvent,
 ) -> CommandResult:
     if not strategy.keeps_transcript:
         return CommandResult(NO_HISTORY.format(what="reset"), "reset", {"result": "no_history"})
@@ -134,7 +153,11 @@ async def _reset(
 
 
 async def _status(
-    runtime: AgentRuntime, spec: AgentSpec, strategy: MemoryStrategy, thread: StoredThread
+    runtime: AgentRuntime,
+    spec: AgentSpec,
+    strategy: MemoryStrategy,
+    thread: StoredThread,
+    event: InboundEvent,
 ) -> CommandResult:
     facts = await status_facts(runtime, spec, strategy, thread)
     ctx = facts["context"]
@@ -156,7 +179,8 @@ async def _status(
         f"out {facts['totals']['output_tokens']}",
     ]
     if spec.memory.persistent:
-        lines.append(f"Persistent memory keys: {len(runtime.memory.keys())}")
+        scope = persistent_scope(spec, event.conversation_key, event.user_id)
+        lines.append(f"Persistent memory keys: {len(runtime.memory.keys(scope))}")
     return CommandResult("\n".join(lines), "status")
 
 
@@ -223,12 +247,12 @@ async def run_command(
     command = COMMANDS.get(name)
     if command is None:
         result = CommandResult(
-            f"Unknown command /{name}. " + (await _help(runtime, spec, strategy, thread)).text,
+            f"Unknown command /{name}. " + (await _help(runtime, spec, strategy, thread, event)).text,
             "unknown",
             {"command": name},
         )
     else:
-        result = await command(runtime, spec, strategy, thread)
+        result = await command(runtime, spec, strategy, thread, event)
     run = RunRecord(
         id=uuid.uuid4().hex,
         conversation_key=event.conversation_key,

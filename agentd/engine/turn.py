@@ -21,7 +21,7 @@ from agentd.events import InboundEvent, Reply
 from agentd.memory.base import MemoryStrategy, TurnInput, speaker_partition
 from agentd.memory.persistent import AGENT_SCOPE, memory_preamble
 from agentd.memory.tooling import Tool, ToolCall
-from agentd.messages import Message, MessageSequence, estimate_tokens
+from agentd.messages import Message, MessageSequence, ToolResultPart, estimate_tokens
 from agentd.providers.base import CompletionRequest
 from agentd.store.inbound import record_event
 from agentd.store.runs import RunRecord, insert_run
@@ -138,6 +138,22 @@ async def run_turn(
                 reply_text = answer.text
                 break
             if not allow_tools:
+                # The model called tools although none were offered: answer each call with an
+                # error so the stored transcript stays well-formed (every call has its result).
+                new.append(
+                    Message(
+                        role="tool",
+                        parts=tuple(
+                            ToolResultPart(
+                                call_id=c.id,
+                                name=c.name,
+                                content=f"not run: the limit of {spec.max_tool_steps} tool steps was reached",
+                                is_error=True,
+                            )
+                            for c in calls
+                        ),
+                    )
+                )
                 reply_text = answer.text or f"(stopped after {spec.max_tool_steps} tool steps)"
                 break
             results = await run_tool_calls(
