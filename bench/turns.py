@@ -34,7 +34,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -168,7 +168,9 @@ async def check_agentd(store: AgentStore, keys: list[str], L: int, turns: int) -
             f"SELECT COUNT(*) FROM messages m JOIN threads t ON t.id = m.thread_id WHERE t.conversation_key IN ({marks})",
             keys,
         ).fetchone()[0]
-        runs = conn.execute(f"SELECT COUNT(*) FROM runs WHERE conversation_key IN ({marks})", keys).fetchone()[0]
+        runs = conn.execute(
+            f"SELECT COUNT(*) FROM runs WHERE conversation_key IN ({marks})", keys
+        ).fetchone()[0]
         return msgs, runs
 
     msgs, runs = await store.read(counts)
@@ -220,7 +222,7 @@ BASE_LOAD = "SELECT seq, body FROM messages WHERE thread_id=? ORDER BY seq"
 BASE_INSERT = "INSERT INTO messages(thread_id, seq, role, body, ts) VALUES (?,?,?,?,?)"
 
 
-def base_rows(key: str, seq: int, bodies: list[tuple[str, str]]) -> list[tuple[Any, ...]]:
+def base_rows(key: str, seq: int, bodies: Sequence[tuple[str, str]]) -> list[tuple[Any, ...]]:
     now = time.time()
     return [(key, seq + i, role, body, now) for i, (role, body) in enumerate(bodies)]
 
@@ -445,13 +447,17 @@ async def conc_base(layout: str, args: argparse.Namespace, rng: random.Random):
             await per_conv[i].turn(keys[i], user)
 
         r = await conc_run(turn, args, rng)
+        for st in stores:
+            await st.close()
+        stores = []
+        for st_keys, path in ([(keys, root / "base.db")] if layout == "one-file" else []) + [
+            ([k], root / f"base{i}.db") for i, k in enumerate(keys) if layout == "per-file"
+        ]:
+            check_base(path, st_keys, L, len(st_keys) * (args.conc_turns + 1))
     finally:
         for st in stores:
             await st.close()
-    paths = [root / "base.db"] if layout == "one-file" else [root / f"base{i}.db" for i in range(C)]
-    for path, ks in zip(paths, [keys] if layout == "one-file" else [[k] for k in keys], strict=True):
-        check_base(path, ks, L, len(ks) * (args.conc_turns + 1))
-    shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(root, ignore_errors=True)
     return r
 
 
@@ -499,7 +505,11 @@ def echo_app() -> FastAPI:
     @app.post("/agents/{agent}/messages")
     async def post_message(agent: str, request: Request) -> dict[str, Any]:
         body = await request.json()
-        return {"reply": body["text"], "run_id": None, "conversation_key": "webhook:" + body["conversation_id"]}
+        return {
+            "reply": body["text"],
+            "run_id": None,
+            "conversation_key": "webhook:" + body["conversation_id"],
+        }
 
     return app
 
@@ -578,15 +588,14 @@ async def one_rep(rep: int, args: argparse.Namespace) -> dict[str, Any]:
     try:
         if "seq" in args.parts:
             seq: dict[str, dict[str, Any]] = {k: {} for k in args.seq_rows}
-            for L in args.lengths:
-                order = list(args.seq_rows)
-                rng.shuffle(order)
-                for kind in order:
-                    c = seq[kind][str(L)] = await seq_cell(kind, L, args, rng, executor)
-                    log(
-                        f"rep{rep} L={L:>5} {kind:<15} p50={c['p50_us']:>9.0f}us p95={c['p95_us']:>9.0f}us "
-                        f"n={c['n']}"
-                    )
+            # every (length, row) cell in a fresh random order, so drift over the rep lands on no row or length
+            cells = [(L, kind) for L in args.lengths for kind in args.seq_rows]
+            rng.shuffle(cells)
+            for L, kind in cells:
+                c = seq[kind][str(L)] = await seq_cell(kind, L, args, rng, executor)
+                log(
+                    f"rep{rep} L={L:>5} {kind:<15} p50={c['p50_us']:>9.0f}us p95={c['p95_us']:>9.0f}us n={c['n']}"
+                )
             out["seq"] = seq
         if "conc" in args.parts:
             conc: dict[str, dict[str, Any]] = {}
@@ -626,101 +635,120 @@ def versions() -> dict[str, Any]:
 
 
 def summarize(data: dict[str, Any]) -> str:
-    a, runs = data["config"], data["runs"]
+    a, runs, v = data["config"], data["runs"], data["versions"]
     lines = [
-        f"## agentd turns benchmark ({data['started']}, Python {data['versions']['python']}, "
-        f"SQLite {data['versions']['sqlite']}, {data['versions']['cpus']} CPUs, "
-        f"gc.freeze: {'on' if a['gc_freeze'] else 'off'}, reps: {a['reps']}{', quick' if a['quick'] else ''})",
+        f"## agentd turns benchmark ({data['started']}, Python {v['python']}, SQLite {v['sqlite']}, "
+        f"{v['cpus']} CPUs, gc.freeze: {'on' if a['gc_freeze'] else 'off'}, "
+        f"reps: {a['reps']}{', quick' if a['quick'] else ''})",
         "",
         "Medians over reps; ratios are taken within each rep, then the median.",
     ]
     if runs and "seq" in runs[0]:
-        lengths = [str(L) for L in a["lengths"]]
-
-        def cells(kind: str, field: str) -> list[float]:
-            return [med([r["seq"][kind][L][field] for r in runs]) for L in lengths]
-
-        lines += [
-            "",
-            f"### 1. Sequential turn, p50 / p95 (≤ {a['n']} timed turns per cell, {WARM} warm-up)",
-            "",
-            "| row | " + " | ".join(f"L={L}" for L in lengths) + " |",
-            "|---" * (len(lengths) + 1) + "|",
-        ]
-        for kind in a["seq_rows"]:
-            p50, p95 = cells(kind, "p50_us"), cells(kind, "p95_us")
-            lines.append(
-                f"| {SEQ_ROWS[kind]} | "
-                + " | ".join(f"{fmt_us(x)} / {fmt_us(y)}" for x, y in zip(p50, p95, strict=True))
-                + " |"
-            )
-        for kind in (k for k in a["seq_rows"] if k.startswith("agentd")):
-            loads = [med([r["seq"][kind][L]["cold_load"]["p50_us"] for r in runs]) for L in lengths]
-            lines.append(
-                f"| {kind}: first-message load of a thread not in memory, p50 (once per conversation) | "
-                + " | ".join(fmt_us(x) for x in loads)
-                + " |"
-            )
-        if "base-aio" in a["seq_rows"]:
-            for kind in (k for k in a["seq_rows"] if k.startswith("agentd")):
-                for field in ("p50_us", "p95_us"):
-                    ratios = [
-                        med([r["seq"][kind][L][field] / r["seq"]["base-aio"][L][field] for r in runs])
-                        for L in lengths
-                    ]
-                    lines.append(
-                        f"| ratio {kind} / base-aio, {field[:3]} | "
-                        + " | ".join(f"{x:.2f}×" for x in ratios)
-                        + " |"
-                    )
-        if "agentd-zero" in a["seq_rows"]:
-            p50, p95 = cells("agentd-zero", "p50_us"), cells("agentd-zero", "p95_us")
-            lines += [
-                "",
-                f"agentd-zero: p50 at L={lengths[-1]} / L={lengths[0]} = {p50[-1] / p50[0]:.2f} (G3 ≤ 1.5; "
-                f"target ≤ 0.5 ms p50: {fmt_us(max(p50))} worst); "
-                f"worst p95/p50 = {max(y / x for x, y in zip(p50, p95, strict=True)):.2f} (G7 ≤ 1.5).",
-            ]
+        lines += seq_table(a, runs)
     if runs and "conc" in runs[0]:
-        lines += [
-            "",
-            f"### 2. {a['convs']} concurrent conversations at L={a['conc_length']}, "
-            f"{a['conc_turns']} timed turns each (zero-latency model), turns/s",
-            "",
-            "| layout | agentd turns/s | base-aio turns/s | agentd / base-aio | agentd p50 / p95 under load |",
-            "|---|---|---|---|---|",
-        ]
-        for layout in a["layouts"]:
-            at = med([r["conc"][layout]["agentd"]["tps"] for r in runs])
-            bt = med([r["conc"][layout]["base-aio"]["tps"] for r in runs])
-            ratio = med([r["conc"][layout]["agentd"]["tps"] / r["conc"][layout]["base-aio"]["tps"] for r in runs])
-            p50 = med([r["conc"][layout]["agentd"]["p50_us"] for r in runs])
-            p95 = med([r["conc"][layout]["agentd"]["p95_us"] for r in runs])
-            what = "one agent file" if layout == "one-file" else f"{a['convs']} agent files, one store thread"
-            lines.append(f"| {what} | {at:,.0f} | {bt:,.0f} | {ratio:.2f}× | {fmt_us(p50)} / {fmt_us(p95)} |")
-        if set(a["layouts"]) == {"one-file", "per-file"}:
-            g5 = med([r["conc"]["per-file"]["agentd"]["tps"] / r["conc"]["one-file"]["agentd"]["tps"] for r in runs])
-            lines += ["", f"agentd {a['convs']} files / one file = {g5:.2f} (G5 ≥ 0.75)."]
+        lines += conc_table(a, runs)
     if runs and "http" in runs[0]:
-        names = {
-            "http-agentd": "POST /agents/hook/messages on the in-process daemon (offline model, scope thread)",
-            "http-echo": "floor: FastAPI + uvicorn echo of the same request",
-            "inproc-agentd": "same agent, `runtime.handle()` without HTTP",
-        }
+        lines += http_table(a, runs)
+    return "\n".join(lines)
+
+
+def seq_table(a: dict[str, Any], runs: list[dict[str, Any]]) -> list[str]:
+    lengths = [str(L) for L in a["lengths"]]
+    agentd_rows = [k for k in a["seq_rows"] if k.startswith("agentd")]
+
+    def per_length(kind: str, field: str) -> list[float]:
+        return [med([r["seq"][kind][L][field] for r in runs]) for L in lengths]
+
+    def row(label: str, cells: list[str]) -> str:
+        return f"| {label} | " + " | ".join(cells) + " |"
+
+    lines = [
+        "",
+        f"### 1. Sequential turn, p50 / p95 (≤ {a['n']} timed turns per cell after {WARM} warm-up)",
+        "",
+        row("row", [f"L={L}" for L in lengths]),
+        "|---" * (len(lengths) + 1) + "|",
+    ]
+    for kind in a["seq_rows"]:
+        pairs = zip(per_length(kind, "p50_us"), per_length(kind, "p95_us"), strict=True)
+        lines.append(row(SEQ_ROWS[kind], [f"{fmt_us(x)} / {fmt_us(y)}" for x, y in pairs]))
+    for kind in agentd_rows:
+        loads = [med([r["seq"][kind][L]["cold_load"]["p50_us"] for r in runs]) for L in lengths]
+        lines.append(
+            row(
+                f"{kind}: loading a thread not in memory, p50 (once per conversation)",
+                [fmt_us(x) for x in loads],
+            )
+        )
+    if "base-aio" in a["seq_rows"]:
+        for kind in agentd_rows:
+            for field in ("p50_us", "p95_us"):
+                ratios = [
+                    med([r["seq"][kind][L][field] / r["seq"]["base-aio"][L][field] for r in runs])
+                    for L in lengths
+                ]
+                lines.append(row(f"ratio {kind} / base-aio, {field[:3]}", [f"{x:.2f}×" for x in ratios]))
+    if "agentd-zero" in a["seq_rows"]:
+        p50, p95 = per_length("agentd-zero", "p50_us"), per_length("agentd-zero", "p95_us")
+        tail = max(y / x for x, y in zip(p50, p95, strict=True))
         lines += [
             "",
-            f"### 3. One webhook turn over HTTP ({a['http_n']} sequential requests, httpx on the same loop)",
-            "",
-            "| row | p50 | p95 |",
-            "|---|---|---|",
+            f"agentd-zero: p50 at L={lengths[-1]} / L={lengths[0]} = {p50[-1] / p50[0]:.2f} (G3 ≤ 1.5); "
+            f"worst p50 {fmt_us(max(p50))} (G3 target ≤ 0.5 ms); worst p95/p50 = {tail:.2f} (G7 ≤ 1.5).",
         ]
-        for key, what in names.items():
-            p50 = med([r["http"][key]["p50_us"] for r in runs])
-            p95 = med([r["http"][key]["p95_us"] for r in runs])
-            lines.append(f"| {what} | {fmt_us(p50)} | {fmt_us(p95)} |")
-        over = med([r["http"]["http-agentd"]["p50_us"] - r["http"]["http-echo"]["p50_us"] for r in runs])
-        lines.append(f"| agentd HTTP p50 minus echo floor p50 | {fmt_us(over)} | |")
-    return "\n".join(lines)
+    return lines
+
+
+def conc_table(a: dict[str, Any], runs: list[dict[str, Any]]) -> list[str]:
+    lines = [
+        "",
+        f"### 2. {a['convs']} concurrent conversations at L={a['conc_length']}, "
+        f"{a['conc_turns']} timed turns each (zero-latency model)",
+        "",
+        "| layout | agentd turns/s | base-aio turns/s | agentd / base-aio | agentd p50 / p95 under load |",
+        "|---|---|---|---|---|",
+    ]
+    for layout in a["layouts"]:
+        cells = [r["conc"][layout] for r in runs]
+        tps = med([c["agentd"]["tps"] for c in cells])
+        base_tps = med([c["base-aio"]["tps"] for c in cells])
+        ratio = med([c["agentd"]["tps"] / c["base-aio"]["tps"] for c in cells])
+        p50 = med([c["agentd"]["p50_us"] for c in cells])
+        p95 = med([c["agentd"]["p95_us"] for c in cells])
+        what = "one agent file" if layout == "one-file" else f"{a['convs']} agent files, one store thread"
+        lines.append(
+            f"| {what} | {tps:,.0f} | {base_tps:,.0f} | {ratio:.2f}× | {fmt_us(p50)} / {fmt_us(p95)} |"
+        )
+    if set(a["layouts"]) == {"one-file", "per-file"}:
+        g5 = med(
+            [r["conc"]["per-file"]["agentd"]["tps"] / r["conc"]["one-file"]["agentd"]["tps"] for r in runs]
+        )
+        lines += ["", f"agentd, {a['convs']} files / one file = {g5:.2f} (G5 ≥ 0.75)."]
+    return lines
+
+
+HTTP_ROWS = {
+    "http-agentd": "POST /agents/hook/messages on the in-process daemon (offline model, scope thread)",
+    "http-echo": "floor: FastAPI + uvicorn echo of the same request",
+    "inproc-agentd": "same agent, `runtime.handle()` without HTTP",
+}
+
+
+def http_table(a: dict[str, Any], runs: list[dict[str, Any]]) -> list[str]:
+    lines = [
+        "",
+        f"### 3. One webhook turn over HTTP ({a['http_n']} sequential requests, httpx on the same loop)",
+        "",
+        "| row | p50 | p95 |",
+        "|---|---|---|",
+    ]
+    for key, what in HTTP_ROWS.items():
+        p50 = med([r["http"][key]["p50_us"] for r in runs])
+        p95 = med([r["http"][key]["p95_us"] for r in runs])
+        lines.append(f"| {what} | {fmt_us(p50)} | {fmt_us(p95)} |")
+    over = med([r["http"]["http-agentd"]["p50_us"] - r["http"]["http-echo"]["p50_us"] for r in runs])
+    lines.append(f"| agentd HTTP p50 minus echo floor p50 | {fmt_us(over)} | |")
+    return lines
 
 
 async def profile(L: int, args: argparse.Namespace) -> None:
@@ -758,7 +786,9 @@ def main() -> None:
     ap.add_argument("--n", type=int, help="timed turns per sequential cell")
     ap.add_argument("--min-n", type=int, default=10)
     ap.add_argument("--budget", type=float, help="seconds per sequential cell before stopping at >= min-n")
-    ap.add_argument("--lengths", type=lambda s: [int(x) for x in s.split(",")], default=[10, 100, 1000, 10000])
+    ap.add_argument(
+        "--lengths", type=lambda s: [int(x) for x in s.split(",")], default=[10, 100, 1000, 10000]
+    )
     ap.add_argument("--seq-rows", type=lambda s: s.split(","), default=list(SEQ_ROWS))
     ap.add_argument("--convs", type=int, default=100)
     ap.add_argument("--conc-length", type=int, default=1000)
@@ -770,17 +800,18 @@ def main() -> None:
     ap.add_argument("--dir", default=None, help="where the temporary database files go")
     ap.add_argument("--profile", type=int, metavar="L", help="cProfile agentd turns at length L and exit")
     a = ap.parse_args()
-    a.reps = a.reps or (1 if a.quick else 3)
-    a.n = a.n or (20 if a.quick else 100)
+    a.reps = a.reps or (1 if a.quick else 5)
+    a.n = a.n or (30 if a.quick else 60)
     a.budget = a.budget or (3.0 if a.quick else 15.0)
-    a.conc_turns = a.conc_turns or (2 if a.quick else 10)
+    a.conc_turns = a.conc_turns or (3 if a.quick else 10)
     a.http_n = a.http_n or (100 if a.quick else 300)
     if a.profile is not None:
         asyncio.run(profile(a.profile, a))
         return
     started = time.strftime("%Y-%m-%d %H:%M:%S")
     runs = [asyncio.run(one_rep(rep, a)) for rep in range(a.reps)]
-    data = {"kind": "turns", "started": started, "argv": sys.argv[1:], "versions": versions()}
+    data: dict[str, Any] = {"kind": "turns", "started": started, "argv": sys.argv[1:]}
+    data["versions"] = versions()
     data |= {"config": vars(a), "rows": SEQ_ROWS, "runs": runs}
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"turns-{time.strftime('%Y%m%d-%H%M%S')}.json"
