@@ -29,10 +29,13 @@ measures this against vector-only, keyword-only and RRF.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
+import re
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -76,6 +79,7 @@ PART_CHARS = 2000  # of each side of an exchange kept in an episode (embedders h
 MAX_SAVED_CHARS = 4000
 SHOWN_CHARS = 1200  # of each recalled episode put in the prompt
 DAY = 86400.0
+_WORD = re.compile(r"[^\W_]+", re.UNICODE)
 
 HEADING = "Relevant earlier exchanges (recalled from memory, most relevant first; dates are UTC):"
 NO_EMBEDDER = "episodic memory: no embedder configured (agentd.yaml: embedder); episodes are stored, nothing is recalled"
@@ -138,6 +142,7 @@ def multipliers(created: Any, importance: Any, now: float, half_life_days: float
     return weight
 
 
+@functools.lru_cache(maxsize=65536)
 def _stem(word: str) -> str:
     """A light suffix strip, only to tell which question words an episode contains."""
     for suffix in ("ing", "ed", "es", "s", "ly"):
@@ -154,7 +159,7 @@ def keyword_scores(terms: Sequence[str], hits: Sequence[KeywordHit]) -> dict[int
     for h in hits:
         relative = h.bm25 / best if best < 0 else 1.0
         if wanted:
-            present = {_stem(w) for w in keyword_terms(h.text)}
+            present = {_stem(w) for w in set(_WORD.findall(h.text.lower()))}
             coverage = len(wanted & present) / len(wanted)
         else:
             coverage = 1.0
@@ -287,28 +292,33 @@ async def recall_episodes(
         hits = keyword_search(conn, partition, embedder.id, match, CANDIDATES) if match else None
         return pending, hits
 
-    pending, hits = await store.read(first_look)
     result = Recall(mode=mode)
-    if index.size == 0 and not pending and not hits:
-        return result
+    use_vectors = mode != "keyword"
+    vectors: list[list[float]] | None = None
+    if use_vectors and index.size:
+        # the question will be embedded anyway: overlap that call with the store read
+        (pending, hits), vectors = await asyncio.gather(store.read(first_look), _embed(embedder, [text]))
+    else:
+        pending, hits = await store.read(first_look)
+        if index.size == 0 and not pending and not hits:
+            return result  # nothing to recall from: no embedding call either
+        if use_vectors:
+            vectors = await _embed(embedder, [text])
     query: list[float] | None = None
-    if mode != "keyword":
-        vectors = await _embed(embedder, [text, *(e.text for e in pending)])
-        if vectors is None:
-            result.mode = "keyword"
-            result.notes.append(
-                f"episodic memory: embedder {embedder.id} unreachable; recalled by keywords only"
-            )
-        else:
-            query = vectors[0]
-            if pending:
-                await embed_pending(store, cache, embedder.id, pending, vectors[1:])
-            if index.dim != len(query):
-                # the embedder's dimension changed under the same id: search only vectors of the new one
-                index = await load_index(store, partition, embedder.id, len(query))
-            if hits:
-                # an episode embedded at another dimension is not searchable, by keywords either
-                hits = [h for h in hits if not h.embedded or h.id in index]
+    if use_vectors and vectors is None:
+        result.mode = "keyword"
+        result.notes.append(f"episodic memory: embedder {embedder.id} unreachable; recalled by keywords only")
+    elif vectors is not None:
+        query = vectors[0]
+        late = await _embed(embedder, [e.text for e in pending]) if pending else None
+        if late is not None:
+            await embed_pending(store, cache, embedder.id, pending, late)
+        if index.dim != len(query):
+            # the embedder's dimension changed under the same id: search only vectors of the new one
+            index = await load_index(store, partition, embedder.id, len(query))
+        if hits:
+            # an episode embedded at another dimension is not searchable, by keywords either
+            hits = [h for h in hits if not h.embedded or h.id in index]
     terms = keyword_terms(text) if match else []
     scored = rank(index if query is not None else None, query, hits, weights, now, terms)
     if not scored:
@@ -337,7 +347,6 @@ class Exchange:
     user_id: str | None
     text: str
     run_id: str | None
-    last_seq: int
 
 
 def _clip(text: str) -> str:
@@ -347,21 +356,19 @@ def _clip(text: str) -> str:
 
 def exchanges_of(messages: Sequence[StoredMessage]) -> list[Exchange]:
     """One exchange per person's message: their text and the last assistant text of that turn."""
-    turns: list[tuple[StoredMessage, str, int]] = []
+    turns: list[tuple[StoredMessage, str]] = []
     for stored in messages:
         m = stored.message
         if m.role == "user":
-            turns.append((stored, "", stored.seq))
-        elif turns:
-            first, answer, _ = turns[-1]
-            text = m.text.strip() if m.role == "assistant" else ""
-            turns[-1] = (first, text or answer, stored.seq)
+            turns.append((stored, ""))
+        elif turns and m.role == "assistant" and m.text.strip():
+            turns[-1] = (turns[-1][0], m.text.strip())
     result = []
-    for first, answer, last_seq in turns:
+    for first, answer in turns:
         text = f"User: {_clip(first.message.text)}"
         if answer:
             text += f"\nAssistant: {_clip(answer)}"
-        result.append(Exchange(first.message.user_id, text, first.run_id, last_seq))
+        result.append(Exchange(first.message.user_id, text, first.run_id))
     return result
 
 
@@ -387,8 +394,7 @@ async def store_episodes(
         late = list(zip(pending, vectors[: len(pending)], strict=True))
         fresh = vectors[len(pending) :]
         rows = [
-            NewEpisode(**{**_fields(e), "embedder": embedder.id, "vector": as_blob(v)})
-            for e, v in zip(episodes, fresh, strict=True)
+            replace(e, embedder=embedder.id, vector=as_blob(v)) for e, v in zip(episodes, fresh, strict=True)
         ]
 
     def commit(conn: Any) -> list[int]:
@@ -412,10 +418,6 @@ async def store_episodes(
                     [IndexedVector(episode_id, row.created_at, row.importance, row.vector)],
                 )
     return ids
-
-
-def _fields(e: NewEpisode) -> dict[str, Any]:
-    return {name: getattr(e, name) for name in NewEpisode.__dataclass_fields__}
 
 
 # -- the strategy -------------------------------------------------------------------------

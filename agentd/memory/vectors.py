@@ -3,7 +3,7 @@
 Vectors live in the agent's SQLite file as float32 BLOBs; a partition's matrix
 is loaded from them once, appended to as episodes are written, and searched
 by a matrix-vector product (cosine: rows and query are unit length) with
-argpartition for the top k: ~7 ms for 100k x 384 on a 2-core box, exact, no
+argpartition for the top k: ~6-7 ms for 100k x 384 on a 2-core box, exact, no
 extension needed.
 
 A vector whose dimension differs from the index's is skipped, never fed to
@@ -139,7 +139,10 @@ class VectorIndex:
         q = unit(query)
         if self.size == 0 or q.shape != (self.dim,):
             return np.zeros(0, dtype=np.float32)
-        result: FloatArray = self._matrix[: self.size] @ q
+        # einsum, not `@`: BLAS sgemv hands the product to its worker threads, and on a busy
+        # 2-core box their wake-up dominates (median 15 ms, p90 20 ms at 100k x 384 against
+        # einsum's single-threaded 6-7 ms; the product is memory-bound, threads gain nothing).
+        result: FloatArray = np.einsum("ij,j->i", self._matrix[: self.size], q)
         return result
 
     def search(self, query: VectorLike, k: int) -> list[tuple[int, float]]:

@@ -85,7 +85,9 @@ def insert_episodes(conn: sqlite3.Connection, episodes: Sequence[NewEpisode]) ->
 def pending_episodes(conn: sqlite3.Connection, partition: str, limit: int = 64) -> list[Episode]:
     """Episodes of a partition not embedded yet (the embedder was down or absent), oldest first."""
     rows = conn.execute(
-        f"SELECT {_COLUMNS} FROM episodes WHERE vector IS NULL AND partition = ? ORDER BY id LIMIT ?",
+        # embedder IS NULL too (always true of a pending episode) lets the partition index find them
+        f"SELECT {_COLUMNS} FROM episodes WHERE partition = ? AND embedder IS NULL AND vector IS NULL"
+        " ORDER BY id LIMIT ?",
         (partition, limit),
     ).fetchall()
     return [Episode(*row) for row in rows]
@@ -158,7 +160,25 @@ def keyword_search(
     conn: sqlite3.Connection, partition: str, embedder: str | None, match: str, limit: int
 ) -> list[KeywordHit]:
     """The best bm25 matches within one partition, among episodes of `embedder` or not embedded yet
-    (embedder None: every episode of the partition)."""
+    (embedder None: every episode of the partition).
+
+    bm25 does not depend on the partition (its statistics are the whole
+    table's), so the partition's best matches are the first of the table's
+    that belong to it: rank the table's best few hundred in FTS5 alone (no
+    join per match: twice as fast at 100k episodes), and only when too few
+    of those are this partition's, rank every match of the partition.
+    """
+    if limit <= 0:
+        return []
+    wide = limit * 8
+    ranked = conn.execute(
+        "SELECT rowid, bm25(episodes_fts) AS rank FROM episodes_fts WHERE episodes_fts MATCH ?"
+        " ORDER BY rank LIMIT ?",
+        (match, wide),
+    ).fetchall()
+    hits = _episode_hits(conn, partition, embedder, ranked)[:limit]
+    if len(hits) == limit or len(ranked) < wide:
+        return hits  # exact: the partition's first `limit`, or every match was ranked
     sql = (
         "SELECT e.id, bm25(episodes_fts) AS rank, e.created_at, e.importance, e.vector IS NOT NULL, e.text"
         " FROM episodes_fts JOIN episodes e ON e.id = episodes_fts.rowid"
@@ -171,6 +191,26 @@ def keyword_search(
     sql += " ORDER BY rank LIMIT ?"
     args.append(limit)
     return [KeywordHit(i, r, c, imp, bool(v), t) for i, r, c, imp, v, t in conn.execute(sql, args)]
+
+
+def _episode_hits(
+    conn: sqlite3.Connection, partition: str, embedder: str | None, ranked: list[tuple[int, float]]
+) -> list[KeywordHit]:
+    """The ranked FTS5 rows that are episodes of the partition (and embedder), in rank order."""
+    if not ranked:
+        return []
+    marks = ", ".join("?" * len(ranked))
+    sql = (
+        "SELECT id, created_at, importance, vector IS NOT NULL, text FROM episodes"
+        # unary + keeps the planner on the rowid lookups (not a scan of the partition's index)
+        f" WHERE id IN ({marks}) AND +partition = ?"
+    )
+    args: list[object] = [row[0] for row in ranked] + [partition]
+    if embedder is not None:
+        sql += " AND (+embedder = ? OR +embedder IS NULL)"
+        args.append(embedder)
+    found = {i: (c, imp, bool(v), t) for i, c, imp, v, t in conn.execute(sql, args)}
+    return [KeywordHit(i, rank, *found[i]) for i, rank in ranked if i in found]
 
 
 def count_episodes(conn: sqlite3.Connection, partition: str, embedder: str | None) -> dict[str, int]:

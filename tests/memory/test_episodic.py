@@ -15,11 +15,13 @@ from agentd.config.strategies import EpisodicStrategy
 from agentd.engine.runtime import AgentRuntime
 from agentd.errors import ProviderError
 from agentd.memory.base import TurnInput
-from agentd.memory.episodic import NO_EMBEDDER, EpisodicMemory
+from agentd.memory.episodic import NO_EMBEDDER, EpisodicMemory, exchanges_of
 from agentd.memory.vectors import IndexCache, IndexedVector, VectorIndex, as_blob, index_cache
+from agentd.messages import Message, ToolCallPart, ToolResultPart
 from agentd.providers.embedders import HashEmbedder
 from agentd.store.episodes import NewEpisode, insert_episodes, keyword_query, keyword_search
 from agentd.store.migrations import migrate
+from agentd.store.transcripts import StoredMessage
 from agentd.testing.scripted import ScriptedProvider
 from tests.support import Harness, say
 
@@ -414,3 +416,38 @@ def test_keyword_search_stays_in_its_partition_and_embedder_and_takes_any_text()
     hostile = keyword_query('Alice" OR "x" NEAR(a b) AND * ( ) ^ -col: "')
     assert hostile is not None and keyword_search(conn, "user:a", "hash/2", hostile, 10)
     assert keyword_query("what is it?") is None  # nothing topical to search for
+
+
+def test_keyword_search_finds_a_small_partitions_matches_behind_a_big_one() -> None:
+    conn = sqlite3.connect(":memory:", isolation_level=None)
+    migrate(conn)
+    crowd = [NewEpisode("user:big", "k", f"otter otter otter note {i}", float(i)) for i in range(40)]
+    insert_episodes(
+        conn, [*crowd, NewEpisode("user:small", "k", "a long note that mentions an otter once", 99.0)]
+    )
+    match = keyword_query("otter")
+    assert match is not None
+    # the table's best matches are all the big partition's; the small one's still comes back
+    assert [h.text for h in keyword_search(conn, "user:small", None, match, 2)] == [
+        "a long note that mentions an otter once"
+    ]
+    big = keyword_search(conn, "user:big", None, match, 5)
+    assert len(big) == 5 and [h.bm25 for h in big] == sorted(h.bm25 for h in big)
+
+
+def test_an_exchange_is_the_persons_message_and_the_final_answer_of_its_turn() -> None:
+    call = ToolCallPart(id="c1", name="lookup", arguments={"q": "x"})
+    result = ToolResultPart(call_id="c1", name="lookup", content="raw tool output")
+    messages = [
+        Message.user("Look up the tide times", "u1"),
+        Message(role="assistant", parts=(call,)),
+        Message(role="tool", parts=(result,)),
+        Message.assistant("High tide is at 14:02."),
+        Message.user("And tomorrow?", "u2"),  # a turn whose model call failed: no answer
+    ]
+    stored = [StoredMessage(i + 1, m, f"run{i}") for i, m in enumerate(messages)]
+    found = exchanges_of(stored)
+    assert [(e.user_id, e.text, e.run_id) for e in found] == [
+        ("u1", "User: Look up the tide times\nAssistant: High tide is at 14:02.", "run0"),
+        ("u2", "User: And tomorrow?", "run4"),
+    ]
