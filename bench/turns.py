@@ -1,7 +1,7 @@
 """agentd's in-process cost per turn, next to a raw-aiosqlite baseline measured in the same run.
 
-    python bench/turns.py            # full run (~10 min on 2 cores)
-    python bench/turns.py --quick    # smoke run (~1-2 min)
+    python bench/turns.py            # full run, 5 reps (~3-4 min on 2 cores)
+    python bench/turns.py --quick    # smoke run, 1 rep (~20-60 s)
     python bench/turns.py --profile 10000   # cProfile of agentd turns at L=10000, then exit
 
 Prints markdown tables on stdout (progress on stderr) and writes the raw numbers
@@ -781,7 +781,7 @@ async def profile(L: int, args: argparse.Namespace) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="smoke run: 1 rep, fewer samples (~1-2 min)")
+    ap.add_argument("--quick", action="store_true", help="smoke run: 1 rep, fewer samples (~20-60 s)")
     ap.add_argument("--reps", type=int)
     ap.add_argument("--n", type=int, help="timed turns per sequential cell")
     ap.add_argument("--min-n", type=int, default=10)
