@@ -77,6 +77,7 @@ IMPORTANCE_FLOOR = 0.5
 CANDIDATES = 50  # keyword hits fetched, and vector candidates kept, before the final ranking
 PART_CHARS = 2000  # of each side of an exchange kept in an episode (embedders have input limits)
 MAX_SAVED_CHARS = 4000
+EMBED_BATCH = 64  # texts per embed call (a long thread's first settle may hold hundreds)
 SHOWN_CHARS = 1200  # of each recalled episode put in the prompt
 DAY = 86400.0
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
@@ -226,10 +227,10 @@ def rank(
 
 async def _embed(embedder: Embedder, texts: Sequence[str]) -> list[list[float]] | None:
     """Vectors for texts, or None when the embedder cannot answer now (the caller degrades)."""
-    if not texts:
-        return []
+    vectors: list[list[float]] = []
     try:
-        vectors = await embedder.embed(list(texts))
+        for start in range(0, len(texts), EMBED_BATCH):
+            vectors += await embedder.embed(list(texts[start : start + EMBED_BATCH]))
     except (ProviderError, OperatorError) as e:
         log.warning("embedder %s failed (episodes wait, unembedded, for the next try): %s", embedder.id, e)
         return None
