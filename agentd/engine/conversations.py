@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from agentd.store.db import AgentStore
-from agentd.store.transcripts import StoredThread, load_active_thread
+from agentd.store.transcripts import StoredThread, load_messages_page, load_thread_header
 
 
 class ConversationLocks:
@@ -43,20 +43,58 @@ class ConversationLocks:
 
 
 class HotThreads:
-    """LRU of the active threads of recently used conversations."""
+    """LRU of the active threads of recently used conversations.
+
+    A thread not in memory is loaded in pages, each its own short job on the
+    shared store thread, so loading one 10,000-message thread never stalls
+    other agents' commits for the whole load. Concurrent loads of one key
+    share a single load: two copies of a hot thread would silently diverge.
+    """
+
+    PAGE = 500
 
     def __init__(self, store: AgentStore, capacity: int = 2000):
         self._store = store
         self._capacity = capacity
         self._threads: OrderedDict[str, StoredThread] = OrderedDict()
+        self._loading: dict[str, asyncio.Future[StoredThread]] = {}
 
     async def get(self, key: str) -> StoredThread:
         thread = self._threads.get(key)
         if thread is not None:
             self._threads.move_to_end(key)
             return thread
-        thread = await self._store.read(lambda conn: load_active_thread(conn, key))
+        pending = self._loading.get(key)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        future: asyncio.Future[StoredThread] = asyncio.get_running_loop().create_future()
+        self._loading[key] = future
+        try:
+            thread = await self._load(key)
+        except BaseException as e:
+            future.set_exception(e)
+            future.exception()  # retrieved: a load nobody else awaited must not warn
+            raise
+        finally:
+            del self._loading[key]
         self.put(thread)
+        future.set_result(thread)
+        return thread
+
+    async def _load(self, key: str) -> StoredThread:
+        thread = await self._store.read(lambda conn: load_thread_header(conn, key))
+        if thread.id is None:
+            return thread
+        thread_id, after = thread.id, 0
+        while True:
+            page = await self._store.read(
+                lambda conn, after=after: load_messages_page(conn, thread_id, after, self.PAGE)  # type: ignore[misc]
+            )
+            thread.messages.extend(page)
+            if len(page) < self.PAGE:
+                break
+            after = page[-1].seq
+        thread.recount()
         return thread
 
     def peek(self, key: str) -> StoredThread | None:

@@ -29,20 +29,58 @@ from agentd.store.migrations import migrate
 
 T = TypeVar("T")
 Job = Callable[[sqlite3.Connection], Any]
+Outcome = tuple["asyncio.Future[Any]", Any, "BaseException | None"]
 log = logging.getLogger(__name__)
 
 
 class StoreExecutor:
-    """The one thread every agent file's SQL runs on."""
+    """The one thread every agent file's SQL runs on, and the queue of files with writes waiting.
+
+    Writes of all files are drained together: one job on the store thread
+    commits each waiting file's batch (one transaction per file) and wakes the
+    event loop once for all of them. With a hundred busy files a wake-up per
+    file would cost more than the commits themselves (performance.md, G5).
+    """
 
     def __init__(self) -> None:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentd-store")
+        self._lock = threading.Lock()
+        self._dirty: list[AgentStore] = []
+        self._drain_scheduled = False
 
     def submit(self, fn: Callable[[], None]) -> None:
         self._pool.submit(fn)
 
     async def call(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+
+    def enqueue_write(self, store: AgentStore, job: Job, future: asyncio.Future[Any]) -> None:
+        with self._lock:
+            store._pending.append((job, future))
+            if not store._queued:
+                store._queued = True
+                self._dirty.append(store)
+            schedule = not self._drain_scheduled
+            self._drain_scheduled = True
+        if schedule:
+            self._pool.submit(self._drain)
+
+    def _drain(self) -> None:
+        """On the store thread: commit every waiting file's batch, then wake each loop once."""
+        with self._lock:
+            dirty, self._dirty = self._dirty, []
+            self._drain_scheduled = False
+            batches = []
+            for store in dirty:
+                store._queued = False
+                batches.append((store, store._pending))
+                store._pending = []
+        by_loop: dict[asyncio.AbstractEventLoop, list[Outcome]] = {}
+        for store, batch in batches:
+            if batch and store._loop is not None:
+                by_loop.setdefault(store._loop, []).extend(store._commit_batch(batch))
+        for loop, outcomes in by_loop.items():
+            loop.call_soon_threadsafe(_resolve, outcomes)
 
     def shutdown(self) -> None:
         self._pool.shutdown(wait=True)
@@ -80,9 +118,9 @@ class AgentStore:
         self._executor = executor
         self._synchronous = synchronous
         self._conn: sqlite3.Connection | None = None
+        # guarded by the executor's lock: writes waiting, and whether this file is queued to drain
         self._pending: list[tuple[Job, asyncio.Future[Any]]] = []
-        self._pending_lock = threading.Lock()
-        self._flush_scheduled = False
+        self._queued = False
         self._loop: asyncio.AbstractEventLoop | None = None
 
     async def open(self) -> list[str]:
@@ -129,22 +167,13 @@ class AgentStore:
         """Run `job` in a transaction; returns once it is committed (possibly with others)."""
         loop = self._loop or asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
-        with self._pending_lock:
-            self._pending.append((job, future))
-            schedule = not self._flush_scheduled
-            self._flush_scheduled = True
-        if schedule:
-            self._executor.submit(self._flush)
+        self._executor.enqueue_write(self, job, future)
         return await future
 
-    def _flush(self) -> None:
-        """On the store thread: run every queued job in one transaction and commit once."""
-        with self._pending_lock:
-            batch, self._pending = self._pending, []
-            self._flush_scheduled = False
-        if not batch:
-            return
-        outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None]] = []
+    def _commit_batch(self, batch: list[tuple[Job, asyncio.Future[Any]]]) -> list[Outcome]:
+        """On the store thread: run each job in its own SAVEPOINT (a failing job is rolled
+        back alone) inside one transaction, and commit once."""
+        outcomes: list[Outcome] = []
         try:
             conn = self._require()
             conn.execute("BEGIN IMMEDIATE")
@@ -165,8 +194,7 @@ class AgentStore:
                 self._conn.execute("ROLLBACK")
             err = _as_store_error(self.path, e)
             outcomes = [(future, None, err) for _, future in batch]
-        assert self._loop is not None
-        self._loop.call_soon_threadsafe(_resolve, outcomes)
+        return outcomes
 
 
 def _as_store_error(path: Path, e: Exception) -> Exception:
@@ -175,7 +203,7 @@ def _as_store_error(path: Path, e: Exception) -> Exception:
     return e
 
 
-def _resolve(outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None]]) -> None:
+def _resolve(outcomes: list[Outcome]) -> None:
     for future, result, error in outcomes:
         if future.done():  # the waiting task was cancelled; the write still happened
             continue

@@ -38,6 +38,16 @@ class StoredThread:
 
 
 def load_active_thread(conn: sqlite3.Connection, conversation_key: str) -> StoredThread:
+    """The active thread with all its uncompacted messages, in one go (tools, tests, small threads)."""
+    thread = load_thread_header(conn, conversation_key)
+    if thread.id is not None:
+        thread.messages = load_messages_page(conn, thread.id, 0, None)
+        thread.recount()
+    return thread
+
+
+def load_thread_header(conn: sqlite3.Connection, conversation_key: str) -> StoredThread:
+    """The active thread's row and summary, without its messages (see load_messages_page)."""
     row = conn.execute(
         "SELECT id, last_input_tokens, last_tokens_estimated FROM threads"
         " WHERE conversation_key = ? AND status = 'active'",
@@ -51,17 +61,24 @@ def load_active_thread(conn: sqlite3.Connection, conversation_key: str) -> Store
         "SELECT text FROM summaries WHERE thread_id = ? ORDER BY id DESC LIMIT 1", (thread.id,)
     ).fetchone()
     thread.summary = summary[0] if summary else None
-    thread.messages = [
-        StoredMessage(seq, load_message(body), run_id)
-        for seq, body, run_id in conn.execute(
-            "SELECT seq, body, run_id FROM messages WHERE thread_id = ? AND compacted = 0 ORDER BY seq",
-            (thread.id,),
-        )
-    ]
     last = conn.execute("SELECT MAX(seq) FROM messages WHERE thread_id = ?", (thread.id,)).fetchone()[0]
     thread.next_seq = (last or 0) + 1
-    thread.recount()
+    thread.chars = len(thread.summary or "")
     return thread
+
+
+def load_messages_page(
+    conn: sqlite3.Connection, thread_id: int, after_seq: int, limit: int | None
+) -> list[StoredMessage]:
+    """Uncompacted messages with seq > after_seq, in order; at most `limit` (None: all)."""
+    return [
+        StoredMessage(seq, load_message(body), run_id)
+        for seq, body, run_id in conn.execute(
+            "SELECT seq, body, run_id FROM messages WHERE thread_id = ? AND compacted = 0 AND seq > ?"
+            " ORDER BY seq LIMIT ?",
+            (thread_id, after_seq, -1 if limit is None else limit),
+        )
+    ]
 
 
 def create_thread(conn: sqlite3.Connection, conversation_key: str, now: float) -> int:

@@ -1,0 +1,40 @@
+"""Hot threads: loaded in pages, once per key even when asked for concurrently."""
+
+from __future__ import annotations
+
+import asyncio
+
+from agentd.engine.conversations import HotThreads
+from tests.support import Harness, say
+
+
+async def test_concurrent_loads_share_one_thread_object(harness: Harness) -> None:
+    runtime = await harness.runtime("memory: {scope: thread}\n")
+    for i in range(7):
+        await say(runtime)(f"m{i}")
+    runtime = await harness.restart(runtime)
+    first, second = await asyncio.gather(runtime.threads.get("webhook:c1"), runtime.threads.get("webhook:c1"))
+    assert first is second
+    assert [m.message.text for m in first.messages][:2] == ["m0", first.messages[1].message.text]
+
+
+async def test_a_long_thread_loads_in_pages(harness: Harness, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    runtime = await harness.runtime("memory: {scope: thread}\n")
+    for i in range(12):
+        await say(runtime)(f"m{i}")
+    runtime = await harness.restart(runtime)
+    monkeypatch.setattr(HotThreads, "PAGE", 5)
+    reads = 0
+    original = runtime.store.read
+
+    async def counting(job):  # type: ignore[no-untyped-def]
+        nonlocal reads
+        reads += 1
+        return await original(job)
+
+    monkeypatch.setattr(runtime.store, "read", counting)
+    thread = await runtime.threads.get("webhook:c1")
+    assert [m.seq for m in thread.messages] == list(range(1, 25))
+    assert reads == 1 + 5  # the header, then 24 messages in pages of 5
+    reply = await say(runtime)("after")
+    assert "I see 24 earlier messages" in reply.text
