@@ -31,13 +31,14 @@ from agentd.config.models import MemorySpec
 from agentd.config.strategies import SemanticStrategy
 from agentd.errors import OperatorError, ProviderError
 from agentd.memory.base import MemoryContext, MemoryView, TurnInput, speaker_partition
+from agentd.memory.layers import cached_layer_state, structured_model
 from agentd.memory.patches import PatchRefused, parse_json_answer, rejected_request, render_messages
-from agentd.memory.state import OFFLINE_PREFIX, first_unfolded
+from agentd.memory.state import first_unfolded
 from agentd.memory.tooling import Tool
 from agentd.messages import Message
 from agentd.store.audit import AuditRecord, insert_audit
 from agentd.store.facts import Fact, delete_fact, list_facts, upsert_fact
-from agentd.store.memory_state import LayerState, get_layer_state, put_layer_state
+from agentd.store.memory_state import LayerState, put_layer_state
 from agentd.store.runs import RunRecord, insert_run
 from agentd.store.transcripts import StoredMessage, StoredThread
 
@@ -180,20 +181,11 @@ class SemanticMemory:
         self.instructions = f"{spec.extractor.strip()}\n\n{EXTRACTION_CONTRACT}"
 
     def model(self, ctx: MemoryContext) -> str | None:
-        ref = ctx.memory_model(self.spec.model)
-        return None if ref is None or ref.startswith(OFFLINE_PREFIX) else ref
+        """The fold/extraction model; None: there is none that can write structured memory."""
+        return structured_model(ctx, self.spec.model)
 
     async def layer_state(self, ctx: MemoryContext, thread: StoredThread) -> LayerState:
-        cached = thread.layers.get(self.layer)
-        if isinstance(cached, LayerState):
-            return cached
-        thread_id = thread.id
-        if thread_id is None:
-            state = LayerState()
-        else:
-            state = await ctx.store.read(lambda conn: get_layer_state(conn, thread_id, self.layer))
-        thread.layers[self.layer] = state
-        return state
+        return await cached_layer_state(ctx, thread, self.layer)
 
     # -- what the model sees -----------------------------------------------------------
 

@@ -35,6 +35,7 @@ from agentd.config.models import MemorySpec
 from agentd.config.strategies import StateStrategy
 from agentd.errors import OperatorError, ProviderError
 from agentd.memory.base import MemoryContext, MemoryView, TurnInput
+from agentd.memory.layers import cached_layer_state, structured_model
 from agentd.memory.patches import (
     FoldResult,
     PatchRefused,
@@ -46,14 +47,13 @@ from agentd.memory.patches import (
 from agentd.memory.tooling import Tool
 from agentd.messages import MESSAGE_ADAPTER, Message
 from agentd.store.audit import AuditRecord, insert_audit
-from agentd.store.memory_state import LayerState, get_layer_state, put_layer_state
+from agentd.store.memory_state import LayerState, put_layer_state
 from agentd.store.runs import RunRecord, insert_run
 from agentd.store.transcripts import StoredMessage, StoredThread
 
 log = logging.getLogger(__name__)
 
 AUDIT_KIND = "fold"
-OFFLINE_PREFIX = "offline/"
 
 FOLD_INSTRUCTIONS = """\
 You maintain Σ, the state of a conversation, for an assistant that will not see the transcript: \
@@ -134,23 +134,11 @@ class StateMemory:
     # -- state and model ---------------------------------------------------------------
 
     def model(self, ctx: MemoryContext) -> str | None:
-        """The fold model (strategy model > memory_extractor_model > the agent's); None: degrade."""
-        ref = ctx.memory_model(self.spec.model)
-        # the offline model only echoes what it is given: it cannot write a patch
-        return None if ref is None or ref.startswith(OFFLINE_PREFIX) else ref
+        """The fold/extraction model; None: there is none that can write structured memory."""
+        return structured_model(ctx, self.spec.model)
 
     async def layer_state(self, ctx: MemoryContext, thread: StoredThread) -> LayerState:
-        """Σ and the cursor, from the thread's cache or the agent's file."""
-        cached = thread.layers.get(self.layer)
-        if isinstance(cached, LayerState):
-            return cached
-        thread_id = thread.id
-        if thread_id is None:
-            state = LayerState()
-        else:
-            state = await ctx.store.read(lambda conn: get_layer_state(conn, thread_id, self.layer))
-        thread.layers[self.layer] = state
-        return state
+        return await cached_layer_state(ctx, thread, self.layer)
 
     def sigma(self, state: LayerState) -> dict[str, Any]:
         stored = state.data.get("sigma") or {}
