@@ -3,6 +3,9 @@
     python bench/recall.py            # 1k, 10k, 100k episodes (~2-3 min on 2 cores)
     python bench/recall.py --quick    # 1k and 10k only, fewer questions (~20 s)
 
+Then it runs bench/tokens.py (tokens sent per turn over a 500-turn conversation
+per memory strategy, against full replay; skip with --no-tokens).
+
 Prints markdown tables on stdout (progress on stderr) and writes the numbers
 to bench/results/recall-<timestamp>.json.
 
@@ -38,6 +41,7 @@ import os
 import platform
 import random
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -377,9 +381,17 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="1k and 10k episodes, 100 questions")
+    ap.add_argument(
+        "--no-tokens", action="store_true", help="skip the tokens-per-turn table (bench/tokens.py)"
+    )
     args = ap.parse_args()
     results = asyncio.run(run(args))
     print(table(results))
+    if not args.no_tokens:
+        # The second half: tokens sent per turn over a 500-turn conversation, per strategy.
+        subprocess.run(
+            [sys.executable, str(Path(__file__).with_name("tokens.py")), "--turns", "500"], check=True
+        )
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"recall-{time.strftime('%Y%m%d-%H%M%S')}.json"
     machine = {"python": platform.python_version(), "cpus": os.cpu_count(), "numpy": np.__version__}
