@@ -96,3 +96,19 @@ async def test_sql_errors_become_store_errors(store: AgentStore) -> None:
         await store.write(lambda c: c.execute("INSERT INTO nowhere VALUES (1)"))
     with pytest.raises(StoreError):
         await store.read(lambda c: c.execute("SELECT * FROM nowhere"))
+
+
+async def test_a_lone_failing_job_leaves_nothing_behind(store: AgentStore) -> None:
+    def job(conn: sqlite3.Connection) -> None:
+        conn.execute("INSERT INTO identity (key, value) VALUES ('half', 'done')")
+        raise ValueError("refused")
+
+    with pytest.raises(ValueError, match="refused"):
+        await store.write(job)
+    assert (
+        await store.read(
+            lambda c: c.execute("SELECT COUNT(*) FROM identity WHERE key = 'half'").fetchone()[0]
+        )
+        == 0
+    )
+    assert await store.write(lambda c: c.execute("SELECT 1").fetchone()[0]) == 1  # and the file still works

@@ -173,6 +173,8 @@ class AgentStore:
     def _commit_batch(self, batch: list[tuple[Job, asyncio.Future[Any]]]) -> list[Outcome]:
         """On the store thread: run each job in its own SAVEPOINT (a failing job is rolled
         back alone) inside one transaction, and commit once."""
+        if len(batch) == 1:
+            return [self._commit_one(*batch[0])]
         outcomes: list[Outcome] = []
         try:
             conn = self._require()
@@ -195,6 +197,19 @@ class AgentStore:
             err = _as_store_error(self.path, e)
             outcomes = [(future, None, err) for _, future in batch]
         return outcomes
+
+    def _commit_one(self, job: Job, future: asyncio.Future[Any]) -> Outcome:
+        """A lone job needs no savepoint: its transaction is its own."""
+        try:
+            conn = self._require()
+            conn.execute("BEGIN IMMEDIATE")
+            result = job(conn)
+            conn.execute("COMMIT")
+            return (future, result, None)
+        except Exception as e:
+            if self._conn is not None and self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")
+            return (future, None, _as_store_error(self.path, e))
 
 
 def _as_store_error(path: Path, e: Exception) -> Exception:
