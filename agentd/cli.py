@@ -166,8 +166,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
     if not path.exists():
         print(f"agentd: no agent file {path}", file=sys.stderr)
         return 1
-    spec = parse_agent(path)
     settings = parse_daemon(args.config if args.config is not None else args.agents.parent / "agentd.yaml")
+    spec = parse_agent(path, default_model=settings.defaults.model)
     key = f"repl:{args.session}"
 
     async def go() -> None:
@@ -287,8 +287,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     if not data_file.exists():  # opening it would create an empty file
         print(f"agentd: no data file {data_file} (has agent {args.agent!r} run yet?)", file=sys.stderr)
         return 1
-    spec = parse_agent(path)
     settings = parse_daemon(args.config if args.config is not None else args.agents.parent / "agentd.yaml")
+    spec = parse_agent(path, default_model=settings.defaults.model)
 
     async def go() -> dict[str, Any]:
         # The agent opened in-process, as the daemon would, so each strategy describes itself.

@@ -327,7 +327,7 @@ class Daemon:
     async def _load(self, entry: AgentEntry) -> None:
         reloading = entry.runtime is not None
         try:
-            spec = parse_agent(entry.path)
+            spec = parse_agent(entry.path, default_model=self.settings.defaults.model)
             self.providers.check(spec.model.name)
             if spec.model.small:
                 self.providers.check(spec.model.small)

@@ -144,3 +144,16 @@ def test_example_agents_are_valid() -> None:
     assert not result.errors, result.errors
     names = {a.name for a in result.agents}
     assert {"assistant", "webhook-handler"} <= names
+
+
+def test_daemon_defaults_give_agents_without_a_model_their_model(tmp_path: Path) -> None:
+    agents = tmp_path / "agents"
+    agents.mkdir()
+    (agents / "plain.yaml").write_text("purpose: hi\n")
+    (agents / "own.yaml").write_text("model: anthropic/claude-x\n")
+    (tmp_path / "agentd.yaml").write_text("defaults:\n  model: openai/gpt-4.1-mini\n")
+    result = check_dir(agents, tmp_path / "agentd.yaml")
+    assert {a.name: a.model.name for a in result.agents} == {
+        "plain": "openai/gpt-4.1-mini",
+        "own": "anthropic/claude-x",
+    }

@@ -225,8 +225,16 @@ def _describe(err: Any) -> str:
     )
 
 
-def parse_agent(path: Path, text: str | None = None, env: Mapping[str, str] | None = None) -> AgentSpec:
-    """Load one agent file; the agent's name is the file stem. Raises ConfigError."""
+def parse_agent(
+    path: Path,
+    text: str | None = None,
+    env: Mapping[str, str] | None = None,
+    default_model: str | None = None,
+) -> AgentSpec:
+    """Load one agent file; the agent's name is the file stem. Raises ConfigError.
+
+    An agent without `model:` gets `default_model` (agentd.yaml's defaults.model), else offline.
+    """
     file = str(path)
     text = path.read_text(encoding="utf-8") if text is None else text
     located = _to_python(file, text, os.environ if env is None else env)
@@ -239,8 +247,11 @@ def parse_agent(path: Path, text: str | None = None, env: Mapping[str, str] | No
         raise ConfigError(
             [ConfigProblem(file, line, col, "unknown key 'name': an agent's name is its file name")]
         )
+    data = {**located.data, "name": path.stem}
+    if "model" not in data and default_model:
+        data["model"] = default_model
     try:
-        return AgentSpec.model_validate({**located.data, "name": path.stem})
+        return AgentSpec.model_validate(data)
     except ValidationError as e:
         problems = _problems(file, located, e, AgentSpec)
         for p in problems:
@@ -279,9 +290,10 @@ def check_dir(agents_dir: Path, daemon_file: Path | None = None) -> CheckResult:
     """Validate agentd.yaml (if any) and every agent file, collecting every error."""
     agents: list[AgentSpec] = []
     errors: list[ConfigError] = []
+    default_model = None
     if daemon_file is not None:
         try:
-            parse_daemon(daemon_file)
+            default_model = parse_daemon(daemon_file).defaults.model
         except ConfigError as e:
             errors.append(e)
     if not agents_dir.is_dir():
@@ -291,7 +303,7 @@ def check_dir(agents_dir: Path, daemon_file: Path | None = None) -> CheckResult:
         return CheckResult(agents, errors)
     for path in agent_files(agents_dir):
         try:
-            agents.append(parse_agent(path))
+            agents.append(parse_agent(path, default_model=default_model))
         except ConfigError as e:
             errors.append(e)
         except OSError as e:
