@@ -157,3 +157,10 @@ def test_daemon_defaults_give_agents_without_a_model_their_model(tmp_path: Path)
         "plain": "openai/gpt-4.1-mini",
         "own": "anthropic/claude-x",
     }
+
+
+def test_an_empty_token_means_no_token(tmp_path: Path) -> None:
+    path = tmp_path / "agentd.yaml"
+    path.write_text('http: {token: "${AGENTD_TOKEN:-}"}\n')
+    assert parse_daemon(path, env={}).http.token is None
+    assert parse_daemon(path, env={"AGENTD_TOKEN": "t0k"}).http.token == "t0k"

@@ -140,6 +140,12 @@ class HttpSpec(Spec):
     token: str | None = None
     max_body_bytes: int = Field(default=256_000, gt=0)
 
+    @field_validator("token")
+    @classmethod
+    def _empty_is_none(cls, v: str | None) -> str | None:
+        # `token: "${AGENTD_TOKEN:-}"` with the variable unset means: no token
+        return v or None
+
 
 class StoreSpec(Spec):
     # NORMAL: an OS crash may lose the last commits but never corrupts; a killed
