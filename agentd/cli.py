@@ -90,6 +90,10 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--config", type=Path, default=None)
     check.set_defaults(func=cmd_check)
 
+    schema = sub.add_parser("schema", help="print the JSON schema of an agent file (or of agentd.yaml)")
+    schema.add_argument("which", nargs="?", choices=["agent", "daemon"], default="agent")
+    schema.set_defaults(func=cmd_schema)
+
     audit = sub.add_parser("audit", help="print an agent's audit trail")
     audit.add_argument("agent")
     audit.add_argument("--kind", default=None)
@@ -139,6 +143,22 @@ def cmd_run(args: argparse.Namespace) -> int:
         await daemon.serve()
 
     asyncio.run(go())
+    return 0
+
+
+def schema_text(which: str) -> str:
+    from agentd.config.models import AgentSpec, DaemonSpec
+
+    schema = (AgentSpec if which == "agent" else DaemonSpec).model_json_schema()
+    if which == "agent":
+        # the name is the file name, never a key in the file
+        schema["properties"].pop("name", None)
+        schema["required"] = [r for r in schema.get("required", []) if r != "name"]
+    return json.dumps(schema, indent=2, sort_keys=True) + "\n"
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    sys.stdout.write(schema_text(args.which))
     return 0
 
 
