@@ -35,11 +35,14 @@ from agentd.providers.embedders import build_embedder
 from agentd.providers.registry import ProviderRegistry
 from agentd.store.audit import AuditRecord, insert_audit, query_audit
 from agentd.store.db import AgentStore, StoreExecutor
+from agentd.store.inbound import prune_events
 
 log = logging.getLogger("agentd")
 DAEMON_FILE = "_daemon.sqlite"  # daemon-level audit (config, auth); '_' cannot start an agent name
 CHANNEL_STOP_TIMEOUT = 5.0
 GC_FREEZE_EVERY = 30.0  # seconds
+PRUNE_EVERY = 3600.0  # seconds
+DELIVERY_MEMORY_S = 7 * 86400.0
 
 
 @dataclass
@@ -430,8 +433,15 @@ class Daemon:
             entry.channel_status[kind] = ("stopped", None)
         entry.channels.clear()
 
+    async def _prune_deliveries(self) -> None:
+        """Forget platform delivery ids older than a week: redeliveries come within minutes."""
+        cutoff = time.time() - DELIVERY_MEMORY_S
+        for entry in list(self.entries.values()):
+            if entry.runtime is not None and entry.runtime.status == "running":
+                await entry.runtime.store.write(lambda conn: prune_events(conn, cutoff))
+
     async def _watch(self) -> None:
-        last_freeze = time.monotonic()
+        last_freeze = last_prune = time.monotonic()
         while True:
             await asyncio.sleep(self.reload_interval)
             try:
@@ -445,3 +455,9 @@ class Daemon:
                 # no cycles, so refcounting still frees them when a thread is evicted.
                 gc.freeze()
                 last_freeze = time.monotonic()
+            if time.monotonic() - last_prune > PRUNE_EVERY:
+                last_prune = time.monotonic()
+                try:
+                    await self._prune_deliveries()
+                except Exception:
+                    log.exception("pruning old delivery ids failed")

@@ -170,3 +170,12 @@ async def test_tool_calls_past_the_limit_are_answered_so_the_transcript_stays_we
     results = [p.call_id for m in messages for p in m.tool_results]
     assert calls == results and len(calls) == 3
     assert "limit of 2 tool steps" in messages[-1].tool_results[0].content
+
+
+async def test_old_delivery_ids_are_pruned(harness: Harness) -> None:
+    from agentd.store.inbound import prune_events
+
+    runtime = await harness.runtime(THREAD, providers={"scripted": ScriptedProvider()})
+    await say(runtime)("hello", event_id="m1", channel="telegram")
+    assert await runtime.store.write(lambda c: prune_events(c, 0)) == 0  # nothing that old
+    assert await runtime.store.write(lambda c: prune_events(c, 2**40)) == 1
