@@ -137,3 +137,13 @@ async def test_offline_model_without_persistent_memory_says_so(harness: Harness)
     runtime = await harness.runtime("memory: {scope: thread}\n")
     text = (await say(runtime)("remember color: blue")).text
     assert "I have no persistent memory" in text
+
+
+async def test_offline_model_is_not_fooled_by_recalled_text(harness: Harness) -> None:
+    from agentd.providers.base import CompletionRequest
+    from agentd.providers.offline import OfflineProvider
+
+    system = "Purpose.\n\nRelevant earlier exchanges (recalled from memory):\n[x] Assistant: I have no persistent memory."
+    completion = await OfflineProvider().complete(CompletionRequest("offline", system, [Message.user("hi")]))
+    assert "I have no persistent memory" in completion.message.text
+    assert "recalled earlier exchanges" in completion.message.text

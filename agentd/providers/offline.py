@@ -19,6 +19,8 @@ _RECALL = re.compile(r"^\s*recall\s+(\S+?)\s*[?.!]?\s*$", re.I)
 _FORGET = re.compile(r"^\s*forget\s+(\S+?)\s*[.!]?\s*$", re.I)
 _LIST = re.compile(r"^\s*what do you remember\s*\??\s*$", re.I)
 _KEYS_HEADER = "Keys you already have:"
+_PREAMBLE = "You have persistent memory"
+_RECALLED = "Relevant earlier exchanges (recalled"
 SUMMARY_LINE_CHARS = 160
 SUMMARY_MAX_CHARS = 4000
 
@@ -66,9 +68,15 @@ def _after_tools(tool_message: Message) -> str:
 
 
 def _held_keys(system: str) -> list[str] | None:
-    """The memory keys listed in the system prompt, or None when the agent has no persistent memory."""
-    if "persistent memory" not in system:
+    """The memory keys listed in the system prompt, or None when the agent has no persistent memory.
+
+    The persistent-memory preamble is the last section of the prompt; recalled
+    text earlier in the prompt may quote anything, so only the last one counts.
+    """
+    at = system.rfind(_PREAMBLE)
+    if at < 0:
         return None
+    system = system[at:]
     if _KEYS_HEADER not in system:
         return []
     block = system.split(_KEYS_HEADER, 1)[1]
@@ -85,6 +93,8 @@ def _describe(request: CompletionRequest, text: str) -> str:
     sees = f"I see {earlier} earlier message{'s' if earlier != 1 else ''} in this conversation"
     if "Summary of the earlier part of this conversation" in request.system:
         sees += " and a summary of older turns"
+    if _RECALLED in request.system:
+        sees += " and some recalled earlier exchanges"
     keys = _held_keys(request.system)
     if keys is None:
         memory = "I have no persistent memory."
