@@ -31,3 +31,15 @@ async def cached_layer_state(ctx: MemoryContext, thread: StoredThread, layer: st
         state = await ctx.store.read(lambda conn: get_layer_state(conn, thread_id, layer))
     thread.layers[layer] = state
     return state
+
+
+def cursor_behind(thread: StoredThread, layer: str) -> bool:
+    """Whether the thread has messages past the layer's cursor (cheap: settle_due's check).
+
+    A layer whose state is not loaded yet (a restart, an evicted thread) counts as behind:
+    settle loads it and finds out.
+    """
+    if thread.id is None or not thread.messages:
+        return False
+    state = thread.layers.get(layer)
+    return not isinstance(state, LayerState) or thread.messages[-1].seq > state.upto_seq

@@ -31,7 +31,7 @@ from agentd.config.models import MemorySpec
 from agentd.config.strategies import SemanticStrategy
 from agentd.errors import OperatorError, ProviderError
 from agentd.memory.base import MemoryContext, MemoryView, TurnInput, speaker_partition
-from agentd.memory.layers import cached_layer_state, structured_model
+from agentd.memory.layers import cached_layer_state, cursor_behind, structured_model
 from agentd.memory.patches import PatchRefused, parse_json_answer, rejected_request, render_messages
 from agentd.memory.state import first_unfolded
 from agentd.memory.tooling import Tool
@@ -201,10 +201,7 @@ class SemanticMemory:
     # -- extraction --------------------------------------------------------------------
 
     def settle_due(self, thread: StoredThread) -> bool:
-        if thread.id is None or not thread.messages:
-            return False
-        state = thread.layers.get(self.layer)
-        return not isinstance(state, LayerState) or thread.messages[-1].seq > state.upto_seq
+        return cursor_behind(thread, self.layer)
 
     async def settle(self, ctx: MemoryContext, thread: StoredThread, run_id: str | None) -> None:
         if thread.id is None:

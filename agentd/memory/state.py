@@ -35,7 +35,7 @@ from agentd.config.models import MemorySpec
 from agentd.config.strategies import StateStrategy
 from agentd.errors import OperatorError, ProviderError
 from agentd.memory.base import MemoryContext, MemoryView, TurnInput
-from agentd.memory.layers import cached_layer_state, structured_model
+from agentd.memory.layers import cached_layer_state, cursor_behind, structured_model
 from agentd.memory.patches import (
     FoldResult,
     PatchRefused,
@@ -205,11 +205,7 @@ class StateMemory:
     # -- the fold ----------------------------------------------------------------------
 
     def settle_due(self, thread: StoredThread) -> bool:
-        if thread.id is None or not thread.messages:
-            return False
-        state = thread.layers.get(self.layer)
-        # not loaded yet (a restart, an evicted thread): settle loads it and finds out
-        return not isinstance(state, LayerState) or thread.messages[-1].seq > state.upto_seq
+        return cursor_behind(thread, self.layer)
 
     async def settle(self, ctx: MemoryContext, thread: StoredThread, run_id: str | None) -> None:
         if thread.id is None:
