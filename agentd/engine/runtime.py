@@ -18,6 +18,7 @@ from agentd.memory.base import MemoryStrategy, ModelCall
 from agentd.memory.compaction import CompactionOutcome, compact_thread
 from agentd.memory.persistent import PersistentMemory
 from agentd.memory.registry import strategy_for
+from agentd.memory.tooling import Tool
 from agentd.messages import Message, estimate_tokens
 from agentd.providers.base import CompletionRequest, Embedder, ModelProvider
 from agentd.providers.registry import ProviderRegistry
@@ -57,6 +58,7 @@ class AgentRuntime:
         # other agents of the daemon, for sub-agent tools (set by the daemon)
         self.peers: Callable[[str], AgentRuntime | None] = lambda name: None
         self._strategies: tuple[AgentSpec, MemoryStrategy] | None = None
+        self.tools_cache: tuple[AgentSpec, list[Tool]] | None = None  # see engine.turn.agent_tools
         self.status = "starting"
         self.last_error: str | None = None
         self.started_at = time.time()

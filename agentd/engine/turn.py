@@ -54,13 +54,17 @@ def agent_tools(runtime: AgentRuntime, spec: AgentSpec) -> list[Tool]:
     """The tools every turn of this definition gets (memory tools, sub-agents)."""
     from agentd.engine.subagents import subagent_tools
 
-    tools: list[Tool] = []
-    if spec.memory.persistent:
-        tools += memory_tools(
-            runtime.memory, lambda call: persistent_scope(spec, call.conversation_key, call.user_id)
-        )
-    tools += subagent_tools(runtime, spec)
-    return tools
+    cached = runtime.tools_cache
+    if cached is None or cached[0] is not spec:
+        # Memory tools depend only on the definition: built once per definition, not per turn.
+        built: list[Tool] = []
+        if spec.memory.persistent:
+            built = memory_tools(
+                runtime.memory, lambda call: persistent_scope(spec, call.conversation_key, call.user_id)
+            )
+        cached = runtime.tools_cache = (spec, built)
+    # Sub-agent tools describe peers, which reload on their own: built per turn (none: free).
+    return [*cached[1], *subagent_tools(runtime, spec)] if spec.subagents else cached[1]
 
 
 async def run_turn(
