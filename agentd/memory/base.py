@@ -145,3 +145,16 @@ class MemoryStrategy(Protocol):
     async def inspect(self, ctx: MemoryContext, thread: StoredThread) -> dict[str, Any]:
         """For the inspector: what this memory will give the model next, with its own details."""
         ...
+
+
+class StrategyDefaults:
+    """What most strategies do for the optional parts of the seam: no tools, no after-run work."""
+
+    def tools(self, ctx: MemoryContext, thread: StoredThread, turn: TurnInput) -> Sequence[Tool]:
+        return ()
+
+    def settle_due(self, thread: StoredThread) -> bool:
+        return False
+
+    async def settle(self, ctx: MemoryContext, thread: StoredThread, run_id: str | None) -> None:
+        return None

@@ -30,11 +30,10 @@ from typing import Any
 from agentd.config.models import MemorySpec
 from agentd.config.strategies import SemanticStrategy
 from agentd.errors import OperatorError, ProviderError
-from agentd.memory.base import MemoryContext, MemoryView, TurnInput, speaker_partition
+from agentd.memory.base import MemoryContext, MemoryView, StrategyDefaults, TurnInput, speaker_partition
 from agentd.memory.layers import cached_layer_state, cursor_behind, structured_model
 from agentd.memory.patches import PatchRefused, parse_json_answer, rejected_request, render_messages
 from agentd.memory.state import first_unfolded
-from agentd.memory.tooling import Tool
 from agentd.messages import Message
 from agentd.store.audit import AuditRecord, insert_audit
 from agentd.store.facts import Fact, delete_fact, list_facts, upsert_fact
@@ -169,7 +168,7 @@ def speaker_groups(
     return groups
 
 
-class SemanticMemory:
+class SemanticMemory(StrategyDefaults):
     """Facts per speaker, extracted after each run; see the module docstring."""
 
     kind = "semantic"
@@ -194,9 +193,6 @@ class SemanticMemory:
         facts = await ctx.store.read(lambda conn: list_facts(conn, partition, SHOWN_FACTS))
         notes = (NO_MODEL_NOTE,) if self.model(ctx) is None else ()
         return MemoryView(system_sections=[facts_section(facts)] if facts else [], notes=notes)
-
-    def tools(self, ctx: MemoryContext, thread: StoredThread, turn: TurnInput) -> Sequence[Tool]:
-        return ()
 
     # -- extraction --------------------------------------------------------------------
 

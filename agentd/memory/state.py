@@ -34,7 +34,7 @@ from typing import Any
 from agentd.config.models import MemorySpec
 from agentd.config.strategies import StateStrategy
 from agentd.errors import OperatorError, ProviderError
-from agentd.memory.base import MemoryContext, MemoryView, TurnInput
+from agentd.memory.base import MemoryContext, MemoryView, StrategyDefaults, TurnInput
 from agentd.memory.layers import cached_layer_state, cursor_behind, structured_model
 from agentd.memory.patches import (
     FoldResult,
@@ -44,7 +44,6 @@ from agentd.memory.patches import (
     render_messages,
     sigma_json,
 )
-from agentd.memory.tooling import Tool
 from agentd.messages import MESSAGE_ADAPTER, Message
 from agentd.store.audit import AuditRecord, insert_audit
 from agentd.store.memory_state import LayerState, put_layer_state
@@ -115,7 +114,7 @@ def dump(stored: Sequence[StoredMessage]) -> list[dict[str, Any]]:
     ]
 
 
-class StateMemory:
+class StateMemory(StrategyDefaults):
     """Σ folded once per run from the messages after its cursor; see the module docstring."""
 
     kind = "state"
@@ -198,9 +197,6 @@ class StateMemory:
             )
         value = sigma_json(sigma) if sigma else "{} (nothing kept yet)"
         return f"{head}\nIt keeps: {self.spec.spec.strip()}\nFields: {fields}\nΣ = {value}"
-
-    def tools(self, ctx: MemoryContext, thread: StoredThread, turn: TurnInput) -> Sequence[Tool]:
-        return ()
 
     # -- the fold ----------------------------------------------------------------------
 

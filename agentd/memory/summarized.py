@@ -34,9 +34,8 @@ from typing import Any
 from agentd.config.models import MemorySpec
 from agentd.config.strategies import SummarizedStrategy
 from agentd.errors import OperatorError, ProviderError
-from agentd.memory.base import MemoryContext, MemoryView, TurnInput
+from agentd.memory.base import MemoryContext, MemoryView, StrategyDefaults, TurnInput
 from agentd.memory.compaction import render_for_summary, verbatim_tail_start
-from agentd.memory.tooling import Tool
 from agentd.messages import MESSAGE_ADAPTER, Message
 from agentd.store.audit import AuditRecord, insert_audit
 from agentd.store.memory_state import LayerState, get_layer_state, put_layer_state
@@ -96,7 +95,7 @@ def count_foldable(messages: Sequence[StoredMessage], upto_seq: int, enough: int
     return count
 
 
-class SummarizedMemory:
+class SummarizedMemory(StrategyDefaults):
     kind = "summarized"
     keeps_transcript = True
 
@@ -138,9 +137,6 @@ class SummarizedMemory:
         shown = [m.message for m in since(thread.messages, state.upto_seq)]
         chars = sum(len(s) for s in sections) + sum(m.char_count() for m in shown)
         return MemoryView(system_sections=sections, messages=shown, chars=chars)
-
-    def tools(self, ctx: MemoryContext, thread: StoredThread, turn: TurnInput) -> Sequence[Tool]:
-        return ()
 
     def settle_due(self, thread: StoredThread) -> bool:
         state = self._cached(thread)

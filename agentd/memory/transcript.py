@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from agentd.config.models import MemorySpec
 from agentd.config.strategies import FullStrategy, NoneStrategy
-from agentd.memory.base import MemoryContext, MemoryView, TurnInput
+from agentd.memory.base import MemoryContext, MemoryView, StrategyDefaults, TurnInput
 from agentd.memory.compaction import compact_thread
-from agentd.memory.tooling import Tool
 from agentd.messages import MESSAGE_ADAPTER, MessageSequence
 from agentd.store.transcripts import StoredThread
 
 SUMMARY_HEADING = "Summary of the earlier part of this conversation (older turns were compacted):"
 
 
-class NoHistory:
+class NoHistory(StrategyDefaults):
     """none — every run starts blank: the purpose and the new message."""
 
     kind = "none"
@@ -30,20 +28,11 @@ class NoHistory:
     async def view(self, ctx: MemoryContext, thread: StoredThread, turn: TurnInput) -> MemoryView:
         return MemoryView()
 
-    def tools(self, ctx: MemoryContext, thread: StoredThread, turn: TurnInput) -> Sequence[Tool]:
-        return ()
-
-    def settle_due(self, thread: StoredThread) -> bool:
-        return False
-
-    async def settle(self, ctx: MemoryContext, thread: StoredThread, run_id: str | None) -> None:
-        return None
-
     async def inspect(self, ctx: MemoryContext, thread: StoredThread) -> dict[str, Any]:
         return {"kind": self.kind, "layer": self.layer, "sees": "nothing: every run starts blank"}
 
 
-class FullTranscript:
+class FullTranscript(StrategyDefaults):
     """full (and scope: thread) — the whole transcript, compacted once the context crosses the threshold."""
 
     kind = "full"
@@ -64,9 +53,6 @@ class FullTranscript:
         return MemoryView(
             system_sections=sections, messages=MessageSequence(thread.messages), chars=thread.chars
         )
-
-    def tools(self, ctx: MemoryContext, thread: StoredThread, turn: TurnInput) -> Sequence[Tool]:
-        return ()
 
     def settle_due(self, thread: StoredThread) -> bool:
         # The trigger reads the last model call of the last run only (reset by compaction),

@@ -21,8 +21,7 @@ from typing import Any
 
 from agentd.config.models import MemorySpec
 from agentd.config.strategies import WindowStrategy
-from agentd.memory.base import MemoryContext, MemoryView, TurnInput
-from agentd.memory.tooling import Tool
+from agentd.memory.base import MemoryContext, MemoryView, StrategyDefaults, TurnInput
 from agentd.messages import MESSAGE_ADAPTER
 from agentd.store.transcripts import StoredMessage, StoredThread
 
@@ -38,7 +37,7 @@ def window_start(messages: Sequence[StoredMessage], size: int) -> int:
     return start
 
 
-class WindowMemory:
+class WindowMemory(StrategyDefaults):
     """The last N messages; nothing to do after a run, nothing persisted besides the transcript."""
 
     kind = "window"
@@ -55,15 +54,6 @@ class WindowMemory:
     async def view(self, ctx: MemoryContext, thread: StoredThread, turn: TurnInput) -> MemoryView:
         shown = [m.message for m in self.window(thread)]
         return MemoryView(messages=shown, chars=sum(m.char_count() for m in shown))
-
-    def tools(self, ctx: MemoryContext, thread: StoredThread, turn: TurnInput) -> Sequence[Tool]:
-        return ()
-
-    def settle_due(self, thread: StoredThread) -> bool:
-        return False
-
-    async def settle(self, ctx: MemoryContext, thread: StoredThread, run_id: str | None) -> None:
-        return None
 
     async def inspect(self, ctx: MemoryContext, thread: StoredThread) -> dict[str, Any]:
         shown = self.window(thread)
