@@ -135,7 +135,6 @@ async def _reset(
     if thread.id is None:
         return CommandResult("There is no transcript to delete.", "reset", {"deleted_messages": 0})
     thread_id = thread.id
-    deleted: list[int] = []
 
     def after() -> None:
         thread.summary, thread.messages = None, []
@@ -147,7 +146,7 @@ async def _reset(
         "Deleted this conversation's transcript.",
         "reset",
         {"thread": thread_id},
-        effect=lambda conn: deleted.append(delete_transcript(conn, thread_id)),
+        effect=lambda conn: delete_transcript(conn, thread_id),
         after=after,
     )
 
