@@ -46,7 +46,7 @@ class CommandResult:
     text: str
     action: str
     data: dict[str, Any] = field(default_factory=dict)
-    effect: Callable[[Any], None] | None = None  # extra SQL committed with the run and audit rows
+    effect: Callable[[Any], object] | None = None  # extra SQL committed with the run and audit rows
     after: Callable[[], None] | None = None  # hot-state change once committed
     run_id: str | None = None  # when the command produced its own run (compaction)
 
