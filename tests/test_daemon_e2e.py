@@ -16,6 +16,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from agentd.testing.waiting import wait_until
+
 pytestmark = pytest.mark.slow
 
 ASSISTANT = """\
@@ -103,21 +105,12 @@ def daemon(workdir: Path) -> Iterator[DaemonProcess]:
         d.proc.wait()
 
 
-def wait_until(check, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.05)
-    raise AssertionError("condition not met in time")
-
-
-def test_conversation_memory_compaction_and_audit_survive_a_restart(daemon: DaemonProcess) -> None:
+async def test_conversation_memory_compaction_and_audit_survive_a_restart(daemon: DaemonProcess) -> None:
     assert "I see 0 earlier" in daemon.say("hello")["reply"]
     assert daemon.say("remember city: Lisbon")["reply"] == "Remembered city."
     for i in range(6):
         daemon.say(f"message number {i} with some words to grow the context a little")
-    wait_until(
+    await wait_until(
         lambda: any(r["trigger"] == "compaction" for r in daemon.get("/agents/assistant/runs")["runs"])
     )
     assert daemon.stop() == 0  # SIGTERM drains and exits 0
@@ -146,16 +139,16 @@ def test_conversation_memory_compaction_and_audit_survive_a_restart(daemon: Daem
     assert oct(os.stat(daemon.root / "data" / "assistant.sqlite").st_mode & 0o777) == "0o600"
 
 
-def test_hot_reload_add_edit_break_delete(daemon: DaemonProcess) -> None:
+async def test_hot_reload_add_edit_break_delete(daemon: DaemonProcess) -> None:
     agents = daemon.root / "agents"
     (agents / "second.yaml").write_text("purpose: first version\nchannels: {webhook: {}}\n")
-    wait_until(lambda: any(a["name"] == "second" for a in daemon.get("/agents")["agents"]))
+    await wait_until(lambda: any(a["name"] == "second" for a in daemon.get("/agents")["agents"]))
     assert "You said: hi" in daemon.say("hi", agent="second")["reply"]
 
     (agents / "second.yaml").write_text(
         "purpose: second version\nmemory: {scope: thread}\nchannels: {webhook: {}}\n"
     )
-    wait_until(
+    await wait_until(
         lambda: (
             next(a for a in daemon.get("/agents")["agents"] if a["name"] == "second")["memory"]["scope"]
             == "thread"
@@ -163,7 +156,7 @@ def test_hot_reload_add_edit_break_delete(daemon: DaemonProcess) -> None:
     )
 
     (agents / "second.yaml").write_text("purpose: broken\nmemory: {scope: sometimes}\n")
-    wait_until(
+    await wait_until(
         lambda: next(a for a in daemon.get("/agents")["agents"] if a["name"] == "second")["last_error"]
     )
     entry = next(a for a in daemon.get("/agents")["agents"] if a["name"] == "second")
@@ -175,12 +168,12 @@ def test_hot_reload_add_edit_break_delete(daemon: DaemonProcess) -> None:
     assert rejected and rejected[-1]["agent"] == "second"
 
     (agents / "second.yaml").unlink()
-    wait_until(lambda: all(a["name"] != "second" for a in daemon.get("/agents")["agents"]))
+    await wait_until(lambda: all(a["name"] != "second" for a in daemon.get("/agents")["agents"]))
     r = httpx.post(f"{daemon.url}/agents/second/messages", json={"conversation_id": "x", "text": "hi"})
     assert r.status_code == 404
 
 
-def test_kill_9_under_load_loses_no_acknowledged_turn(workdir: Path) -> None:
+async def test_kill_9_under_load_loses_no_acknowledged_turn(workdir: Path) -> None:
     d = DaemonProcess(workdir).start()
     acked: list[tuple[str, str]] = []
     lock = threading.Lock()
@@ -206,7 +199,7 @@ def test_kill_9_under_load_loses_no_acknowledged_turn(workdir: Path) -> None:
     threads = [threading.Thread(target=client, args=(n,)) for n in range(8)]
     for t in threads:
         t.start()
-    wait_until(lambda: len(acked) >= 150, timeout=30)
+    await wait_until(lambda: len(acked) >= 150, timeout=30)
     assert d.proc is not None
     d.proc.send_signal(signal.SIGKILL)
     d.proc.wait()
