@@ -8,7 +8,7 @@ import pytest
 
 from agentd.cli import main
 from agentd.config.loader import check_dir, parse_agent, parse_daemon
-from agentd.config.models import OFFLINE_MODEL
+from agentd.config.refs import OFFLINE_MODEL
 from agentd.errors import ConfigError
 
 

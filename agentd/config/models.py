@@ -9,23 +9,12 @@ from pydantic import Field, field_validator, model_validator
 
 from agentd.config.base import Spec
 from agentd.config.discord import DiscordSpec
+from agentd.config.refs import OFFLINE_MODEL, optional_model_ref
 from agentd.config.slack import SlackSpec
 from agentd.config.strategies import StrategySpec
 from agentd.config.telegram import TelegramSpec
 
 AGENT_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
-_MODEL_REF_RE = re.compile(r"^[A-Za-z0-9_.-]+/\S+$")
-OFFLINE_MODEL = "offline/offline"
-
-
-def normalise_model_ref(value: str) -> str:
-    """`provider/model`; the bare word `offline` names the built-in offline model."""
-    value = value.strip()
-    if value == "offline":
-        return OFFLINE_MODEL
-    if not _MODEL_REF_RE.match(value):
-        raise ValueError(f"expected 'provider/model' (e.g. openai/gpt-4.1-mini, or offline), got {value!r}")
-    return value
 
 
 class ModelSpec(Spec):
@@ -37,7 +26,7 @@ class ModelSpec(Spec):
     @field_validator("name", "small")
     @classmethod
     def _ref(cls, v: str | None) -> str | None:
-        return None if v is None else normalise_model_ref(v)
+        return optional_model_ref(v)
 
     @property
     def provider(self) -> str:
@@ -160,7 +149,7 @@ class DefaultsSpec(Spec):
     @field_validator("model")
     @classmethod
     def _ref(cls, v: str | None) -> str | None:
-        return None if v is None else normalise_model_ref(v)
+        return optional_model_ref(v)
 
 
 class DaemonSpec(Spec):
@@ -176,7 +165,7 @@ class DaemonSpec(Spec):
     @field_validator("embedder", "memory_extractor_model")
     @classmethod
     def _refs(cls, v: str | None) -> str | None:
-        return None if v is None else normalise_model_ref(v)
+        return optional_model_ref(v)
 
     @model_validator(mode="after")
     def _provider_names(self) -> DaemonSpec:

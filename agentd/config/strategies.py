@@ -12,17 +12,12 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator, model_validator
 
 from agentd.config.base import Spec
+from agentd.config.refs import optional_model_ref
 
 DEFAULT_EXTRACTOR = (
     "Extract durable facts about the person and their work from the exchange below: preferences, "
     "names, decisions, constraints, things they own or use. Skip small talk and anything uncertain."
 )
-
-
-def _model_ref(v: str | None) -> str | None:
-    from agentd.config.models import normalise_model_ref  # one rule for every model reference
-
-    return None if v is None else normalise_model_ref(v)
 
 
 class NoneStrategy(Spec):
@@ -51,7 +46,7 @@ class SummarizedStrategy(Spec):
     every: int = Field(default=20, ge=2, le=10_000)
     model: str | None = None
 
-    _ref = field_validator("model")(classmethod(lambda cls, v: _model_ref(v)))
+    _ref = field_validator("model")(classmethod(lambda cls, v: optional_model_ref(v)))
 
 
 class EpisodicStrategy(Spec):
@@ -71,7 +66,7 @@ class SemanticStrategy(Spec):
     extractor: str = DEFAULT_EXTRACTOR
     model: str | None = None
 
-    _ref = field_validator("model")(classmethod(lambda cls, v: _model_ref(v)))
+    _ref = field_validator("model")(classmethod(lambda cls, v: optional_model_ref(v)))
 
 
 class StateField(Spec):
@@ -97,7 +92,7 @@ class StateStrategy(Spec):
     # Without any model to fold with, the strategy degrades to a window of this many recent messages.
     tail_messages: int = Field(default=8, ge=1, le=1000)
 
-    _ref = field_validator("model")(classmethod(lambda cls, v: _model_ref(v)))
+    _ref = field_validator("model")(classmethod(lambda cls, v: optional_model_ref(v)))
 
     @model_validator(mode="after")
     def _unique(self) -> StateStrategy:
