@@ -52,7 +52,21 @@ class ConfigError(OperatorError):
 
 
 class CredentialError(OperatorError):
-    """A provider needs a credential that is not configured."""
+    """A provider needs a key that is not configured; the message names where to set it.
+
+    Like ProviderError it names the provider and the model, so a run that fails
+    on it is recorded the same way; unlike it, retrying cannot help.
+    """
+
+    def __init__(self, *, provider: str, model: str, key_env: str | None):
+        self.provider = provider
+        self.model = model
+        self.key_env = key_env
+        where = f"{key_env} or " if key_env else ""
+        super().__init__(
+            f"provider {provider} (model {model}): no API key: "
+            f"set {where}providers.{provider}.api_key in agentd.yaml"
+        )
 
 
 class RuntimeFault(AgentdError):

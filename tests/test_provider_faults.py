@@ -144,4 +144,8 @@ async def test_missing_key_names_the_variable(
     provider = OpenAIProvider(name="openai", kind="openai", client=client)
     runtime = await runtime_on(harness, provider)
     reply = await say(runtime)("hi")
-    assert "OPENAI_API_KEY" in reply.text
+    assert "OPENAI_API_KEY" in reply.text and reply.error == "provider_error"
+    assert await last_run(runtime) == (
+        "error",
+        "provider openai (model gpt-test): no API key: set OPENAI_API_KEY or providers.openai.api_key in agentd.yaml",
+    )

@@ -12,6 +12,7 @@ import asyncio
 import email.utils
 import json
 import math
+import os
 import random
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ from typing import Any
 
 import httpx
 
-from agentd.errors import ProviderError
+from agentd.errors import CredentialError, ProviderError
 
 # 529 is Anthropic's "overloaded"; 408 is a request the server gave up waiting for.
 RETRYABLE_STATUSES = frozenset({408, 429, 500, 502, 503, 504, 529})
@@ -39,6 +40,17 @@ class Endpoint:
     retry_base_s: float = 0.5
     retry_cap_s: float = 20.0
     retry_after_cap_s: float = 60.0
+
+
+def api_key(endpoint: Endpoint, configured: str | None, model: str) -> str:
+    """The key to send: the configured one, else the endpoint's env var; CredentialError when neither is set.
+
+    The environment is read per call so a key exported after startup is picked up.
+    """
+    key = configured or (os.environ.get(endpoint.key_env) if endpoint.key_env else None)
+    if not key:
+        raise CredentialError(provider=endpoint.provider, model=model, key_env=endpoint.key_env)
+    return key
 
 
 async def post_json(

@@ -9,7 +9,7 @@ import pytest
 
 from agentd.config.loader import parse_daemon
 from agentd.config.models import ProviderSpec
-from agentd.errors import OperatorError, ProviderError
+from agentd.errors import CredentialError, OperatorError, ProviderError
 from agentd.providers import local_embedder
 from agentd.providers.embedders import HashEmbedder, build_embedder
 from agentd.providers.local_embedder import LocalEmbedder
@@ -140,7 +140,7 @@ async def test_openai_embedder_without_a_key_says_where_to_put_one(fake, client,
     embedder = OpenAIEmbedder(
         name="openai", model="m", client=client, spec=ProviderSpec(kind="openai", base_url=fake.url)
     )
-    with pytest.raises(ProviderError, match=r"OPENAI_API_KEY or providers\.openai\.api_key"):
+    with pytest.raises(CredentialError, match=r"OPENAI_API_KEY or providers\.openai\.api_key"):
         await embedder.embed(["x"])
     assert fake.requests == []
 
