@@ -10,6 +10,7 @@ from agentd.messages import Message
 from agentd.providers.base import Completion, CompletionRequest
 from agentd.store.transcripts import load_active_thread
 from agentd.testing.scripted import ScriptedProvider
+from agentd.testing.waiting import wait_until
 from tests.support import Harness, say
 
 THREAD = "memory: {scope: thread}\nmodel: scripted/m\npurpose: Be brief.\n"
@@ -74,7 +75,7 @@ async def test_one_conversation_runs_in_order_others_concurrently(harness: Harne
     a = say(runtime, "webhook:a")
     b = say(runtime, "webhook:b")
     first = asyncio.create_task(a("a1"))
-    await asyncio.sleep(0.01)
+    await wait_until(lambda: "start a1" in order, "a1 to reach the model")
     second = asyncio.create_task(a("a2"))
     other = await b("b1")  # another conversation is not blocked by a1
     assert other.text == "re b1"
@@ -148,7 +149,7 @@ async def test_hot_reload_keeps_in_flight_runs_on_their_definition(harness: Harn
 
     runtime = await harness.runtime("purpose: old\nmodel: waits/m\n", providers={"waits": Waits()})
     task = asyncio.create_task(say(runtime)("x"))
-    await asyncio.sleep(0.01)
+    await wait_until(lambda: systems, "the first run to reach the model")
     from tests.support import make_spec
 
     runtime.update_spec(make_spec("purpose: new\nmodel: waits/m\n"))

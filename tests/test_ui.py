@@ -2,12 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -21,18 +15,13 @@ from selenium.webdriver.support.ui import Select, WebDriverWait
 from agentd.daemon import Daemon
 from agentd.http.app import create_app
 from agentd.http.ui import COOKIE, session_value
+from tests.daemon_process import DaemonProcess
 
 CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
 TOKEN = "s3cret-ui"
 ASSISTANT = "memory: {scope: thread, persistent: true}\nchannels: {webhook: {}}\n"
 BROKEN = "purpose: will not load\nnonsense_field: 1\n"
 SCREENSHOT = Path("/tmp/agentd-ui.png")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def write_workdir(root: Path) -> Path:
@@ -131,56 +120,21 @@ async def test_bad_pages_say_why(ui: httpx.AsyncClient, path: str, status: int, 
 # -- the browser, against `agentd run` --------------------------------------------------------------------
 
 
-class DaemonProcess:
+class UiDaemon(DaemonProcess):
+    """`agentd run` with the token set; Ana talks to the assistant."""
+
     def __init__(self, root: Path):
-        self.root, self.port, self.log = root, free_port(), root / "daemon.log"
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        env.pop("AGENTD_MODEL", None)
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "agentd.cli", "run", "--port", str(self.port), "--reload-interval", "5"],
-            cwd=root,
-            stdout=self.log.open("ab"),
-            stderr=subprocess.STDOUT,
-            env=env,
-        )
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"daemon exited: {self.log.read_text()}")
-            try:
-                if httpx.get(f"{self.url}/healthz", timeout=0.5).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                time.sleep(0.05)
-        raise AssertionError(f"daemon did not start: {self.log.read_text()}")
+        super().__init__(root, reload_interval=5, headers=BEARER)
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def say(self, conversation: str, text: str) -> None:
-        r = httpx.post(
-            f"{self.url}/agents/assistant/messages",
-            json={"conversation_id": conversation, "text": text, "user_id": "ana"},
-            headers=BEARER,
-            timeout=10,
-        )
-        assert r.status_code == 200, r.text
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+    def say(self, conversation: str, text: str) -> None:  # type: ignore[override]
+        super().say(text, conversation=conversation, user_id="ana")
 
 
 @pytest.fixture
-def daemon(tmp_path: Path) -> Iterator[DaemonProcess]:
+async def daemon(tmp_path: Path) -> AsyncIterator[UiDaemon]:
     write_workdir(tmp_path)
-    process = DaemonProcess(tmp_path)
+    process = UiDaemon(tmp_path)
+    await process.start()
     yield process
     process.stop()
 
@@ -224,7 +178,7 @@ def text_of(driver: webdriver.Chrome, css: str = "main") -> str:
     ".ci/run installs them",
 )
 def test_click_from_agents_to_conversation_inspector_and_audit(
-    daemon: DaemonProcess, browser: webdriver.Chrome
+    daemon: UiDaemon, browser: webdriver.Chrome
 ) -> None:
     daemon.say("ui-1", "hello there")
     daemon.say("ui-1", "remember color: blue")

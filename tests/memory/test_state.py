@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from agentd.engine.runtime import AgentRuntime
-from agentd.errors import ProviderError
+from agentd.errors import CredentialError, ProviderError
 from agentd.memory.base import TurnInput
 from agentd.memory.patches import (
     PatchRefused,
@@ -92,33 +92,82 @@ def texts(request: Any) -> list[str]:
 # -- the pure patch functions ---------------------------------------------------------------
 
 
-def test_patch_functions() -> None:
-    assert parse_json_answer('```json\n{"goal": "x"}\n```') == {"goal": "x"}
-    assert parse_json_answer('Here it is:\n```\n{"goal": "x"}\n```\nDone.') == {"goal": "x"}
-    assert parse_json_answer('  {"open": null} ') == {"open": None}
+@pytest.mark.parametrize(
+    ("answer", "patch"),
+    [
+        ('```json\n{"goal": "x"}\n```', {"goal": "x"}),
+        ('Here it is:\n```\n{"goal": "x"}\n```\nDone.', {"goal": "x"}),
+        ('  {"open": null} ', {"open": None}),
+    ],
+    ids=["fenced", "fenced-inside-prose", "bare-with-null"],
+)
+def test_a_json_answer_is_read_fenced_or_bare(answer: str, patch: dict[str, Any]) -> None:
+    assert parse_json_answer(answer) == patch
+
+
+def test_prose_is_not_a_patch() -> None:
     with pytest.raises(PatchRefused, match="not valid JSON"):
         parse_json_answer("sure, the goal is x")
+
+
+def test_an_empty_fence_is_refused() -> None:
     with pytest.raises(PatchRefused, match="empty"):
         parse_json_answer("```json\n```")
+
+
+def test_a_patch_must_be_an_object() -> None:
     with pytest.raises(PatchRefused, match="not a JSON array"):
         validate_patch([{"goal": "x"}], FIELDS)
+
+
+def test_an_unknown_key_is_refused_naming_the_declared_fields() -> None:
     with pytest.raises(PatchRefused, match=r"unknown key 'mood'.*goal, working_on, open"):
         validate_patch({"goal": "x", "mood": "y"}, FIELDS)
-    result = apply_patch(
-        {"open": "a", "goal": "g", "gone": 1}, {"open": None, "goal": "g", "working_on": [1]}, FIELDS
-    )
-    assert result.sigma == {"goal": "g", "working_on": [1]}  # field order; undeclared key dropped
-    assert result.changed == ("working_on",)  # re-sending an unchanged value is not a change
+
+
+def test_applying_a_patch_keeps_field_order_and_drops_undeclared_keys() -> None:
+    result = apply_patch({"open": "a", "goal": "g", "gone": 1}, {"working_on": [1]}, FIELDS)
+    assert list(result.sigma) == ["goal", "working_on", "open"]
+    assert "gone" not in result.sigma
+
+
+def test_resending_an_unchanged_value_is_not_a_change() -> None:
+    result = apply_patch({"goal": "g"}, {"goal": "g", "working_on": [1]}, FIELDS)
+    assert result.changed == ("working_on",)
+
+
+def test_null_deletes_and_undeclared_keys_count_as_deleted() -> None:
+    result = apply_patch({"open": "a", "goal": "g", "gone": 1}, {"open": None}, FIELDS)
+    assert result.sigma == {"goal": "g"}
     assert result.deleted == ("open", "gone")
+
+
+def test_size_is_the_length_of_compact_json() -> None:
     assert check_size({"goal": "x" * 10}, 100) == len('{"goal":"xxxxxxxxxx"}')
+
+
+def test_a_sigma_over_the_limit_is_refused() -> None:
     with pytest.raises(PatchRefused, match="over the limit of 100"):
         check_size({"goal": "x" * 100}, 100)
-    with pytest.raises(PatchRefused, match="over the limit"):
+
+
+def test_a_fold_answer_that_would_grow_sigma_over_the_limit_is_refused() -> None:
+    with pytest.raises(PatchRefused, match="over the limit of 150"):
         fold_answer('{"goal": "' + "é" * 200 + '"}', {}, FIELDS, 150)
-    down = ProviderError("x", provider="p", model="m", status=None, unreachable=True)
-    assert not rejected_request(down)
-    assert not rejected_request(ProviderError("x", provider="p", model="m", status=503, retryable=True))
-    assert rejected_request(ProviderError("x", provider="p", model="m", status=400))
+
+
+@pytest.mark.parametrize(
+    ("error", "rejected"),
+    [
+        (ProviderError("x", provider="p", model="m", status=None, unreachable=True), False),
+        (ProviderError("x", provider="p", model="m", status=503, retryable=True), False),
+        (CredentialError(provider="p", model="m", key_env="P_API_KEY"), False),
+        (ProviderError("x", provider="p", model="m", status=400), True),
+    ],
+    ids=["unreachable", "503-after-retries", "no-key", "400"],
+)
+def test_only_a_request_the_provider_refused_drops_the_queue(error: Exception, rejected: bool) -> None:
+    assert rejected_request(error) is rejected
 
 
 # -- the fold and what the model sees -------------------------------------------------------
