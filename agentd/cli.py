@@ -13,7 +13,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from agentd.config.loader import check_dir, parse_agent, parse_daemon
+from agentd.config.folder import DAEMON_FILE_NAME, check_agents
+from agentd.config.loader import parse_agent, parse_daemon
 from agentd.errors import AgentdError
 from agentd.events import CONVERSATION_ID_RE, InboundEvent, is_conversation_key
 from agentd.store.audit import query_audit
@@ -85,8 +86,12 @@ def build_parser() -> argparse.ArgumentParser:
     chat.add_argument("--config", type=Path, default=None)
     chat.set_defaults(func=cmd_chat)
 
-    check = sub.add_parser("check", help="validate agentd.yaml and every agent file; exit 1 on any error")
-    check.add_argument("dir", nargs="?", type=Path, default=Path("agents"))
+    check = sub.add_parser(
+        "check", help="validate agentd.yaml and every agent file (or one), as run would; exit 1 on any error"
+    )
+    check.add_argument(
+        "dir", nargs="?", type=Path, default=Path("agents"), help="agents folder or agent file"
+    )
     check.add_argument("--config", type=Path, default=None)
     check.set_defaults(func=cmd_check)
 
@@ -163,8 +168,10 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    daemon_file = args.config if args.config is not None else args.dir.parent / "agentd.yaml"
-    result = check_dir(args.dir, daemon_file)
+    from agentd.providers.embedders import check_embedder
+
+    daemon_file = args.config if args.config is not None else args.dir.parent / DAEMON_FILE_NAME
+    result = check_agents(args.dir, daemon_file, check_embedder)
     for error in result.errors:
         print(error, file=sys.stderr)
     if result.errors:

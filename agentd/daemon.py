@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import ipaddress
 import logging
 import os
 import signal
@@ -25,8 +24,9 @@ import uvicorn
 
 from agentd.channels.base import Channel, HttpChannel
 from agentd.channels.registry import CHANNEL_KINDS, build_channel
-from agentd.config.loader import agent_files, parse_agent, parse_daemon
-from agentd.config.models import AgentSpec, DaemonSpec
+from agentd.config.folder import agent_files
+from agentd.config.loader import parse_agent, parse_daemon
+from agentd.config.models import AgentSpec, DaemonSpec, is_loopback
 from agentd.engine.runtime import AgentRuntime
 from agentd.errors import AgentdError, ConfigError, OperatorError
 from agentd.events import InboundEvent, Reply
@@ -110,15 +110,6 @@ class EmbeddedServer(uvicorn.Server):
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         yield
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 class Daemon:
@@ -330,10 +321,9 @@ class Daemon:
     async def _load(self, entry: AgentEntry) -> None:
         reloading = entry.runtime is not None
         try:
-            spec = parse_agent(entry.path, default_model=self.settings.defaults.model)
-            self.providers.check(spec.model.name)
-            if spec.model.small:
-                self.providers.check(spec.model.small)
+            spec = parse_agent(
+                entry.path, default_model=self.settings.defaults.model, providers=self.providers.names()
+            )
         except (ConfigError, OperatorError) as e:
             message = str(e)
             entry.last_error = message + (" (running the last good definition)" if reloading else "")

