@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from agentd.config.folder import DAEMON_FILE_NAME, check_agents
+from agentd.config.folder import DAEMON_FILE_NAME, agents_folder_of, check_agents
 from agentd.config.loader import parse_agent, parse_daemon
 from agentd.errors import AgentdError
 from agentd.events import CONVERSATION_ID_RE, InboundEvent, is_conversation_key
@@ -170,7 +170,8 @@ def cmd_schema(args: argparse.Namespace) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     from agentd.providers.embedders import check_embedder
 
-    daemon_file = args.config if args.config is not None else args.dir.parent / DAEMON_FILE_NAME
+    agents_dir = agents_folder_of(args.dir)
+    daemon_file = args.config if args.config is not None else agents_dir.parent / DAEMON_FILE_NAME
     result = check_agents(args.dir, daemon_file, check_embedder)
     for error in result.errors:
         print(error, file=sys.stderr)

@@ -257,3 +257,35 @@ async def test_providers_declared_in_agentd_yaml_pass_check_and_run(
 
 def test_config_and_the_registry_agree_on_the_built_in_providers() -> None:
     assert set(BUILTIN_PROVIDERS) == set(BUILTIN_NAMES)
+
+
+# -- `agentd check` of one file ----------------------------------------------------------------------
+
+
+def test_check_of_one_agent_file_checks_that_file_with_agentd_yaml_beside_its_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "agents").mkdir()
+    (tmp_path / "agents" / "good.yaml").write_text("model: lab/m\n")
+    (tmp_path / "agents" / "broken.yaml").write_text("memroy: {}\n")
+    (tmp_path / "agentd.yaml").write_text("providers: {lab: {kind: ollama}}\n")
+    assert checked(tmp_path, capsys, "agents/good.yaml") == (0, "ok: 1 agent(s): good\n")  # lab is declared
+    code, output = checked(tmp_path, capsys, "agents/broken.yaml")
+    assert code == 1 and "broken.yaml:1:1: unknown key 'memroy'" in output and "good" not in output
+
+
+@pytest.mark.parametrize(
+    ("target", "why"),
+    [
+        ("agents/missing.yaml", "agents/missing.yaml: no such agent file"),
+        ("agents/notes.txt", "agents/notes.txt: is not an agent file"),
+        ("nowhere", "nowhere: agents folder does not exist"),
+    ],
+)
+def test_check_of_something_that_is_not_an_agent_file_or_folder_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], target: str, why: str
+) -> None:
+    (tmp_path / "agents").mkdir()
+    (tmp_path / "agents" / "notes.txt").write_text("purpose: hi\n")
+    code, output = checked(tmp_path, capsys, target)
+    assert code == 1 and f"{tmp_path}/{why}" in output

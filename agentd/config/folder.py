@@ -6,7 +6,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agentd.config.loader import parse_agent, parse_daemon
+from agentd.config.loader import AGENT_SUFFIXES, parse_agent, parse_daemon
 from agentd.config.models import AgentSpec, ProviderSpec
 from agentd.errors import ConfigError, ConfigProblem
 
@@ -14,7 +14,17 @@ DAEMON_FILE_NAME = "agentd.yaml"  # beside the agents folder, unless --config sa
 
 
 def agent_files(agents_dir: Path) -> list[Path]:
-    return sorted(p for p in agents_dir.glob("*.yaml") if p.is_file() and not p.name.startswith("."))
+    """Every agent file in the folder (`<name>.yaml`, not hidden), sorted."""
+    return sorted(
+        p
+        for p in agents_dir.iterdir()
+        if p.suffix in AGENT_SUFFIXES and p.is_file() and not p.name.startswith(".")
+    )
+
+
+def agents_folder_of(target: Path) -> Path:
+    """The agents folder `agentd check TARGET` is about: TARGET itself, or the folder of an agent file."""
+    return target.parent if target.suffix in AGENT_SUFFIXES and not target.is_dir() else target
 
 
 @dataclass
@@ -28,7 +38,7 @@ def check_agents(
     daemon_file: Path | None = None,
     check_embedder: Callable[[str, Mapping[str, ProviderSpec]], object] | None = None,
 ) -> CheckResult:
-    """Validate agentd.yaml (if any) and every agent file in the folder `target`.
+    """Validate agentd.yaml (if any) and the agents of `target` (a folder, or one agent file).
 
     Every error is collected. Agents are parsed as `agentd run` parses them: with
     agentd.yaml's default model, and model references checked against its providers.
@@ -41,12 +51,8 @@ def check_agents(
             default_model, providers = settings.defaults.model, settings.provider_names()
         except ConfigError as e:
             result.errors.append(e)  # its providers are unknown: agents' references go unchecked
-    if not target.is_dir():
-        result.errors.append(
-            ConfigError([ConfigProblem(str(target), None, None, "agents folder does not exist")])
-        )
-        return result
-    for path in agent_files(target):
+    paths = _agent_paths(target, result)
+    for path in paths:
         try:
             result.agents.append(parse_agent(path, default_model=default_model, providers=providers))
         except ConfigError as e:
@@ -54,3 +60,20 @@ def check_agents(
         except OSError as e:
             result.errors.append(ConfigError([ConfigProblem(str(path), None, None, f"cannot read: {e}")]))
     return result
+
+
+def _agent_paths(target: Path, result: CheckResult) -> list[Path]:
+    if target.is_dir():
+        return agent_files(target)
+    if target.suffix not in AGENT_SUFFIXES:
+        what = (
+            "is not an agent file (<name>.yaml or .yml)"
+            if target.exists()
+            else "agents folder does not exist"
+        )
+    elif target.is_file():
+        return [target]
+    else:
+        what = "no such agent file"
+    result.errors.append(ConfigError([ConfigProblem(str(target), None, None, what)]))
+    return []

@@ -27,6 +27,7 @@ from agentd.errors import ConfigError, ConfigProblem
 
 _ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 Loc = tuple[str | int, ...]
+AGENT_SUFFIXES = (".yaml",)
 
 
 @dataclass
