@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from agentd.config.folder import DAEMON_FILE_NAME, agents_folder_of, check_agents
+from agentd.config.folder import DAEMON_FILE_NAME, agents_folder_of, check_agents, find_agent_file
 from agentd.config.loader import parse_agent, parse_daemon
 from agentd.errors import AgentdError
 from agentd.events import CONVERSATION_ID_RE, InboundEvent, is_conversation_key
@@ -190,9 +190,9 @@ def cmd_chat(args: argparse.Namespace) -> int:
     if not CONVERSATION_ID_RE.match(args.session):
         print("agentd: --session must be 1-128 of [A-Za-z0-9_.:-]", file=sys.stderr)
         return 2
-    path = args.agents / f"{args.agent}.yaml"
-    if not path.exists():
-        print(f"agentd: no agent file {path}", file=sys.stderr)
+    path = find_agent_file(args.agents, args.agent)
+    if path is None:
+        print(f"agentd: no agent file {args.agents / args.agent}.yaml", file=sys.stderr)
         return 1
     settings = parse_daemon(args.config if args.config is not None else args.agents.parent / "agentd.yaml")
     spec = parse_agent(path, default_model=settings.defaults.model)
@@ -307,9 +307,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    path = args.agents / f"{args.agent}.yaml"
-    if not path.exists():
-        print(f"agentd: no agent file {path}", file=sys.stderr)
+    path = find_agent_file(args.agents, args.agent)
+    if path is None:
+        print(f"agentd: no agent file {args.agents / args.agent}.yaml", file=sys.stderr)
         return 1
     data_file = args.data / f"{args.agent}.sqlite"
     if not data_file.exists():  # opening it would create an empty file

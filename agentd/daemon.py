@@ -24,7 +24,7 @@ import uvicorn
 
 from agentd.channels.base import Channel, HttpChannel
 from agentd.channels.registry import CHANNEL_KINDS, build_channel
-from agentd.config.folder import agent_files
+from agentd.config.folder import agent_sources
 from agentd.config.loader import parse_agent, parse_daemon
 from agentd.config.models import AgentSpec, DaemonSpec, is_loopback
 from agentd.engine.runtime import AgentRuntime
@@ -49,7 +49,7 @@ DELIVERY_MEMORY_S = 7 * 86400.0
 class AgentEntry:
     name: str
     path: Path
-    fingerprint: tuple[int, int] | None = None
+    fingerprint: tuple[tuple[int, int], ...] | None = None  # (mtime, size) of each file naming the agent
     spec: AgentSpec | None = None  # the last good definition
     runtime: AgentRuntime | None = None
     last_error: str | None = None
@@ -300,20 +300,19 @@ class Daemon:
     async def sync_agents(self) -> None:
         """Bring running agents in line with the files: start new, reload changed, stop deleted."""
         seen = set()
-        for path in agent_files(self.agents_dir):
-            name = path.stem
+        for name, paths in agent_sources(self.agents_dir).items():
             seen.add(name)
             try:
-                st = path.stat()
+                # every file naming the agent: adding x.yml beside x.yaml is a change (refused as a duplicate)
+                fingerprint = tuple((st.st_mtime_ns, st.st_size) for st in (p.stat() for p in paths))
             except OSError:
                 continue
-            fingerprint = (st.st_mtime_ns, st.st_size)
             entry = self.entries.get(name)
             if entry is not None and entry.fingerprint == fingerprint:
                 continue
             if entry is None:
-                entry = self.entries[name] = AgentEntry(name, path)
-            entry.fingerprint = fingerprint
+                entry = self.entries[name] = AgentEntry(name, paths[0])
+            entry.path, entry.fingerprint = paths[0], fingerprint
             await self._load(entry)
         for name in set(self.entries) - seen:
             await self._remove(self.entries.pop(name))

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from agentd.cli import main
-from agentd.config.folder import check_agents
+from agentd.config.folder import check_agents, find_agent_file
 from agentd.config.loader import parse_agent, parse_daemon
 from agentd.config.refs import BUILTIN_PROVIDERS, OFFLINE_MODEL
 from agentd.daemon import Daemon
@@ -289,3 +289,51 @@ def test_check_of_something_that_is_not_an_agent_file_or_folder_says_so(
     (tmp_path / "agents" / "notes.txt").write_text("purpose: hi\n")
     code, output = checked(tmp_path, capsys, target)
     assert code == 1 and f"{tmp_path}/{why}" in output
+
+
+# -- <name>.yml --------------------------------------------------------------------------------------
+
+
+def test_a_yml_file_is_an_agent_like_a_yaml_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "agents").mkdir()
+    (tmp_path / "agents" / "short.yml").write_text("purpose: hi\n")
+    (tmp_path / "agents" / "long.yaml").write_text("purpose: hi\n")
+    assert checked(tmp_path, capsys) == (0, "ok: 2 agent(s): long, short\n")
+    assert find_agent_file(tmp_path / "agents", "short") == tmp_path / "agents" / "short.yml"
+
+
+def test_x_yaml_and_x_yml_are_one_agent_defined_twice(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "agents").mkdir()
+    (tmp_path / "agents" / "x.yaml").write_text("purpose: one\n")
+    (tmp_path / "agents" / "x.yml").write_text("purpose: two\n")
+    code, output = checked(tmp_path, capsys)
+    assert code == 1
+    assert (
+        f"{tmp_path}/agents/x.yaml: {tmp_path}/agents/x.yml defines agent 'x' too: keep one of them" in output
+    )
+    code, output = checked(tmp_path, capsys, "agents/x.yml")
+    assert code == 1 and "x.yaml defines agent 'x' too" in output
+
+
+async def test_run_refuses_a_twin_added_beside_a_running_agent_and_recovers_when_it_goes(
+    tmp_path: Path,
+) -> None:
+    agents = tmp_path / "agents"
+    agents.mkdir()
+    (agents / "x.yml").write_text("purpose: one\n")
+    daemon = Daemon(agents, tmp_path / "data", reload_interval=60)
+    await daemon.start()
+    try:
+        entry = daemon.entries["x"]
+        assert entry.runtime is not None and entry.runtime.spec.purpose == "one" and entry.last_error is None
+        (agents / "x.yaml").write_text("purpose: two\n")
+        await daemon.sync_agents()
+        assert entry.last_error is not None and "defines agent 'x' too" in entry.last_error
+        assert entry.runtime.spec.purpose == "one"  # the last good definition keeps running
+        (agents / "x.yml").unlink()
+        await daemon.sync_agents()
+        assert entry.last_error is None and entry.runtime.spec.purpose == "two"
+    finally:
+        await daemon.shutdown()

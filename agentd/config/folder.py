@@ -14,12 +14,25 @@ DAEMON_FILE_NAME = "agentd.yaml"  # beside the agents folder, unless --config sa
 
 
 def agent_files(agents_dir: Path) -> list[Path]:
-    """Every agent file in the folder (`<name>.yaml`, not hidden), sorted."""
+    """Every agent file in the folder (`<name>.yaml` or `<name>.yml`, not hidden), sorted."""
     return sorted(
         p
         for p in agents_dir.iterdir()
         if p.suffix in AGENT_SUFFIXES and p.is_file() and not p.name.startswith(".")
     )
+
+
+def agent_sources(agents_dir: Path) -> dict[str, list[Path]]:
+    """Agent name -> its files; more than one file is a duplicate that parse_agent refuses."""
+    sources: dict[str, list[Path]] = {}
+    for path in agent_files(agents_dir):
+        sources.setdefault(path.stem, []).append(path)
+    return sources
+
+
+def find_agent_file(agents_dir: Path, name: str) -> Path | None:
+    """The file that defines agent `name`, if any (the first of two, which parse_agent then refuses)."""
+    return next((p for s in AGENT_SUFFIXES if (p := agents_dir / f"{name}{s}").is_file()), None)
 
 
 def agents_folder_of(target: Path) -> Path:

@@ -27,7 +27,7 @@ from agentd.errors import ConfigError, ConfigProblem
 
 _ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 Loc = tuple[str | int, ...]
-AGENT_SUFFIXES = (".yaml",)
+AGENT_SUFFIXES = (".yaml", ".yml")  # <name>.yaml or <name>.yml; both for one name is an error
 
 
 @dataclass
@@ -227,6 +227,13 @@ def _describe(err: Any) -> str:
     )
 
 
+def twin_files(path: Path) -> list[Path]:
+    """The other files beside `path` that would define the same agent (x.yml for x.yaml)."""
+    if path.suffix not in AGENT_SUFFIXES:
+        return []
+    return [twin for s in AGENT_SUFFIXES if s != path.suffix and (twin := path.with_suffix(s)).is_file()]
+
+
 def parse_agent(
     path: Path,
     text: str | None = None,
@@ -240,6 +247,11 @@ def parse_agent(
     With `providers`, every model reference must name one of them.
     """
     file = str(path)
+    twins = twin_files(path)
+    if twins:
+        raise ConfigError(
+            [ConfigProblem(file, None, None, f"{twins[0]} defines agent {path.stem!r} too: keep one of them")]
+        )
     text = path.read_text(encoding="utf-8") if text is None else text
     located = _to_python(file, text, os.environ if env is None else env)
     if not isinstance(located.data, dict):
