@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Literal
 
 import pytest
+from pydantic import ValidationError
 
 from agentd.cli import main
+from agentd.config.base import Spec
 from agentd.config.folder import check_agents, find_agent_file
-from agentd.config.loader import parse_agent, parse_daemon
+from agentd.config.loader import _problems, _to_python, parse_agent, parse_daemon
 from agentd.config.refs import BUILTIN_PROVIDERS, OFFLINE_MODEL
 from agentd.daemon import Daemon
 from agentd.errors import AgentdError, ConfigError
@@ -68,6 +71,34 @@ def test_wrong_type_names_the_field_and_what_was_expected() -> None:
     assert "agents/bot.yaml:2:10: memory.scope: expected 'none' or 'thread'" in msg
     msg = problem("max_tool_steps: 0\n")
     assert "agents/bot.yaml:1:17: max_tool_steps" in msg
+
+
+def test_a_wrong_type_is_one_error_for_its_field() -> None:
+    msg = problem('memory:\n  compact_at_tokens: "abc"\n')
+    assert msg == "agents/bot.yaml:2:22: memory.compact_at_tokens: expected a token count or false, got 'abc'"
+
+
+@pytest.mark.parametrize(
+    ("value", "threshold"),
+    [("1234", 1234), ('"1234"', 1234), ("false", False)],
+    ids=["int", "quoted", "false"],
+)
+def test_compaction_threshold_is_a_count_or_false(value: str, threshold: int | bool) -> None:
+    spec = parse_agent(Path("a.yaml"), text=f"memory: {{compact_at_tokens: {value}}}\n", env={})
+    assert spec.memory.compact_at_tokens == threshold
+
+
+def test_a_value_every_member_of_a_union_refuses_is_one_error() -> None:
+    class Either(Spec):
+        size: int | Literal["auto"]
+
+    located = _to_python("x.yaml", "size: big\n", {})
+    with pytest.raises(ValidationError) as info:
+        Either.model_validate(located.data)
+    assert [str(p) for p in _problems("x.yaml", located, info.value, Either)] == [
+        "x.yaml:1:7: size: input should be a valid integer, unable to parse string as an integer (got 'big'),"
+        " or expected 'auto'"
+    ]
 
 
 def test_unset_env_var_is_named_with_its_location() -> None:

@@ -14,7 +14,7 @@ import re
 import types
 import typing
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -165,7 +165,7 @@ def _unwrap_model(annotation: Any, node: Any = None) -> Any:
 def _problems(
     file: str, located: _Located, error: ValidationError, model: type[BaseModel]
 ) -> list[ConfigProblem]:
-    problems = []
+    problems: list[ConfigProblem] = []
     for err in error.errors():
         loc: Loc = tuple(p for p in err["loc"] if isinstance(p, str | int))
         # pydantic adds union-member names ("DiscordSpec", "int") to loc: drop what is not in the data.
@@ -184,6 +184,12 @@ def _problems(
             line, col = _nearest_mark(located, loc)
             where = ".".join(str(p) for p in loc) or "top level"
             msg = f"{where}: {_describe(err)}"
+            previous = next((i for i, p in enumerate(problems) if p.message.startswith(f"{where}: ")), None)
+            if previous is not None:
+                # One field, several complaints (each member of a union refused the value): one line.
+                merged = f"{problems[previous].message}, or {_describe(err)}"
+                problems[previous] = replace(problems[previous], message=merged)
+                continue
         problems.append(ConfigProblem(file, line, col, msg))
     return problems
 

@@ -52,11 +52,17 @@ class MemorySpec(Spec):
     @field_validator("compact_at_tokens", mode="before")
     @classmethod
     def _threshold(cls, v: Any) -> Any:
-        if v is True:
-            raise ValueError("expected a token count or false")
-        if isinstance(v, int) and not isinstance(v, bool) and v <= 0:
+        # Said once here: the union's members would each refuse a bad value in their own words.
+        if v is False:
+            return v
+        count = v
+        if isinstance(v, str):  # a quoted number, as pydantic would accept it
+            count = int(v) if v.strip().isdigit() else None
+        if isinstance(count, bool) or not isinstance(count, int):
+            raise ValueError(f"expected a token count or false, got {v!r}")
+        if count <= 0:
             raise ValueError("expected a positive token count or false")
-        return v
+        return count
 
 
 class WebhookSpec(Spec):
