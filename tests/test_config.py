@@ -134,6 +134,13 @@ def test_name_key_is_refused() -> None:
     assert "an agent's name is its file name" in problem("name: other\n")
 
 
+def test_the_unknown_key_hint_never_offers_name() -> None:
+    assert problem("nme: other\n") == (
+        "agents/bot.yaml:1:1: unknown key 'nme'; "
+        "expected one of: purpose, model, memory, channels, max_tool_steps, subagents"
+    )
+
+
 def test_compaction_can_be_disabled_but_not_set_true() -> None:
     spec = parse_agent(Path("a.yaml"), text="memory: {scope: thread, compact_at_tokens: false}\n", env={})
     assert spec.memory.compact_at_tokens is False

@@ -163,8 +163,13 @@ def _unwrap_model(annotation: Any, node: Any = None) -> Any:
 
 
 def _problems(
-    file: str, located: _Located, error: ValidationError, model: type[BaseModel]
+    file: str,
+    located: _Located,
+    error: ValidationError,
+    model: type[BaseModel],
+    not_keys: Collection[str] = (),
 ) -> list[ConfigProblem]:
+    """One problem per field, located; `not_keys`: top-level fields never written in the file."""
     problems: list[ConfigProblem] = []
     for err in error.errors():
         loc: Loc = tuple(p for p in err["loc"] if isinstance(p, str | int))
@@ -174,7 +179,7 @@ def _problems(
         if kind == "extra_forbidden":
             key = str(loc[-1])
             line, col = located.key_marks.get(loc, located.marks.get(loc[:-1], (None, None)))
-            allowed = _fields_at(model, loc[:-1], located.data)
+            allowed = [f for f in _fields_at(model, loc[:-1], located.data) if loc[:-1] or f not in not_keys]
             hint = difflib.get_close_matches(key, allowed, n=1)
             msg = f"unknown key {key!r}"
             msg += f" (did you mean {hint[0]!r}?)" if hint else ""
@@ -275,7 +280,7 @@ def parse_agent(
     try:
         return AgentSpec.model_validate(data, context=None if providers is None else {PROVIDERS: providers})
     except ValidationError as e:
-        problems = _problems(file, located, e, AgentSpec)
+        problems = _problems(file, located, e, AgentSpec, not_keys=("name",))  # the name is the file's
         for p in problems:
             if p.message.startswith("name:"):
                 problems[problems.index(p)] = ConfigProblem(
