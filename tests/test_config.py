@@ -134,6 +134,14 @@ def test_name_key_is_refused() -> None:
     assert "an agent's name is its file name" in problem("name: other\n")
 
 
+@pytest.mark.parametrize("text", ["", "# to do\n", "{}\n"], ids=["empty", "only-comments", "empty-mapping"])
+def test_an_empty_agent_file_is_refused(text: str) -> None:
+    assert problem(text) == (
+        "agents/bot.yaml: the file is empty: an agent needs at least its purpose, "
+        "e.g. `purpose: You answer questions.`"
+    )
+
+
 def test_the_unknown_key_hint_never_offers_name() -> None:
     assert problem("nme: other\n") == (
         "agents/bot.yaml:1:1: unknown key 'nme'; "

@@ -28,6 +28,7 @@ from agentd.errors import ConfigError, ConfigProblem
 _ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 Loc = tuple[str | int, ...]
 AGENT_SUFFIXES = (".yaml", ".yml")  # <name>.yaml or <name>.yml; both for one name is an error
+EMPTY_AGENT = "the file is empty: an agent needs at least its purpose, e.g. `purpose: You answer questions.`"
 
 
 @dataclass
@@ -269,6 +270,9 @@ def parse_agent(
         raise ConfigError(
             [ConfigProblem(file, 1, 1, "expected a mapping of keys (purpose, model, memory, ...)")]
         )
+    if not located.data:
+        # Most often a file caught half-written, or a new one not written yet: never an agent with no purpose.
+        raise ConfigError([ConfigProblem(file, None, None, EMPTY_AGENT)])
     if "name" in located.data:
         line, col = located.key_marks[("name",)]
         raise ConfigError(
