@@ -101,6 +101,11 @@ def test_a_value_every_member_of_a_union_refuses_is_one_error() -> None:
     ]
 
 
+def test_problems_are_listed_in_file_order() -> None:
+    msg = problem("memory:\n  persistant: true\n  compact_at_tokens: lots\nmodel: nowhere\n")
+    assert [line.split(":")[1] for line in msg.splitlines()] == ["2", "3", "4"]
+
+
 def test_unset_env_var_is_named_with_its_location() -> None:
     msg = problem("purpose: hi\nchannels:\n  discord: {token: '${DISCORD_TOKEN}'}\n")
     assert "agents/bot.yaml:3:20: environment variable DISCORD_TOKEN is not set" in msg

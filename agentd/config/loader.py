@@ -197,7 +197,8 @@ def _problems(
                 problems[previous] = replace(problems[previous], message=merged)
                 continue
         problems.append(ConfigProblem(file, line, col, msg))
-    return problems
+    # In the order they appear in the file (pydantic reports extra keys after all the fields).
+    return sorted(problems, key=lambda p: (p.line or 0, p.column or 0))
 
 
 def _trim_to_data(located: _Located, loc: Loc) -> Loc:
