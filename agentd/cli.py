@@ -13,8 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from agentd.config.folder import DAEMON_FILE_NAME, agents_folder_of, check_agents, find_agent_file
-from agentd.config.loader import parse_agent, parse_daemon
+from agentd.config import check_agents, find_agent_file, parse_agent, parse_daemon
 from agentd.errors import AgentdError
 from agentd.events import CONVERSATION_ID_RE, InboundEvent, is_conversation_key
 from agentd.store.audit import query_audit
@@ -86,12 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
     chat.add_argument("--config", type=Path, default=None)
     chat.set_defaults(func=cmd_chat)
 
-    check = sub.add_parser(
-        "check", help="validate agentd.yaml and every agent file (or one), as run would; exit 1 on any error"
-    )
-    check.add_argument(
-        "dir", nargs="?", type=Path, default=Path("agents"), help="agents folder or agent file"
-    )
+    check = sub.add_parser("check", help="validate agentd.yaml and the agents as run would; exit 1 on errors")
+    check.add_argument("dir", nargs="?", type=Path, default=Path("agents"), help="agents folder, or one file")
     check.add_argument("--config", type=Path, default=None)
     check.set_defaults(func=cmd_check)
 
@@ -170,9 +165,7 @@ def cmd_schema(args: argparse.Namespace) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     from agentd.providers.embedders import check_embedder
 
-    agents_dir = agents_folder_of(args.dir)
-    daemon_file = args.config if args.config is not None else agents_dir.parent / DAEMON_FILE_NAME
-    result = check_agents(args.dir, daemon_file, check_embedder)
+    result = check_agents(args.dir, args.config, check_embedder)
     for error in result.errors:
         print(error, file=sys.stderr)
     if result.errors:

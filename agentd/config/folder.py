@@ -53,17 +53,17 @@ def check_agents(
 ) -> CheckResult:
     """Validate agentd.yaml (if any) and the agents of `target` (a folder, or one agent file).
 
-    Every error is collected. Agents are parsed as `agentd run` parses them: with
+    `daemon_file` defaults to agentd.yaml beside the agents folder. Every error is collected. Agents are parsed as `agentd run` parses them: with
     agentd.yaml's default model, and model references checked against its providers.
     """
     result = CheckResult()
     default_model, providers = None, None
-    if daemon_file is not None:
-        try:
-            settings = parse_daemon(daemon_file, check_embedder=check_embedder)
-            default_model, providers = settings.defaults.model, settings.provider_names()
-        except ConfigError as e:
-            result.errors.append(e)  # its providers are unknown: agents' references go unchecked
+    daemon_file = daemon_file or agents_folder_of(target).parent / DAEMON_FILE_NAME
+    try:
+        settings = parse_daemon(daemon_file, check_embedder=check_embedder)
+        default_model, providers = settings.defaults.model, settings.provider_names()
+    except ConfigError as e:
+        result.errors.append(e)  # its providers are unknown: agents' references go unchecked
     paths = _agent_paths(target, result)
     for path in paths:
         try:
