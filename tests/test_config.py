@@ -237,6 +237,16 @@ async def refused_by_run(root: Path) -> str:
         await daemon.shutdown()
 
 
+def write_folder(root: Path, agents: dict[str, str], daemon_yaml: str | None = None) -> Path:
+    """agents/<file> for each entry, and agentd.yaml beside the folder when given; returns the folder."""
+    (root / "agents").mkdir()
+    for file, text in agents.items():
+        (root / "agents" / file).write_text(text)
+    if daemon_yaml is not None:
+        (root / "agentd.yaml").write_text(daemon_yaml)
+    return root / "agents"
+
+
 def checked(root: Path, capsys: pytest.CaptureFixture[str], target: str = "agents") -> tuple[int, str]:
     code = main(["check", str(root / target)])
     out = capsys.readouterr()
@@ -283,9 +293,7 @@ def checked(root: Path, capsys: pytest.CaptureFixture[str], target: str = "agent
 async def test_check_refuses_what_run_refuses(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], daemon_yaml: str, agent_yaml: str, why: str
 ) -> None:
-    (tmp_path / "agents").mkdir()
-    (tmp_path / "agents" / "bot.yaml").write_text(agent_yaml)
-    (tmp_path / "agentd.yaml").write_text(daemon_yaml)
+    write_folder(tmp_path, {"bot.yaml": agent_yaml}, daemon_yaml)
     assert why in await refused_by_run(tmp_path)
     code, output = checked(tmp_path, capsys)
     assert code == 1 and why in output
@@ -295,12 +303,12 @@ async def test_check_refuses_what_run_refuses(
 async def test_providers_declared_in_agentd_yaml_pass_check_and_run(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    (tmp_path / "agents").mkdir()
-    (tmp_path / "agents" / "bot.yaml").write_text(
-        "model: {name: lab/llama, small: ollama/llama3.2}\nmemory: {strategy: {kind: semantic, model: lab/x}}\n"
-    )
-    (tmp_path / "agentd.yaml").write_text(
-        "providers: {lab: {kind: ollama}}\nembedder: lab/nomic-embed-text\nmemory_extractor_model: lab/m\n"
+    write_folder(
+        tmp_path,
+        {
+            "bot.yaml": "model: {name: lab/llama, small: ollama/llama3.2}\nmemory: {strategy: {kind: semantic, model: lab/x}}\n"
+        },
+        "providers: {lab: {kind: ollama}}\nembedder: lab/nomic-embed-text\nmemory_extractor_model: lab/m\n",
     )
     assert await refused_by_run(tmp_path) == ""
     assert checked(tmp_path, capsys) == (0, "ok: 1 agent(s): bot\n")
@@ -316,10 +324,11 @@ def test_config_and_the_registry_agree_on_the_built_in_providers() -> None:
 def test_check_of_one_agent_file_checks_that_file_with_agentd_yaml_beside_its_folder(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    (tmp_path / "agents").mkdir()
-    (tmp_path / "agents" / "good.yaml").write_text("model: lab/m\n")
-    (tmp_path / "agents" / "broken.yaml").write_text("memroy: {}\n")
-    (tmp_path / "agentd.yaml").write_text("providers: {lab: {kind: ollama}}\n")
+    write_folder(
+        tmp_path,
+        {"good.yaml": "model: lab/m\n", "broken.yaml": "memroy: {}\n"},
+        "providers: {lab: {kind: ollama}}\n",
+    )
     assert checked(tmp_path, capsys, "agents/good.yaml") == (0, "ok: 1 agent(s): good\n")  # lab is declared
     code, output = checked(tmp_path, capsys, "agents/broken.yaml")
     assert code == 1 and "broken.yaml:1:1: unknown key 'memroy'" in output and "good" not in output
@@ -336,8 +345,7 @@ def test_check_of_one_agent_file_checks_that_file_with_agentd_yaml_beside_its_fo
 def test_check_of_something_that_is_not_an_agent_file_or_folder_says_so(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], target: str, why: str
 ) -> None:
-    (tmp_path / "agents").mkdir()
-    (tmp_path / "agents" / "notes.txt").write_text("purpose: hi\n")
+    write_folder(tmp_path, {"notes.txt": "purpose: hi\n"})
     code, output = checked(tmp_path, capsys, target)
     assert code == 1 and f"{tmp_path}/{why}" in output
 
@@ -346,9 +354,7 @@ def test_check_of_something_that_is_not_an_agent_file_or_folder_says_so(
 
 
 def test_a_yml_file_is_an_agent_like_a_yaml_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    (tmp_path / "agents").mkdir()
-    (tmp_path / "agents" / "short.yml").write_text("purpose: hi\n")
-    (tmp_path / "agents" / "long.yaml").write_text("purpose: hi\n")
+    write_folder(tmp_path, {"short.yml": "purpose: hi\n", "long.yaml": "purpose: hi\n"})
     assert checked(tmp_path, capsys) == (0, "ok: 2 agent(s): long, short\n")
     assert find_agent_file(tmp_path / "agents", "short") == tmp_path / "agents" / "short.yml"
 
@@ -356,9 +362,7 @@ def test_a_yml_file_is_an_agent_like_a_yaml_file(tmp_path: Path, capsys: pytest.
 def test_x_yaml_and_x_yml_are_one_agent_defined_twice(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    (tmp_path / "agents").mkdir()
-    (tmp_path / "agents" / "x.yaml").write_text("purpose: one\n")
-    (tmp_path / "agents" / "x.yml").write_text("purpose: two\n")
+    write_folder(tmp_path, {"x.yaml": "purpose: one\n", "x.yml": "purpose: two\n"})
     code, output = checked(tmp_path, capsys)
     assert code == 1
     assert (
@@ -371,9 +375,7 @@ def test_x_yaml_and_x_yml_are_one_agent_defined_twice(
 async def test_run_refuses_a_twin_added_beside_a_running_agent_and_recovers_when_it_goes(
     tmp_path: Path,
 ) -> None:
-    agents = tmp_path / "agents"
-    agents.mkdir()
-    (agents / "x.yml").write_text("purpose: one\n")
+    agents = write_folder(tmp_path, {"x.yml": "purpose: one\n"})
     daemon = Daemon(agents, tmp_path / "data", reload_interval=60)
     await daemon.start()
     try:
