@@ -53,8 +53,9 @@ def check_agents(
 ) -> CheckResult:
     """Validate agentd.yaml (if any) and the agents of `target` (a folder, or one agent file).
 
-    `daemon_file` defaults to agentd.yaml beside the agents folder. Every error is collected. Agents are parsed as `agentd run` parses them: with
-    agentd.yaml's default model, and model references checked against its providers.
+    `daemon_file` defaults to agentd.yaml beside the agents folder. Every error is
+    collected. Agents are parsed as `agentd run` parses them: with agentd.yaml's
+    default model, and their model references checked against its providers.
     """
     result = CheckResult()
     default_model, providers = None, None

@@ -21,8 +21,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from agentd.config.models import EMBEDDER_CHECK, AgentSpec, DaemonSpec, ProviderSpec
-from agentd.config.refs import PROVIDERS, provider_names
+from agentd.config.models import AgentSpec, DaemonSpec, ProviderSpec
+from agentd.config.refs import EMBEDDER_CHECK, PROVIDERS, provider_names
 from agentd.errors import ConfigError, ConfigProblem
 
 _ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")

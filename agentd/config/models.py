@@ -11,6 +11,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 from agentd.config.base import Spec
 from agentd.config.discord import DiscordSpec
 from agentd.config.refs import (
+    EMBEDDER_CHECK,
     OFFLINE_MODEL,
     ModelRef,
     ProviderKind,
@@ -24,9 +25,6 @@ from agentd.config.telegram import TelegramSpec
 from agentd.errors import OperatorError
 
 AGENT_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
-# Validation context key: a callable (ref, {name: ProviderSpec}) that raises OperatorError for an
-# embedder reference `agentd run` would refuse. Embedders live in agentd.providers, above config.
-EMBEDDER_CHECK = "embedder"
 
 
 class ModelSpec(Spec):

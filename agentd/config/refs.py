@@ -20,7 +20,11 @@ MODEL_REF_RE = re.compile(r"^[A-Za-z0-9_.-]+/\S+$")
 OFFLINE_MODEL = "offline/offline"
 ProviderKind = Literal["openai", "anthropic", "ollama", "offline"]
 BUILTIN_PROVIDERS: tuple[str, ...] = get_args(ProviderKind)  # each kind is also a provider named after it
-PROVIDERS = "providers"  # validation context key: the provider names a model reference may use
+# Validation context keys. PROVIDERS: the provider names a model reference may use. EMBEDDER_CHECK: a
+# callable (ref, {name: ProviderSpec}) raising OperatorError for an embedder `agentd run` would refuse
+# (embedders live in agentd.providers, above config: agentd.providers.embedders.check_embedder).
+PROVIDERS = "providers"
+EMBEDDER_CHECK = "embedder"
 
 
 def normalise_model_ref(value: str) -> str:
