@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import socket
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -21,6 +21,7 @@ from agentd.config.slack import SlackSpec
 from agentd.events import InboundEvent, Reply
 from agentd.testing.channel_host import RecordingHost
 from agentd.testing.fake_slack import FakeSlack
+from agentd.testing.waiting import wait_until
 
 GENERAL = "C0GENERAL"
 
@@ -37,15 +38,6 @@ class CountingHost(RecordingHost):
         if reply.duplicate:
             self.duplicates.append(event)
         return reply
-
-
-async def wait_until(check: Callable[[], Any], timeout: float = 5.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (result := check()):
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.01)
-    return result
 
 
 @pytest.fixture

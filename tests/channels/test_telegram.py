@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import socket
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -16,12 +16,13 @@ from starlette.applications import Starlette
 from starlette.routing import Route
 
 from agentd.channels.base import Channel, HttpChannel
-from agentd.channels.common import split_message
+from agentd.channels.splitting import split_message
 from agentd.channels.telegram import MESSAGE_LIMIT, NETWORK_RETRIES, TelegramChannel
 from agentd.config.telegram import TelegramSpec
 from agentd.events import InboundEvent, Reply
 from agentd.testing.channel_host import RecordingHost
 from agentd.testing.fake_telegram import FakeTelegram
+from agentd.testing.waiting import wait_until
 
 # PTB 22 warns whenever it builds a RetryAfter (a 429) unless PTB_TIMEDELTA is set; the channel handles both types.
 pytestmark = pytest.mark.filterwarnings(
@@ -42,14 +43,6 @@ async def fake() -> AsyncIterator[FakeTelegram]:
 @pytest.fixture
 def host() -> RecordingHost:
     return RecordingHost(agent="bot")
-
-
-async def wait_until(condition: Callable[[], bool], what: str, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
 
 
 def statuses(host: RecordingHost) -> list[str]:
@@ -268,6 +261,23 @@ async def test_a_flood_limit_is_waited_out_and_the_reply_sent(
     assert len(fake.calls_to("sendMessage")) == 2
     assert sent[0]["text"].endswith("you said: hello")
     assert waited >= 0.9, "the retry must come after retry_after"
+    assert not host.audits
+
+
+async def test_a_group_upgraded_to_a_supergroup_is_answered_at_its_new_id(
+    fake: FakeTelegram, host: RecordingHost
+) -> None:
+    old_group, supergroup = -4001, -1004001
+    async with running(fake, host, respond_to="all"):
+        fake.fail("sendMessage", how="migrate", migrate_to=supergroup)
+        fake.send_text("hello", chat_id=old_group, chat_type="group", user_id=ALICE)
+        await fake.wait_for_sent(1)
+        fake.send_text("again", chat_id=old_group, chat_type="group", user_id=ALICE)
+        await fake.wait_for_sent(2)
+
+    assert [m["chat_id"] for m in fake.sent] == [supergroup, supergroup]
+    # the refused first try, its resend, and the next reply straight to the new id
+    assert [c["chat_id"] for c in fake.calls_to("sendMessage")] == [old_group, supergroup, supergroup]
     assert not host.audits
 
 
