@@ -1,8 +1,10 @@
 """Slack: slack-bolt's AsyncApp over Socket Mode or the Events API (HTTP), answering in threads.
 
-Bolt delivers each `message` and `app_mention` event to `receive` (the chat
-base): `route_message` decides whether and where it is answered, and the base
-handles it. Socket Mode reconnection is supervised here (see slack_socket).
+Each `message` and `app_mention` event reaches `receive` (the chat base):
+from bolt in Socket Mode, from `handle_http` (verify, then parse; see
+slack_events) over the Events API. `route_message` decides whether and where
+it is answered, and the base handles it. Socket Mode reconnection is
+supervised here (see slack_socket).
 
 Every message is answered once: its event id is "<channel>:<ts>", the same for
 the `message` and the `app_mention` event of one message and for Slack's
@@ -20,7 +22,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import aiohttp
-from slack_bolt.adapter.starlette.async_handler import AsyncSlackRequestHandler
 from slack_bolt.async_app import AsyncApp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_async_handlers import (
@@ -31,10 +32,12 @@ from slack_sdk.http_retry.builtin_async_handlers import (
 from slack_sdk.socket_mode.aiohttp import SocketModeClient
 from slack_sdk.web.async_client import AsyncWebClient
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import JSONResponse, Response
 
 from agentd.backoff import backoff_delays
+from agentd.channels.callbacks import CallbackRefused, read_body
 from agentd.channels.chat import AllowList, ChatChannel, Route
+from agentd.channels.slack_events import SIGNATURE_HEADER, TIMESTAMP_HEADER, parse_payload, verify_signature
 from agentd.channels.slack_routing import SlackTarget, route_message
 from agentd.channels.slack_socket import SupervisedSocketModeHandler
 from agentd.config.slack import SlackSpec
@@ -102,7 +105,6 @@ class SlackChannel(ChatChannel[dict[str, Any], SlackTarget]):
         self._web: AsyncWebClient | None = None
         self._app: AsyncApp | None = None
         self._socket: SupervisedSocketModeHandler | None = None
-        self._http_handler: AsyncSlackRequestHandler | None = None
         self._bot_user_id: str | None = None
         self._ready = False
         self._socket_wake = asyncio.Event()  # set when the socket is closed on purpose, or on stop
@@ -153,11 +155,31 @@ class SlackChannel(ChatChannel[dict[str, Any], SlackTarget]):
             logger.warning("slack channel of agent %s did not stop in time", self.agent)
 
     async def handle_http(self, request: Request) -> Response:
-        """Events API endpoint: bolt checks the signature (401), answers url_verification, acks at once."""
-        if self._http_handler is None or not self._ready or self._stopping.is_set():
-            # Slack retries a 503, so nothing is lost while we start or stop.
-            return Response("slack channel not running", status_code=503)
-        return await self._http_handler.handle(request)
+        """Events API endpoint: verify, then parse (slack_events); answer url_verification; ack at once.
+
+        Forged or stale: 401. Malformed: 400. Too large: 413. Not running: 503
+        (Slack retries it, so nothing is lost while we start or stop). Never 5xx otherwise.
+        """
+        secret = self.spec.signing_secret
+        if not secret:
+            return Response(status_code=404)  # Socket Mode: nothing is served over HTTP
+        headers = request.headers
+        try:
+            body = await read_body(request)
+            verify_signature(
+                secret, body, headers.get(TIMESTAMP_HEADER), headers.get(SIGNATURE_HEADER), time.time()
+            )
+            if not self._ready or self._stopping.is_set():
+                raise CallbackRefused(503, "slack channel not running")
+            payload = parse_payload(body)
+        except CallbackRefused as refused:
+            return refused.response(self.name)
+        if payload["type"] == "url_verification":
+            return JSONResponse({"challenge": payload["challenge"]})
+        if payload["type"] == "event_callback":
+            # A retry (X-Slack-Retry-Num) carries the same event id: the host answers it once.
+            self.receive(payload)
+        return Response(status_code=200)
 
     # -- setup ---------------------------------------------------------------------------------------------
 
@@ -196,8 +218,6 @@ class SlackChannel(ChatChannel[dict[str, Any], SlackTarget]):
         app.event("app_mention")(on_message)
         app.event(re.compile(".*"))(ignore)
         self._app = app
-        if self.spec.signing_secret:
-            self._http_handler = AsyncSlackRequestHandler(app)
 
     async def _authenticate(self) -> bool:
         """auth.test until it answers; a refused token raises SlackRefused. False if stopped meanwhile."""

@@ -16,7 +16,6 @@ import asyncio
 import datetime as dt
 import hmac
 import itertools
-import json
 import logging
 import warnings
 from collections.abc import Awaitable, Callable, Iterable
@@ -39,6 +38,7 @@ from telegram.ext import Application, ApplicationBuilder, ContextTypes, ExtBot, 
 from telegram.request import HTTPXRequest
 
 from agentd.backoff import backoff_delays
+from agentd.channels.callbacks import CallbackRefused, json_object, read_body
 from agentd.channels.chat import AllowList, ChatChannel, Route
 from agentd.channels.telegram_routing import Bot, TelegramTarget, route_update
 from agentd.config.telegram import TelegramSpec
@@ -264,22 +264,25 @@ class TelegramChannel(ChatChannel[Update, TelegramTarget]):
     # -- webhook mode ----------------------------------------------------------------------------
 
     async def handle_http(self, request: Request) -> Response:
-        """POST /telegram/<agent>: verify the secret header, then queue the update for the handler."""
+        """POST /telegram/<agent>: verify the secret header, then parse, then queue the update.
+
+        Missing or wrong secret: 403 (as PTB's own webhook server answers). Not JSON,
+        not an object, not an update: 400. Too large: 413. Not running: 503 (Telegram
+        delivers it again later). Every refusal says why; none is a 5xx.
+        """
         if self.spec.mode != "webhook":
             return Response(status_code=404)
-        given = request.headers.get(SECRET_HEADER, "").encode()
-        if not hmac.compare_digest(given, str(self.spec.secret_token).encode()):
-            return Response(status_code=403)
-        app = self._app
-        if app is None or not app.running or self._stopping.is_set():
-            return Response(status_code=503)  # Telegram delivers it again later
         try:
-            data = json.loads(await request.body())
-            update = Update.de_json(data, app.bot) if isinstance(data, dict) else None
-        except (ValueError, TypeError, KeyError):
-            update = None
-        if update is None:
-            return Response(status_code=400)
+            body = await read_body(request)
+            given = request.headers.get(SECRET_HEADER, "").encode()
+            if not hmac.compare_digest(given, str(self.spec.secret_token).encode()):
+                raise CallbackRefused(403, f"{SECRET_HEADER} is missing or wrong")
+            app = self._app
+            if app is None or not app.running or self._stopping.is_set():
+                raise CallbackRefused(503, "telegram channel not running")
+            update = _parse_update(json_object(body), app.bot)
+        except CallbackRefused as refused:
+            return refused.response(self.name)
         await app.update_queue.put(update)
         return Response(status_code=200)
 
@@ -350,6 +353,17 @@ class _PollingRequest(HTTPXRequest):
         elif code in (401, 404):  # what PTB raises InvalidToken for
             self._on_token_refused(code)
         return code, payload
+
+
+def _parse_update(data: dict[str, Any], bot: ExtBot[Any]) -> Update:
+    """A webhook body as an Update; CallbackRefused (400) when it is not one."""
+    update_id = data.get("update_id")
+    if not isinstance(update_id, int) or isinstance(update_id, bool):
+        raise CallbackRefused(400, "not a Telegram update: no integer `update_id`")
+    try:
+        return Update.de_json(data, bot)
+    except Exception as exc:  # de_json fails in many ways (KeyError, TypeError ...) on a malformed update
+        raise CallbackRefused(400, f"not a Telegram update: {type(exc).__name__}: {exc}") from None
 
 
 def _retry_after_seconds(exc: RetryAfter) -> float:

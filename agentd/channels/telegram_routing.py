@@ -34,8 +34,13 @@ def route_update(
 ) -> Route[TelegramTarget] | None:
     """The route of a text message update, or None when it is not for this bot."""
     message = update.message
-    if message is None or message.text is None or message.from_user is None:
-        return None
+    if (
+        message is None
+        or not isinstance(message.text, str)
+        or message.from_user is None
+        or message.chat is None
+    ):
+        return None  # not a text message (or, from a webhook, a malformed one)
     text = addressed_text(message, bot, respond_to)
     if text is None:
         return None

@@ -47,6 +47,8 @@ RELAY = "relay"  # slack (Events API) + telegram (webhook), both on the daemon's
 TELEGRAM_SECRET = "relay-s3cret"
 ALICE = 1111  # Telegram user (and so private chat) id
 GENERAL = "C0GENERAL"  # FakeSlack's default channel
+SLACK_UNSIGNED = "not signed: X-Slack-Request-Timestamp and X-Slack-Signature are required"
+SLACK_NOT_AN_OBJECT = "event_callback whose `event` is not an object"
 ALL_RUNNING = {
     AGENT: dict.fromkeys(["webhook", "discord", "slack", "telegram"], "running"),
     RELAY: dict.fromkeys(["slack", "telegram"], "running"),
@@ -239,7 +241,7 @@ class LogLines(logging.Handler):
         self.lines: list[str] = []
 
     def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(record.getMessage())
+        self.lines.append(self.format(record))  # with the traceback, if the record carries one
 
 
 class InProcess:
@@ -367,6 +369,18 @@ async def exercise(daemon: DaemonUnderTest, p: Platforms) -> None:
         ).status_code == 401
         wrong_secret = p.telegram_hook.message_update("let me in", user_id=ALICE)
         assert (await p.telegram_hook.deliver_webhook(wrong_secret, secret_token="guess")).status_code == 403
+        # Junk gets a 4xx with a reason, never a 500: verify first, then parse.
+        junk = await client.post(f"/slack/{RELAY}/events", content=b"\xff not json")
+        assert junk.status_code == 401, junk.text
+        assert junk.json()["error"] == SLACK_UNSIGNED
+        body, headers = p.slack_http.signed_request({"type": "event_callback", "event": "not an object"})
+        not_an_event = await client.post(f"/slack/{RELAY}/events", content=body, headers=headers)
+        assert not_an_event.status_code == 400, not_an_event.text
+        assert not_an_event.json()["error"] == SLACK_NOT_AN_OBJECT
+        secret = {"X-Telegram-Bot-Api-Secret-Token": TELEGRAM_SECRET}
+        not_json = await client.post(f"/telegram/{RELAY}", content=b"{nope", headers=secret)
+        assert not_json.status_code == 400, not_json.text
+        assert "not JSON" in not_json.json()["error"]
 
         # A history command from a channel answers about that channel's conversation.
         last_update = p.telegram.send_text("/status", user_id=ALICE)
@@ -412,6 +426,7 @@ async def exercise(daemon: DaemonUnderTest, p: Platforms) -> None:
     ]
     for agent, kind in stopped:
         assert f"agent {agent}: channel {kind} stopped" in log, log
+    assert "Traceback" not in log, log
     # Nothing the forged requests carried reached an agent.
     assert len(p.slack_http.posts) == 1 and len(p.telegram_hook.sent) == 1
 
