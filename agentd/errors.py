@@ -6,7 +6,8 @@
     │   └── CredentialError    a provider needs a key that is not set
     └── RuntimeFault           something outside our control failed; retrying may help
         ├── ProviderError      a model provider failed (names provider, model, fix)
-        └── StoreError         the SQLite file could not be read or written
+        └── StoreError         the agent's data could not be read or written
+            └── NewerSchema    the data was written by a newer agentd: upgrade agentd
 
 `ToolError` is not an AgentdError: it is the normal way a tool tells the model
 that a call was refused, and it becomes a tool result the model can read.
@@ -101,7 +102,11 @@ class ProviderError(RuntimeFault):
 
 
 class StoreError(RuntimeFault):
-    """The agent's SQLite file could not be opened, migrated, read or written."""
+    """The agent's data (a SQLite file, a PostgreSQL database) could not be opened, migrated, read or written."""
+
+
+class NewerSchema(StoreError):
+    """The data was migrated by a newer agentd than this one: this agent cannot start until agentd is upgraded."""
 
 
 class ToolError(Exception):

@@ -228,13 +228,17 @@ async def refused_by_run(root: Path) -> str:
     """What `agentd run` says about the folder: the error that stops it, or the agents it refused."""
     try:
         daemon = Daemon(root / "agents", root / "data", reload_interval=60)
+        await daemon.start()
     except AgentdError as e:
         return str(e)
     try:
-        await daemon.start()
-        return "\n".join(e.last_error for e in daemon.entries.values() if e.last_error)
+        return last_errors(daemon)
     finally:
         await daemon.shutdown()
+
+
+def last_errors(daemon: Daemon) -> str:
+    return "\n".join(a["last_error"] for a in daemon.describe_agents() if a["last_error"])
 
 
 def write_folder(root: Path, agents: dict[str, str], daemon_yaml: str | None = None) -> Path:
@@ -378,15 +382,21 @@ async def test_run_refuses_a_twin_added_beside_a_running_agent_and_recovers_when
     agents = write_folder(tmp_path, {"x.yml": "purpose: one\n"})
     daemon = Daemon(agents, tmp_path / "data", reload_interval=60)
     await daemon.start()
+
+    def purpose() -> str:
+        agent = daemon.agent("x")
+        assert agent is not None
+        return agent.spec.purpose
+
     try:
-        entry = daemon.entries["x"]
-        assert entry.runtime is not None and entry.runtime.spec.purpose == "one" and entry.last_error is None
+        assert purpose() == "one" and last_errors(daemon) == ""
         (agents / "x.yaml").write_text("purpose: two\n")
         await daemon.sync_agents()
-        assert entry.last_error is not None and "defines agent 'x' too" in entry.last_error
-        assert entry.runtime.spec.purpose == "one"  # the last good definition keeps running
+        assert "defines agent 'x' too" in last_errors(daemon)
+        assert purpose() == "one"  # the last good definition keeps running
         (agents / "x.yml").unlink()
         await daemon.sync_agents()
-        assert entry.last_error is None and entry.runtime.spec.purpose == "two"
+        assert last_errors(daemon) == "" and purpose() == "two"
+        assert daemon.describe_agents()[0]["file"] == str(agents / "x.yaml")
     finally:
         await daemon.shutdown()

@@ -206,3 +206,35 @@ def test_chat_repl_keeps_its_own_session(workdir: Path) -> None:
         timeout=30,
     )
     assert {r["conversation_key"] for r in __import__("json").loads(runs.stdout)} == {"repl:me"}
+
+
+def test_chat_builds_the_agent_as_the_daemon_does_embedder_and_extractor_model_included(
+    workdir: Path,
+) -> None:
+    """`agentd chat` once ignored agentd.yaml's embedder and memory_extractor_model (issue 7's defect)."""
+    from agentd.testing.fake_llm import FakeLLM
+
+    with FakeLLM() as fake:
+        (workdir / "agentd.yaml").write_text(
+            f"providers: {{fake: {{kind: openai, base_url: '{fake.openai_base_url}', api_key: k}}}}\n"
+            "embedder: hash/64\nmemory_extractor_model: fake/extractor\n"
+        )
+        (workdir / "agents" / "keeper.yaml").write_text(
+            "memory:\n  strategy:\n    kind: composite\n    layers: [{kind: episodic}, {kind: semantic}]\n"
+        )
+        fake.reply('{"facts": [{"key": "pet", "value": "a cat called Tom", "confidence": 0.9}]}')
+        run = subprocess.run(
+            [sys.executable, "-m", "agentd.cli", "chat", "keeper"],
+            input=b"My cat is called Tom and he is grey.\nWhat is my cat called?\n",
+            cwd=workdir,
+            capture_output=True,
+            timeout=60,
+        )
+        out, err = run.stdout.decode(), run.stderr.decode()
+        assert run.returncode == 0, err
+        assert "no embedder configured" not in out + err
+        # the second message was answered with the first exchange recalled by the embedder
+        assert "some recalled earlier exchanges" in out.splitlines()[-1]
+        # and the extraction went to the memory_extractor_model of agentd.yaml
+        extraction = [r for r in fake.requests if r.json and r.json.get("model") == "extractor"]
+        assert extraction and "My cat is called Tom" in str(extraction[0].json["messages"])

@@ -80,7 +80,7 @@ async def test_memory_route_and_transcript_route_do_not_shadow_each_other(
     daemon, client = api
     await send(client, "assistant", "c", "hello")
     # a key with a slash (channels may make them): both routes must still pick the right key
-    runtime = daemon.runtime("assistant")
+    runtime = daemon.agent("assistant")
     assert runtime is not None
     await runtime.handle(InboundEvent("assistant", "slack:T1/C2", "from slack", "slack", user_id="bo"))
 
@@ -193,7 +193,7 @@ async def test_every_strategy_answers_the_api_and_the_page(tmp_path: Path, kind:
     try:
         for text in ("we fly to <Lisbon>", "remember color: blue", "and then?"):
             await send(client, "agent", "c", text)
-        await daemon.runtime("agent").drain(5)  # type: ignore[union-attr]
+        await daemon.agent("agent").drain(5)  # type: ignore[union-attr]
         r = await client.get("/agents/agent/conversations/webhook:c/memory")
         assert r.status_code == 200, r.text
         body = r.json()

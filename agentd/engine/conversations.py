@@ -14,8 +14,9 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from agentd.store.db import AgentStore
-from agentd.store.transcripts import StoredThread, load_messages_page, load_thread_header
+from agentd.store.base import Store
+from agentd.store.queries import MessagesPage, ThreadHeader
+from agentd.store.records import StoredThread
 
 
 class ConversationLocks:
@@ -53,7 +54,7 @@ class HotThreads:
 
     PAGE = 500
 
-    def __init__(self, store: AgentStore, capacity: int = 2000):
+    def __init__(self, store: Store, capacity: int = 2000):
         self._store = store
         self._capacity = capacity
         self._threads: OrderedDict[str, StoredThread] = OrderedDict()
@@ -82,14 +83,12 @@ class HotThreads:
         return thread
 
     async def _load(self, key: str) -> StoredThread:
-        thread = await self._store.read(lambda conn: load_thread_header(conn, key))
+        thread = await self._store.read(ThreadHeader(key))
         if thread.id is None:
             return thread
         thread_id, after = thread.id, 0
         while True:
-            page = await self._store.read(
-                lambda conn, after=after: load_messages_page(conn, thread_id, after, self.PAGE)  # type: ignore[misc]
-            )
+            page = await self._store.read(MessagesPage(thread_id, after, self.PAGE))
             thread.messages.extend(page)
             if len(page) < self.PAGE:
                 break

@@ -20,17 +20,10 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from agentd.engine.commands import status_facts
-from agentd.engine.runtime import AgentRuntime
-from agentd.engine.turn import build_system, persistent_scope
+from agentd.engine.agent import Agent
 from agentd.errors import StoreError
 from agentd.events import CONVERSATION_ID_RE, InboundEvent, is_conversation_key
-from agentd.http.inspector import inspect_conversation
 from agentd.http.ui import add_ui_routes
-from agentd.memory.base import TurnInput
-from agentd.memory.persistent import memory_preamble
-from agentd.messages import MESSAGE_ADAPTER
-from agentd.store.runs import list_runs
 
 log = logging.getLogger(__name__)
 MAX_TEXT = 32_000
@@ -47,7 +40,7 @@ class AgentDirectory(Protocol):
     token: str | None
     max_body_bytes: int
 
-    def runtime(self, name: str) -> AgentRuntime | None: ...
+    def agent(self, name: str) -> Agent | None: ...
 
     def has_webhook(self, name: str) -> bool: ...
 
@@ -142,13 +135,13 @@ def create_app(directory: AgentDirectory) -> FastAPI:
                 f"not a conversation key: {conversation_key!r} (expected <channel>:<id>, e.g. webhook:t-1)",
             )
 
-    def runtime_or_404(agent: str) -> AgentRuntime:
-        runtime = directory.runtime(agent)
-        if runtime is None:
-            raise ApiError(404, f"no agent named {agent!r}")
-        if runtime.status != "running":
-            raise ApiError(503, f"agent {agent!r} is {runtime.status}")
-        return runtime
+    def agent_or_404(name: str) -> Agent:
+        agent = directory.agent(name)
+        if agent is None:
+            raise ApiError(404, f"no agent named {name!r}")
+        if agent.status != "running":
+            raise ApiError(503, f"agent {name!r} is {agent.status}")
+        return agent
 
     @app.get("/healthz", tags=["daemon"])
     async def healthz() -> dict[str, Any]:
@@ -181,7 +174,7 @@ def create_app(directory: AgentDirectory) -> FastAPI:
             message = MessageIn.model_validate(raw)
         except ValidationError as e:
             raise ApiError(422, "invalid request", detail=_reasons(e.errors())) from None
-        runtime = runtime_or_404(agent)
+        target = agent_or_404(agent)
         if not directory.has_webhook(agent):
             raise ApiError(404, f"agent {agent!r} has no webhook channel: add `channels: {{webhook: {{}}}}`")
         event = InboundEvent(
@@ -191,7 +184,7 @@ def create_app(directory: AgentDirectory) -> FastAPI:
             channel="webhook",
             user_id=message.user_id,
         )
-        reply = await runtime.handle(event)
+        reply = await target.handle(event)
         return MessageOut(
             reply=reply.text, run_id=reply.run_id, conversation_key=reply.conversation_key, error=reply.error
         )
@@ -207,7 +200,7 @@ def create_app(directory: AgentDirectory) -> FastAPI:
         since: str | None = None,
         limit: int = Query(default=100, ge=1, le=1000),
     ) -> dict[str, Any]:
-        if agent is not None and directory.runtime(agent) is None and agent not in _names(directory):
+        if agent is not None and directory.agent(agent) is None and agent not in _names(directory):
             raise ApiError(404, f"no agent named {agent!r}")
         events = await directory.query_audit(agent, kind, parse_since(since), limit)
         return {"events": [{**e, "ts": iso(e["ts"])} for e in events]}
@@ -216,24 +209,16 @@ def create_app(directory: AgentDirectory) -> FastAPI:
     async def runs(
         agent: str, conversation_key: str | None = None, limit: int = Query(default=50, ge=1, le=1000)
     ) -> dict[str, Any]:
-        runtime = runtime_or_404(agent)
-        rows = await runtime.store.read(lambda conn: list_runs(conn, conversation_key, limit))
+        rows = await agent_or_404(agent).runs(conversation_key, limit)
         return {"runs": [_run_out(r) for r in rows]}
 
     @app.get("/agents/{agent}/status", tags=["agents"], dependencies=[Depends(require_token)])
     async def status(
         agent: str, conversation_key: str = Query(min_length=3), user_id: str | None = None
     ) -> dict[str, Any]:
-        runtime = runtime_or_404(agent)
+        target = agent_or_404(agent)
         check_key(conversation_key)
-        spec = runtime.spec
-        strategy = runtime.strategy(spec)
-        thread = await runtime.threads.get(conversation_key)
-        facts = await status_facts(runtime, spec, strategy, thread)
-        if spec.memory.persistent:
-            # the keys that conversation's model sees: with persistent_scope user, only that person's
-            facts["memory_keys"] = runtime.memory.keys(persistent_scope(spec, conversation_key, user_id))
-        return facts
+        return await target.status_of(conversation_key, user_id)
 
     # Before the transcript route below: its `{conversation_key:path}` would take ".../memory" as a key.
     @app.get(
@@ -243,9 +228,9 @@ def create_app(directory: AgentDirectory) -> FastAPI:
     )
     async def conversation_memory(agent: str, conversation_key: str) -> dict[str, Any]:
         """The memory inspector: per layer, what the model will see on the next turn."""
-        runtime = runtime_or_404(agent)
+        target = agent_or_404(agent)
         check_key(conversation_key)
-        return await inspect_conversation(runtime, conversation_key)
+        return await target.inspect(conversation_key)
 
     @app.get(
         "/agents/{agent}/conversations/{conversation_key:path}",
@@ -253,35 +238,9 @@ def create_app(directory: AgentDirectory) -> FastAPI:
         dependencies=[Depends(require_token)],
     )
     async def conversation(agent: str, conversation_key: str) -> dict[str, Any]:
-        runtime = runtime_or_404(agent)
+        target = agent_or_404(agent)
         check_key(conversation_key)
-        spec = runtime.spec
-        strategy = runtime.strategy(spec)
-        thread = await runtime.threads.get(conversation_key)
-        # what the next turn would see; recall is searched with an empty query here
-        view = await strategy.view(runtime, thread, TurnInput(conversation_key, "", None))
-        sections = list(view.system_sections)
-        if spec.memory.persistent:
-            sections.append(
-                memory_preamble(runtime.memory.keys(persistent_scope(spec, conversation_key, None)))
-            )
-        threshold = getattr(strategy, "compact_at_tokens", None)
-        return {
-            "agent": agent,
-            "conversation_key": conversation_key,
-            "thread_id": thread.id,
-            "strategy": strategy.kind,
-            "system": build_system(spec.purpose, sections),
-            "summary": thread.summary,
-            "messages": [
-                MESSAGE_ADAPTER.dump_python(m, mode="json", exclude_none=True) for m in view.messages
-            ],
-            "context": {
-                "tokens": thread.last_input_tokens,
-                "estimated": thread.last_tokens_estimated,
-                "compact_at_tokens": threshold,
-            },
-        }
+        return await target.next_prompt(conversation_key)
 
     async def platform(request: Request) -> Any:
         handler = directory.platform_endpoint(request.url.path)

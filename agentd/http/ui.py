@@ -27,13 +27,9 @@ from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from agentd.events import is_conversation_key
-from agentd.http.inspector import inspect_conversation
-from agentd.messages import MESSAGE_ADAPTER
-from agentd.store.runs import list_runs
-from agentd.store.transcripts import list_conversations
 
 if TYPE_CHECKING:
-    from agentd.engine.runtime import AgentRuntime
+    from agentd.engine.agent import Agent
     from agentd.http.app import AgentDirectory
 
 COOKIE = "agentd_ui"
@@ -313,9 +309,9 @@ def add_ui_routes(app: FastAPI, directory: AgentDirectory) -> None:
 
         return register
 
-    def running(agent: str) -> AgentRuntime | Response:
+    def running(agent: str) -> Agent | Response:
         names = {a["name"] for a in directory.describe_agents()}
-        runtime = directory.runtime(agent)
+        runtime = directory.agent(agent)
         if agent not in names:
             return page("Not found", f"<p>No agent named {esc(agent)}.</p>", 404)
         if runtime is None or runtime.status != "running":
@@ -351,8 +347,8 @@ def add_ui_routes(app: FastAPI, directory: AgentDirectory) -> None:
         runtime = running(agent)
         if isinstance(runtime, Response):
             return runtime
-        conversations = await runtime.store.read(lambda conn: list_conversations(conn, 200))
-        runs = await runtime.store.read(lambda conn: list_runs(conn, None, 50))
+        conversations = await runtime.conversations(200)
+        runs = await runtime.runs(None, 50)
         rows = [
             [
                 link(conversation_href(agent, str(c["conversation_key"])), c["conversation_key"]),
@@ -385,12 +381,10 @@ def add_ui_routes(app: FastAPI, directory: AgentDirectory) -> None:
             return page(
                 "Bad conversation key", f"<p>Not a conversation key: {esc(conversation_key)}</p>", 400
             )
-        inspected = await inspect_conversation(runtime, conversation_key)
-        thread = await runtime.threads.get(conversation_key)
-        transcript = [
-            MESSAGE_ADAPTER.dump_python(m.message, mode="json", exclude_none=True) for m in thread.messages
-        ]
-        runs = await runtime.store.read(lambda conn: list_runs(conn, conversation_key, 20))
+        inspected = await runtime.inspect(conversation_key)
+        transcript = await runtime.transcript(conversation_key)
+        summary = (await runtime.next_prompt(conversation_key))["summary"]
+        runs = await runtime.runs(conversation_key, 20)
         persistent = inspected.get("persistent")
         api = f"/agents/{quote(agent, safe='')}/conversations/{quote(conversation_key, safe=':')}/memory"
         body = (
@@ -406,8 +400,8 @@ def add_ui_routes(app: FastAPI, directory: AgentDirectory) -> None:
             )
             + '<h2 id="transcript">Transcript</h2>'
             + (
-                f"<p><strong>Summary of compacted turns</strong></p><pre>{esc(thread.summary)}</pre>"
-                if thread.summary
+                f"<p><strong>Summary of compacted turns</strong></p><pre>{esc(summary)}</pre>"
+                if summary
                 else ""
             )
             + messages_html(transcript)

@@ -45,28 +45,31 @@ from agentd.config.models import MemorySpec
 from agentd.config.strategies import EpisodicStrategy
 from agentd.errors import OperatorError, ProviderError, ToolError
 from agentd.memory.base import MemoryContext, MemoryView, TurnInput, speaker_partition
+from agentd.memory.cursor import after_cursor, cursor_behind, layer_state
+from agentd.memory.keywords import keyword_terms
+from agentd.memory.runs import commit_memory_run
 from agentd.memory.tooling import Tool, ToolCall, object_schema
 from agentd.memory.vectors import IndexCache, IndexedVector, VectorIndex, as_blob, index_cache, top_k
-from agentd.providers.base import Embedder, ToolSpec
-from agentd.store.audit import AuditRecord, insert_audit
-from agentd.store.db import AgentStore
-from agentd.store.episodes import (
+from agentd.providers.base import Embedder, PromptHints, ToolSpec
+from agentd.store.base import Store
+from agentd.store.queries import (
+    ConversationPartitions,
+    EpisodeCounts,
+    EpisodesById,
+    KeywordSearch,
+    PendingEpisodes,
+    Vectors,
+)
+from agentd.store.records import (
+    AuditRecord,
     Episode,
     KeywordHit,
+    LayerState,
     NewEpisode,
-    conversation_partitions,
-    count_episodes,
-    get_episodes,
-    insert_episodes,
-    keyword_query,
-    keyword_search,
-    keyword_terms,
-    load_vectors,
-    pending_episodes,
-    set_vectors,
+    StoredMessage,
+    StoredThread,
 )
-from agentd.store.memory_state import LayerState, get_layer_state, put_layer_state
-from agentd.store.transcripts import StoredMessage, StoredThread
+from agentd.store.writes import InsertEpisodes, SetVectors, Write
 
 log = logging.getLogger(__name__)
 
@@ -245,7 +248,7 @@ def _indexed(episode_id: int, created_at: float, importance: float, vector: Sequ
 
 
 async def embed_pending(
-    store: AgentStore,
+    store: Store,
     cache: IndexCache,
     embedder_id: str,
     pending: Sequence[Episode],
@@ -253,23 +256,21 @@ async def embed_pending(
 ) -> None:
     """Record late vectors for pending episodes, then add them to the loaded indexes."""
     rows = [_indexed(e.id, e.created_at, e.importance, v) for e, v in zip(pending, vectors, strict=True)]
-    await store.write(lambda conn: set_vectors(conn, embedder_id, [(r.id, r.vector) for r in rows]))
+    await store.write(SetVectors(embedder_id, [(r.id, r.vector) for r in rows]))
     for e, row in zip(pending, rows, strict=True):
         cache.append(e.partition, embedder_id, [row])
 
 
-async def load_index(
-    store: AgentStore, partition: str, embedder_id: str, dim: int | None = None
-) -> VectorIndex:
+async def load_index(store: Store, partition: str, embedder_id: str, dim: int | None = None) -> VectorIndex:
     async def loader() -> list[IndexedVector]:
-        stored = await store.read(lambda conn: load_vectors(conn, partition, embedder_id))
+        stored = await store.read(Vectors(partition, embedder_id))
         return [IndexedVector(v.id, v.created_at, v.importance, v.vector) for v in stored]
 
     return await index_cache(store).get(partition, embedder_id, loader, dim)
 
 
 async def recall_episodes(
-    store: AgentStore,
+    store: Store,
     embedder: Embedder,
     partition: str,
     text: str,
@@ -286,21 +287,24 @@ async def recall_episodes(
     index = cache.peek(partition, embedder.id)
     if index is None:
         index = await load_index(store, partition, embedder.id)
-    match = keyword_query(text) if mode != "vector" else None
+    terms = keyword_terms(text) if mode != "vector" else []
+    looks: list[Any] = [PendingEpisodes(partition)] if mode != "keyword" else []
+    if terms:
+        looks.append(KeywordSearch(partition, embedder.id, terms, CANDIDATES))
 
-    def first_look(conn: Any) -> tuple[list[Episode], list[KeywordHit] | None]:
-        pending = pending_episodes(conn, partition) if mode != "keyword" else []
-        hits = keyword_search(conn, partition, embedder.id, match, CANDIDATES) if match else None
-        return pending, hits
+    async def first_look() -> tuple[list[Episode], list[KeywordHit] | None]:
+        found = await store.read_many(*looks) if looks else []
+        pending = found.pop(0) if mode != "keyword" else []
+        return pending, (found[0] if terms else None)
 
     result = Recall(mode=mode)
     use_vectors = mode != "keyword"
     vectors: list[list[float]] | None = None
     if use_vectors and index.size:
         # the question will be embedded anyway: overlap that call with the store read
-        (pending, hits), vectors = await asyncio.gather(store.read(first_look), _embed(embedder, [text]))
+        (pending, hits), vectors = await asyncio.gather(first_look(), _embed(embedder, [text]))
     else:
-        pending, hits = await store.read(first_look)
+        pending, hits = await first_look()
         if index.size == 0 and not pending and not hits:
             return result  # nothing to recall from: no embedding call either
         if use_vectors:
@@ -320,11 +324,10 @@ async def recall_episodes(
         if hits:
             # an episode embedded at another dimension is not searchable, by keywords either
             hits = [h for h in hits if not h.embedded or h.id in index]
-    terms = keyword_terms(text) if match else []
     scored = rank(index if query is not None else None, query, hits, weights, now, terms)
     if not scored:
         return result
-    episodes = await store.read(lambda conn: get_episodes(conn, [s.id for s in scored]))
+    episodes = await store.read(EpisodesById([s.id for s in scored]))
     result.episodes = [Recalled(episodes[s.id], s) for s in scored if s.id in episodes]
     return result
 
@@ -376,18 +379,19 @@ def exchanges_of(messages: Sequence[StoredMessage]) -> list[Exchange]:
 async def store_episodes(
     ctx: MemoryContext,
     episodes: Sequence[NewEpisode],
-    extra: Callable[[Any], None] | None = None,
+    *,
+    cursor: tuple[StoredThread, str, LayerState] | None = None,
+    audits: Sequence[AuditRecord] = (),
 ) -> list[int]:
     """Embed (first any pending episodes of the same partitions) and store, in one transaction with
-    `extra` (a cursor, an audit row). An embedder that is down stores them unembedded."""
+    the layer's cursor or audit rows. An embedder that is down stores them unembedded."""
     embedder, store = ctx.embedder, ctx.store
     partitions = sorted({e.partition for e in episodes})
     pending: list[Episode] = []
     vectors: list[list[float]] | None = None
     if embedder is not None:
-        pending = await store.read(
-            lambda conn: [p for part in partitions for p in pending_episodes(conn, part)]
-        )
+        found = await store.read_many(*(PendingEpisodes(part) for part in partitions))
+        pending = [p for part in found for p in part]
         vectors = await _embed(embedder, [*(p.text for p in pending), *(e.text for e in episodes)])
     rows = list(episodes)
     late: list[tuple[Episode, list[float]]] = []
@@ -397,16 +401,10 @@ async def store_episodes(
         rows = [
             replace(e, embedder=embedder.id, vector=as_blob(v)) for e, v in zip(episodes, fresh, strict=True)
         ]
-
-    def commit(conn: Any) -> list[int]:
-        if embedder is not None and late:
-            set_vectors(conn, embedder.id, [(p.id, as_blob(v)) for p, v in late])
-        ids = insert_episodes(conn, rows)
-        if extra is not None:
-            extra(conn)
-        return ids
-
-    ids = await store.write(commit)
+    produced: list[Write[Any]] = [InsertEpisodes(rows)]
+    if embedder is not None and late:
+        produced.append(SetVectors(embedder.id, [(p.id, as_blob(v)) for p, v in late]))
+    ids: list[int] = (await commit_memory_run(ctx, produced=produced, cursor=cursor, audits=audits))[0]
     if embedder is not None:
         cache = index_cache(store)
         for p, v in late:
@@ -424,14 +422,6 @@ async def store_episodes(
 # -- the strategy -------------------------------------------------------------------------
 
 
-@dataclass(slots=True)
-class _LayerCache:
-    """What this layer keeps on the hot thread: its cursor and the last recall (for inspect)."""
-
-    upto_seq: int | None = None
-    last_recall: dict[str, Any] | None = None
-
-
 class EpisodicMemory:
     kind = "episodic"
     keeps_transcript = True
@@ -442,26 +432,23 @@ class EpisodicMemory:
         self.weights = Weights(spec.top_k, spec.threshold, spec.half_life_days)
         self.clock: Callable[[], float] = time.time  # tests move time to age episodes
 
-    def _cache(self, thread: StoredThread) -> _LayerCache:
-        cache = thread.layers.get(self.layer)
-        if not isinstance(cache, _LayerCache):
-            cache = thread.layers[self.layer] = _LayerCache()
-        return cache
-
     async def view(self, ctx: MemoryContext, thread: StoredThread, turn: TurnInput) -> MemoryView:
-        cache = self._cache(thread)
+        if not turn.text.strip():
+            return MemoryView()  # nothing to search with (the inspector's look at the next prompt)
+        state = await layer_state(ctx, thread, self.layer)
         partition = speaker_partition(turn.conversation_key, turn.user_id)
         now = self.clock()
         embedder = ctx.embedder
         if embedder is None:
-            cache.last_recall = _recall_record(
+            state.data["last_recall"] = _recall_record(
                 now, turn.text, partition, None, Recall(mode="none", notes=[NO_EMBEDDER])
             )
             return MemoryView(notes=(NO_EMBEDDER,))
         recall = await recall_episodes(ctx.store, embedder, partition, turn.text, self.weights, now)
-        cache.last_recall = _recall_record(now, turn.text, partition, embedder.id, recall)
+        state.data["last_recall"] = _recall_record(now, turn.text, partition, embedder.id, recall)
         sections = (recall_section(recall.episodes),) if recall.episodes else ()
-        return MemoryView(system_sections=sections, messages=(), notes=tuple(recall.notes))
+        hints = PromptHints(recalled=len(recall.episodes))
+        return MemoryView(system_sections=sections, notes=tuple(recall.notes), hints=hints)
 
     def tools(self, ctx: MemoryContext, thread: StoredThread, turn: TurnInput) -> Sequence[Tool]:
         if self.spec.write != "tool":
@@ -512,59 +499,38 @@ class EpisodicMemory:
         audit = AuditRecord(
             "memory", "save_episode", call.conversation_key, call.run_id, {"partition": partition}
         )
-        ids = await store_episodes(ctx, [episode], lambda conn: insert_audit(conn, ctx.agent, [audit], now))
+        ids = await store_episodes(ctx, [episode], audits=[audit])
         return f"Saved to episodic memory (episode {ids[0]})."
 
     def settle_due(self, thread: StoredThread) -> bool:
-        if self.spec.write != "always" or not thread.messages:
-            return False
-        cache = thread.layers.get(self.layer)
-        upto = cache.upto_seq if isinstance(cache, _LayerCache) else None
-        return upto is None or thread.messages[-1].seq > upto
+        return self.spec.write == "always" and cursor_behind(thread, self.layer)
 
     async def settle(self, ctx: MemoryContext, thread: StoredThread, run_id: str | None) -> None:
         if self.spec.write != "always" or thread.id is None:
             return
-        thread_id, cache = thread.id, self._cache(thread)
-        if cache.upto_seq is None:
-            state = await ctx.store.read(lambda conn: get_layer_state(conn, thread_id, self.layer))
-            cache.upto_seq = state.upto_seq
-            if cache.last_recall is None:
-                cache.last_recall = state.data.get("last_recall")
-        new = [m for m in thread.messages if m.seq > cache.upto_seq]
+        state = await layer_state(ctx, thread, self.layer)
+        new = thread.messages[after_cursor(thread.messages, state.upto_seq) :]
         if not new:
             return
-        upto = new[-1].seq
         now = self.clock()
         key = thread.conversation_key
         episodes = [
             NewEpisode(speaker_partition(key, ex.user_id), key, ex.text, now, 1.0, ex.run_id)
             for ex in exchanges_of(new)
         ]
-        state = LayerState({"last_recall": cache.last_recall} if cache.last_recall else {}, upto)
-        await store_episodes(
-            ctx, episodes, lambda conn: put_layer_state(conn, thread_id, self.layer, state, now)
-        )
-        cache.upto_seq = upto
+        last_recall = state.data.get("last_recall")
+        moved = LayerState({"last_recall": last_recall} if last_recall else {}, new[-1].seq)
+        await store_episodes(ctx, episodes, cursor=(thread, self.layer, moved))
 
     async def inspect(self, ctx: MemoryContext, thread: StoredThread) -> dict[str, Any]:
-        cache = self._cache(thread)
+        state = await layer_state(ctx, thread, self.layer)
         embedder = ctx.embedder
         embedder_id = embedder.id if embedder is not None else None
-        thread_id = thread.id
-        last_recall = cache.last_recall
-
-        def look(conn: Any) -> tuple[dict[str, dict[str, int]], dict[str, Any] | None]:
-            partitions = conversation_partitions(conn, thread.conversation_key)
-            if last_recall and last_recall["partition"] not in partitions:
-                partitions.append(last_recall["partition"])
-            counts = {p: count_episodes(conn, p, embedder_id) for p in partitions}
-            stored = None
-            if last_recall is None and thread_id is not None:
-                stored = get_layer_state(conn, thread_id, self.layer).data.get("last_recall")
-            return counts, stored
-
-        counts, stored = await ctx.store.read(look)
+        last_recall = state.data.get("last_recall")
+        partitions = await ctx.store.read(ConversationPartitions(thread.conversation_key))
+        if last_recall and last_recall["partition"] not in partitions:
+            partitions.append(last_recall["partition"])
+        counts = await ctx.store.read_many(*(EpisodeCounts(p, embedder_id) for p in partitions))
         return {
             "kind": self.kind,
             "layer": self.layer,
@@ -574,8 +540,8 @@ class EpisodicMemory:
             "top_k": self.spec.top_k,
             "threshold": self.spec.threshold,
             "half_life_days": self.spec.half_life_days,
-            "last_recall": last_recall or stored,
-            "episodes": counts,
+            "last_recall": last_recall,
+            "episodes": dict(zip(partitions, counts, strict=True)),
         }
 
 

@@ -8,61 +8,28 @@ always filtered to one partition.
 
 from __future__ import annotations
 
-import re
 import sqlite3
-from collections.abc import Sequence
-from dataclasses import dataclass
 
-
-@dataclass(frozen=True, slots=True)
-class NewEpisode:
-    partition: str
-    conversation_key: str | None
-    text: str
-    created_at: float
-    importance: float = 1.0
-    run_id: str | None = None
-    embedder: str | None = None
-    vector: bytes | None = None  # float32 .tobytes(); None (with embedder None) = not embedded yet
-
-
-@dataclass(frozen=True, slots=True)
-class Episode:
-    id: int
-    partition: str
-    conversation_key: str | None
-    text: str
-    importance: float
-    created_at: float
-    run_id: str | None
-    embedder: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class KeywordHit:
-    id: int
-    bm25: float  # FTS5 bm25: negative, lower is a better match
-    created_at: float
-    importance: float
-    embedded: bool
-    text: str
-
-
-@dataclass(frozen=True, slots=True)
-class StoredVector:
-    id: int
-    created_at: float
-    importance: float
-    vector: bytes
-
+from agentd.store.queries import (
+    ConversationPartitions,
+    EpisodeCounts,
+    EpisodesById,
+    KeywordSearch,
+    PendingEpisodes,
+    Vectors,
+)
+from agentd.store.records import Episode, KeywordHit, StoredVector
+from agentd.store.sqlite.dispatch import handles
+from agentd.store.writes import InsertEpisodes, SetVectors
 
 _COLUMNS = "id, partition, conversation_key, text, importance, created_at, run_id, embedder"
 
 
-def insert_episodes(conn: sqlite3.Connection, episodes: Sequence[NewEpisode]) -> list[int]:
+@handles(InsertEpisodes)
+def insert_episodes(conn: sqlite3.Connection, op: InsertEpisodes) -> list[int]:
     """Insert in order; returns the new ids (the FTS index is kept in sync by triggers)."""
     ids = []
-    for e in episodes:
+    for e in op.episodes:
         cur = conn.execute(
             "INSERT INTO episodes (partition, conversation_key, text, importance, created_at, run_id,"
             " embedder, vector) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
@@ -82,94 +49,65 @@ def insert_episodes(conn: sqlite3.Connection, episodes: Sequence[NewEpisode]) ->
     return ids
 
 
-def pending_episodes(conn: sqlite3.Connection, partition: str, limit: int = 64) -> list[Episode]:
-    """Episodes of a partition not embedded yet (the embedder was down or absent), oldest first."""
+@handles(PendingEpisodes)
+def pending_episodes(conn: sqlite3.Connection, q: PendingEpisodes) -> list[Episode]:
     rows = conn.execute(
         # embedder IS NULL too (always true of a pending episode) lets the partition index find them
         f"SELECT {_COLUMNS} FROM episodes WHERE partition = ? AND embedder IS NULL AND vector IS NULL"
         " ORDER BY id LIMIT ?",
-        (partition, limit),
+        (q.partition, q.limit),
     ).fetchall()
     return [Episode(*row) for row in rows]
 
 
-def set_vectors(conn: sqlite3.Connection, embedder: str, vectors: Sequence[tuple[int, bytes]]) -> None:
-    """Record the vectors of episodes embedded late; an episode already embedded keeps its vector."""
+@handles(SetVectors)
+def set_vectors(conn: sqlite3.Connection, op: SetVectors) -> None:
     conn.executemany(
         "UPDATE episodes SET embedder = ?, vector = ? WHERE id = ? AND vector IS NULL",
-        [(embedder, blob, episode_id) for episode_id, blob in vectors],
+        [(op.embedder, blob, episode_id) for episode_id, blob in op.vectors],
     )
 
 
-def load_vectors(conn: sqlite3.Connection, partition: str, embedder: str) -> list[StoredVector]:
-    """Every vector one embedder produced for a partition, in id order (to build the index)."""
+@handles(Vectors)
+def load_vectors(conn: sqlite3.Connection, q: Vectors) -> list[StoredVector]:
     return [
         StoredVector(*row)
         for row in conn.execute(
             "SELECT id, created_at, importance, vector FROM episodes"
             " WHERE partition = ? AND embedder = ? AND vector IS NOT NULL ORDER BY id",
-            (partition, embedder),
+            (q.partition, q.embedder),
         )
     ]
 
 
-def get_episodes(conn: sqlite3.Connection, ids: Sequence[int]) -> dict[int, Episode]:
+@handles(EpisodesById)
+def get_episodes(conn: sqlite3.Connection, q: EpisodesById) -> dict[int, Episode]:
+    ids = list(q.ids)
     if not ids:
         return {}
     marks = ", ".join("?" * len(ids))
-    rows = conn.execute(f"SELECT {_COLUMNS} FROM episodes WHERE id IN ({marks})", list(ids))
+    rows = conn.execute(f"SELECT {_COLUMNS} FROM episodes WHERE id IN ({marks})", ids)
     return {row[0]: Episode(*row) for row in rows}
 
 
-# Words that carry no topic: dropped from keyword queries so "what did I say about X" searches X.
-_STOPWORDS = frozenset(
-    """a about above after again against all am an and any are as at be because been before being below
-    between both but by can could did do does doing down during each few for from further had has have
-    having he her here hers herself him himself his how i if in into is it its itself just me more most my
-    myself no nor not now of off on once only or other our ours ourselves out over own same she should so
-    some such than that the their theirs them themselves then there these they this those through to too
-    under until up very was we were what when where which while who whom why will with would you your
-    yours yourself yourselves tell remind know remember said say says told please again earlier ago""".split()
-)
-_WORD = re.compile(r"[^\W_]+", re.UNICODE)
-MAX_QUERY_TERMS = 24
+def fts_match(terms: list[str] | tuple[str, ...]) -> str:
+    """An FTS5 MATCH expression: each term quoted (no FTS syntax from user text), OR-ed. FTS5's porter
+    tokenizer stems the query like the indexed text."""
+    return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
 
 
-def keyword_terms(text: str) -> list[str]:
-    """The topical words of free text, lower-cased, in order, without repeats or stopwords."""
-    terms: list[str] = []
-    for word in _WORD.findall(text.lower()):
-        if word in _STOPWORDS or (len(word) < 2 and not word.isdigit()) or word in terms:
-            continue
-        terms.append(word)
-        if len(terms) == MAX_QUERY_TERMS:
-            break
-    return terms
-
-
-def keyword_query(text: str) -> str | None:
-    """An FTS5 MATCH expression for free text: its topical words, each quoted, OR-ed; None if none.
-
-    Quoting makes every word a plain term (no FTS syntax from user text), and
-    FTS5's porter tokenizer stems the query like the indexed text.
-    """
-    return " OR ".join(f'"{t}"' for t in keyword_terms(text)) or None
-
-
-def keyword_search(
-    conn: sqlite3.Connection, partition: str, embedder: str | None, match: str, limit: int
-) -> list[KeywordHit]:
-    """The best bm25 matches within one partition, among episodes of `embedder` or not embedded yet
-    (embedder None: every episode of the partition).
-
-    bm25 does not depend on the partition (its statistics are the whole
+@handles(KeywordSearch)
+def keyword_search(conn: sqlite3.Connection, q: KeywordSearch) -> list[KeywordHit]:
+    """bm25 does not depend on the partition (its statistics are the whole
     table's), so the partition's best matches are the first of the table's
     that belong to it: rank the table's best few hundred in FTS5 alone (no
     join per match: twice as fast at 100k episodes), and only when too few
     of those are this partition's, rank every match of the partition.
     """
-    if limit <= 0:
+    partition, embedder, limit = q.partition, q.embedder, q.limit
+    if limit <= 0 or not q.terms:
         return []
+    match = fts_match(tuple(q.terms))
     wide = limit * 8
     ranked = conn.execute(
         "SELECT rowid, bm25(episodes_fts) AS rank FROM episodes_fts WHERE episodes_fts MATCH ?"
@@ -213,12 +151,13 @@ def _episode_hits(
     return [KeywordHit(i, rank, *found[i]) for i, rank in ranked if i in found]
 
 
-def count_episodes(conn: sqlite3.Connection, partition: str, embedder: str | None) -> dict[str, int]:
-    """A partition's episodes: total, embedded by `embedder`, by other embedders, not embedded yet."""
+@handles(EpisodeCounts)
+def count_episodes(conn: sqlite3.Connection, q: EpisodeCounts) -> dict[str, int]:
+    embedder = q.embedder
     total, current, pending = conn.execute(
         "SELECT COUNT(*), COALESCE(SUM(embedder IS ? AND vector IS NOT NULL), 0),"
         " COALESCE(SUM(vector IS NULL), 0) FROM episodes WHERE partition = ?",
-        (embedder, partition),
+        (embedder, q.partition),
     ).fetchone()
     return {
         "total": total,
@@ -228,12 +167,12 @@ def count_episodes(conn: sqlite3.Connection, partition: str, embedder: str | Non
     }
 
 
-def conversation_partitions(conn: sqlite3.Connection, conversation_key: str) -> list[str]:
-    """The partitions episodes of one conversation went to (one per person who spoke there)."""
+@handles(ConversationPartitions)
+def conversation_partitions(conn: sqlite3.Connection, q: ConversationPartitions) -> list[str]:
     return [
         row[0]
         for row in conn.execute(
             "SELECT DISTINCT partition FROM episodes WHERE conversation_key = ? ORDER BY partition",
-            (conversation_key,),
+            (q.conversation_key,),
         )
     ]

@@ -4,48 +4,36 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from dataclasses import dataclass, field
 from typing import Any
 
-
-@dataclass(slots=True)
-class AuditRecord:
-    kind: str
-    action: str
-    conversation_key: str | None = None
-    run_id: str | None = None
-    data: dict[str, Any] = field(default_factory=dict)
+from agentd.store.queries import AuditEvents
+from agentd.store.sqlite.dispatch import handles
+from agentd.store.writes import AppendAudit
 
 
-def insert_audit(conn: sqlite3.Connection, agent: str, records: list[AuditRecord], ts: float) -> None:
+@handles(AppendAudit)
+def insert_audit(conn: sqlite3.Connection, op: AppendAudit) -> None:
     conn.executemany(
         "INSERT INTO audit (ts, agent, kind, action, conversation_key, run_id, data) VALUES (?, ?, ?, ?, ?, ?, ?)",
         [
             (
-                ts,
-                agent,
+                op.ts,
+                op.agent,
                 r.kind,
                 r.action,
                 r.conversation_key,
                 r.run_id,
                 json.dumps(r.data, separators=(",", ":")),
             )
-            for r in records
+            for r in op.records
         ],
     )
 
 
-def query_audit(
-    conn: sqlite3.Connection,
-    *,
-    agent: str | None = None,
-    kind: str | None = None,
-    since: float | None = None,
-    limit: int = 100,
-) -> list[dict[str, Any]]:
-    """The newest `limit` events matching the filters, oldest first."""
+@handles(AuditEvents)
+def query_audit(conn: sqlite3.Connection, q: AuditEvents) -> list[dict[str, Any]]:
     clauses, args = [], []
-    for column, op, value in (("agent", "=", agent), ("kind", "=", kind), ("ts", ">=", since)):
+    for column, op, value in (("agent", "=", q.agent), ("kind", "=", q.kind), ("ts", ">=", q.since)):
         if value is not None:
             clauses.append(f"{column} {op} ?")
             args.append(value)
@@ -53,7 +41,7 @@ def query_audit(
     rows = conn.execute(
         f"SELECT id, ts, agent, kind, action, conversation_key, run_id, data FROM audit {where}"
         " ORDER BY ts DESC, id DESC LIMIT ?",
-        (*args, limit),
+        (*args, q.limit),
     ).fetchall()
     return [
         {

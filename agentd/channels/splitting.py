@@ -1,9 +1,6 @@
-"""Small pieces every chat channel needs: splitting long replies, and reconnect backoff."""
+"""Splitting a long reply into messages a platform accepts, without breaking a code block."""
 
 from __future__ import annotations
-
-import random
-from collections.abc import Iterator
 
 FENCE = "```"
 
@@ -62,11 +59,3 @@ def _fence_state(text: str) -> tuple[bool, str]:
             else:
                 inside, lang = True, stripped[len(FENCE) :].strip()
     return inside, lang
-
-
-def backoff_delays(base: float = 1.0, cap: float = 60.0) -> Iterator[float]:
-    """Exponential backoff with full jitter: 1, 2, 4 ... capped, each randomised down to half."""
-    delay = base
-    while True:
-        yield delay * (0.5 + random.random() / 2)
-        delay = min(cap, delay * 2)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import sqlite3
 import time
 
+from agentd.errors import NewerSchema
+
 MIGRATIONS: list[tuple[str, tuple[str, ...]]] = [
     (
         "0001_initial",
@@ -177,8 +179,9 @@ def migrate(
     known = [name for name, _ in migrations]
     unknown = done - set(known)
     if unknown:
-        raise RuntimeError(
-            f"this data file was written by a newer agentd (migrations {sorted(unknown)}); upgrade agentd"
+        raise NewerSchema(
+            f"this data was written by a newer agentd (migrations {', '.join(sorted(unknown))} are unknown "
+            "to this one): upgrade agentd to serve this agent; nothing was changed"
         )
     now_applied = []
     for name, statements in migrations:
