@@ -10,9 +10,8 @@ from __future__ import annotations
 import hmac
 import json
 import logging
-from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any
 
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -25,6 +24,7 @@ from agentd.engine.runtime import AgentRuntime
 from agentd.engine.turn import build_system, persistent_scope
 from agentd.errors import StoreError
 from agentd.events import CONVERSATION_ID_RE, InboundEvent, is_conversation_key
+from agentd.http.directory import AgentDirectory
 from agentd.http.inspector import inspect_conversation
 from agentd.http.ui import add_ui_routes
 from agentd.memory.base import TurnInput
@@ -39,27 +39,6 @@ MAX_TEXT = 32_000
 class ApiError(Exception):
     def __init__(self, status: int, reason: str, **extra: Any):
         self.status, self.reason, self.extra = status, reason, extra
-
-
-class AgentDirectory(Protocol):
-    """What the daemon exposes to the HTTP layer."""
-
-    token: str | None
-    max_body_bytes: int
-
-    def runtime(self, name: str) -> AgentRuntime | None: ...
-
-    def has_webhook(self, name: str) -> bool: ...
-
-    def describe_agents(self) -> list[dict[str, Any]]: ...
-
-    async def query_audit(
-        self, agent: str | None, kind: str | None, since: float | None, limit: int
-    ) -> list[dict[str, Any]]: ...
-
-    async def audit_auth_failure(self, path: str, reason: str, client: str | None) -> None: ...
-
-    def platform_endpoint(self, path: str) -> Callable[[Request], Awaitable[Any]] | None: ...
 
 
 class MessageIn(BaseModel):

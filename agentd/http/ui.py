@@ -34,7 +34,7 @@ from agentd.store.transcripts import list_conversations
 
 if TYPE_CHECKING:
     from agentd.engine.runtime import AgentRuntime
-    from agentd.http.app import AgentDirectory
+    from agentd.http.directory import AgentDirectory
 
 COOKIE = "agentd_ui"
 AUDIT_KINDS = ("memory", "command", "compaction", "fold", "config", "auth", "permission", "channel")
