@@ -20,7 +20,7 @@ from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from agentd.daemon import Daemon
 from agentd.http.app import create_app
-from agentd.http.ui import COOKIE, session_value
+from agentd.http.ui.access import COOKIE, session_value
 
 CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
 TOKEN = "s3cret-ui"
@@ -109,7 +109,7 @@ async def test_every_value_is_escaped(ui: httpx.AsyncClient) -> None:
         page = (await ui.get(path, headers=BEARER)).text
         assert "<script>" not in page and "<img" not in page and "<b>" not in page
     page = (await ui.get("/ui/agents/assistant/conversations/webhook:x", headers=BEARER)).text
-    assert "&lt;script&gt;alert(1)&lt;/script&gt; &amp; &quot;quotes&quot;" in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt; &amp; &#34;quotes&#34;" in page  # Jinja's autoescape
     assert "user (&lt;img src=x&gt;)" in page
 
 

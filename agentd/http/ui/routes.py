@@ -1,0 +1,113 @@
+"""The /ui/ pages: each route gathers a context and names its template; nothing here writes HTML."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
+
+from agentd.events import is_conversation_key
+from agentd.http.inspector import inspect_conversation
+from agentd.http.ui.access import check_access
+from agentd.http.ui.render import Problem, render, render_problem
+from agentd.http.ui.views import AUDIT_KINDS
+from agentd.messages import MESSAGE_ADAPTER
+from agentd.store.runs import list_runs
+from agentd.store.transcripts import list_conversations
+
+if TYPE_CHECKING:
+    from agentd.engine.runtime import AgentRuntime
+    from agentd.http.directory import AgentDirectory
+
+Page = tuple[str, dict[str, Any]]  # a template's name and its context
+Handler = Callable[..., Awaitable[Page]]
+
+
+def add_ui_routes(app: FastAPI, directory: AgentDirectory) -> None:
+    """Adds GET /ui/, /ui/agents/{agent}, /ui/agents/{agent}/conversations/{key} and /ui/audit."""
+
+    def page(path: str) -> Callable[[Handler], Handler]:
+        def register(handler: Handler) -> Handler:
+            async def endpoint(request: Request) -> Response:
+                denied = await check_access(request, directory)
+                if denied is not None:
+                    return denied
+                try:
+                    template, context = await handler(request, **request.path_params)
+                except Problem as problem:
+                    return render_problem(request, problem)
+                return render(request, template, context)
+
+            app.add_api_route(path, endpoint, methods=["GET"], include_in_schema=False)
+            return handler
+
+        return register
+
+    def known(agent: str) -> None:
+        if agent not in {a["name"] for a in directory.describe_agents()}:
+            raise Problem(404, "Not found", f"No agent named {agent}.")
+
+    def running(agent: str) -> AgentRuntime:
+        known(agent)
+        runtime = directory.runtime(agent)
+        if runtime is None or runtime.status != "running":
+            status = runtime.status if runtime else "not running"
+            raise Problem(503, "Unavailable", f"Agent {agent} is {status}.")
+        return runtime
+
+    @page("/ui/")
+    async def agents_page(request: Request) -> Page:
+        return "agents.html", {"agents": directory.describe_agents()}
+
+    @page("/ui/agents/{agent}")
+    async def agent_page(request: Request, agent: str) -> Page:
+        runtime = running(agent)
+        conversations = await runtime.store.read(lambda conn: list_conversations(conn, 200))
+        runs = await runtime.store.read(lambda conn: list_runs(conn, None, 50))
+        return "agent.html", {
+            "agent": agent,
+            "model": runtime.spec.model.name,
+            "conversations": conversations,
+            "runs": runs,
+        }
+
+    @page("/ui/agents/{agent}/conversations/{conversation_key:path}")
+    async def conversation_page(request: Request, agent: str, conversation_key: str) -> Page:
+        runtime = running(agent)
+        if not is_conversation_key(conversation_key):
+            raise Problem(400, "Bad conversation key", f"Not a conversation key: {conversation_key}")
+        inspected = await inspect_conversation(runtime, conversation_key)
+        thread = await runtime.threads.get(conversation_key)
+        transcript = [
+            MESSAGE_ADAPTER.dump_python(m.message, mode="json", exclude_none=True) for m in thread.messages
+        ]
+        runs = await runtime.store.read(lambda conn: list_runs(conn, conversation_key, 20))
+        api = f"/agents/{quote(agent, safe='')}/conversations/{quote(conversation_key, safe=':')}/memory"
+        return "conversation.html", {
+            "api": api,
+            "agent": agent,
+            "key": conversation_key,
+            "inspected": inspected,
+            "summary": thread.summary,
+            "transcript": transcript,
+            "runs": runs,
+        }
+
+    @page("/ui/audit")
+    async def audit_page(request: Request) -> Page:
+        names = [a["name"] for a in directory.describe_agents()]
+        agent = request.query_params.get("agent") or None
+        kind = request.query_params.get("kind") or None
+        if agent is not None:
+            known(agent)
+        events = await directory.query_audit(agent, kind, None, 200)
+        return "audit.html", {
+            "names": names,
+            "agent": agent,
+            "kind": kind,
+            "kinds": AUDIT_KINDS,
+            "events": list(reversed(events)),  # newest first
+        }
