@@ -6,10 +6,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from agentd.config.loader import parse_agent
 from agentd.config.models import AgentSpec
+from agentd.daemon import Daemon
 from agentd.engine.runtime import AgentRuntime
 from agentd.events import InboundEvent, Reply
+from agentd.http.app import create_app
 from agentd.providers.registry import ProviderRegistry
 from agentd.store.db import AgentStore, StoreExecutor
 
@@ -65,3 +69,29 @@ def say(runtime: AgentRuntime, key: str = "webhook:c1", user: str | None = "u1")
         )
 
     return _say
+
+
+async def open_api(
+    root: Path, agents: dict[str, str], token: str | None = None
+) -> tuple[Daemon, httpx.AsyncClient]:
+    folder = root / "agents"
+    folder.mkdir()
+    for name, text in agents.items():
+        (folder / f"{name}.yaml").write_text(text)
+    if token:
+        (root / "agentd.yaml").write_text(f"http:\n  token: {token}\n")
+    daemon = Daemon(folder, root / "data", reload_interval=60)
+    await daemon.start()
+    client = httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=create_app(daemon)), base_url="http://agentd"
+    )
+    return daemon, client
+
+
+async def send(
+    client: httpx.AsyncClient, agent: str, conversation: str, text: str, user_id: str = "ana"
+) -> None:
+    r = await client.post(
+        f"/agents/{agent}/messages", json={"conversation_id": conversation, "text": text, "user_id": user_id}
+    )
+    assert r.status_code == 200, r.text

@@ -253,6 +253,8 @@ def test_click_from_agents_to_conversation_inspector_and_audit(
     )
 
     click_through(browser, "webhook:ui-1", "Conversation webhook:ui-1")
+    # what the model will see next starts with its system prompt, persistent keys included
+    assert "Keys you already have:\n- color" in text_of(browser, "#system-prompt")
     layers = browser.find_elements(By.CSS_SELECTOR, "section.layer")
     assert [layer.find_element(By.TAG_NAME, "h3").text for layer in layers] == ["full", "persistent memory"]
     inspector = layers[0].text

@@ -21,15 +21,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from agentd.engine.commands import status_facts
 from agentd.engine.runtime import AgentRuntime
-from agentd.engine.turn import build_system, persistent_scope
+from agentd.engine.turn import persistent_scope
 from agentd.errors import StoreError
 from agentd.events import CONVERSATION_ID_RE, InboundEvent, is_conversation_key
 from agentd.http.directory import AgentDirectory
 from agentd.http.inspector import inspect_conversation
+from agentd.http.next_turn import next_turn
 from agentd.http.ui import add_ui_routes
-from agentd.memory.base import TurnInput
-from agentd.memory.persistent import memory_preamble
-from agentd.messages import MESSAGE_ADAPTER
 from agentd.store.runs import list_runs
 
 log = logging.getLogger(__name__)
@@ -234,33 +232,7 @@ def create_app(directory: AgentDirectory) -> FastAPI:
     async def conversation(agent: str, conversation_key: str) -> dict[str, Any]:
         runtime = runtime_or_404(agent)
         check_key(conversation_key)
-        spec = runtime.spec
-        strategy = runtime.strategy(spec)
-        thread = await runtime.threads.get(conversation_key)
-        # what the next turn would see; recall is searched with an empty query here
-        view = await strategy.view(runtime, thread, TurnInput(conversation_key, "", None))
-        sections = list(view.system_sections)
-        if spec.memory.persistent:
-            sections.append(
-                memory_preamble(runtime.memory.keys(persistent_scope(spec, conversation_key, None)))
-            )
-        threshold = getattr(strategy, "compact_at_tokens", None)
-        return {
-            "agent": agent,
-            "conversation_key": conversation_key,
-            "thread_id": thread.id,
-            "strategy": strategy.kind,
-            "system": build_system(spec.purpose, sections),
-            "summary": thread.summary,
-            "messages": [
-                MESSAGE_ADAPTER.dump_python(m, mode="json", exclude_none=True) for m in view.messages
-            ],
-            "context": {
-                "tokens": thread.last_input_tokens,
-                "estimated": thread.last_tokens_estimated,
-                "compact_at_tokens": threshold,
-            },
-        }
+        return await next_turn(runtime, conversation_key)
 
     async def platform(request: Request) -> Any:
         handler = directory.platform_endpoint(request.url.path)

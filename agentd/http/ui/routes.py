@@ -11,6 +11,7 @@ from fastapi.responses import Response
 
 from agentd.events import is_conversation_key
 from agentd.http.inspector import inspect_conversation
+from agentd.http.next_turn import next_turn
 from agentd.http.ui.access import check_access
 from agentd.http.ui.render import Problem, render, render_problem
 from agentd.http.ui.views import AUDIT_KINDS
@@ -80,6 +81,7 @@ def add_ui_routes(app: FastAPI, directory: AgentDirectory) -> None:
         if not is_conversation_key(conversation_key):
             raise Problem(400, "Bad conversation key", f"Not a conversation key: {conversation_key}")
         inspected = await inspect_conversation(runtime, conversation_key)
+        upcoming = await next_turn(runtime, conversation_key)
         thread = await runtime.threads.get(conversation_key)
         transcript = [
             MESSAGE_ADAPTER.dump_python(m.message, mode="json", exclude_none=True) for m in thread.messages
@@ -91,6 +93,9 @@ def add_ui_routes(app: FastAPI, directory: AgentDirectory) -> None:
             "agent": agent,
             "key": conversation_key,
             "inspected": inspected,
+            "system": upcoming["system"],
+            "per_user_memory": runtime.spec.memory.persistent
+            and runtime.spec.memory.persistent_scope == "user",
             "summary": thread.summary,
             "transcript": transcript,
             "runs": runs,

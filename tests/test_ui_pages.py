@@ -1,0 +1,74 @@
+"""What the /ui/ pages show, over HTTP in-process: the system prompt, memory values, filters, links, refresh."""
+
+from __future__ import annotations
+
+import html
+import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import httpx
+
+from agentd.daemon import Daemon
+from tests.support import open_api, send
+
+ASSISTANT = "purpose: You are <Ana>'s assistant.\nmemory: {scope: thread, persistent: true}\nchannels: {webhook: {}}\n"
+EPISODIC = "memory:\n  strategy: {kind: episodic}\nchannels: {webhook: {}}\n"
+PAGE = "/ui/agents/assistant/conversations/webhook:c"
+
+
+@asynccontextmanager
+async def serving(root: Path, agents: dict[str, str]) -> AsyncIterator[tuple[Daemon, httpx.AsyncClient]]:
+    daemon, client = await open_api(root, agents)
+    try:
+        yield daemon, client
+    finally:
+        await client.aclose()
+        await daemon.shutdown()
+
+
+def element(page: str, element_id: str) -> str:
+    """The markup inside the element with this id (the first closing tag of its kind ends it)."""
+    match = re.search(rf'<(\w+)[^>]* id="{element_id}"[^>]*>(.*?)</\1>', page, re.S)
+    assert match, f"no element #{element_id} in the page"
+    return match.group(2)
+
+
+async def test_the_conversation_page_shows_the_system_prompt_of_the_next_turn(tmp_path: Path) -> None:
+    async with serving(tmp_path, {"assistant": ASSISTANT}) as (_daemon, client):
+        await send(client, "assistant", "c", "remember color: blue")
+        page = (await client.get(PAGE)).text
+        system = (await client.get("/agents/assistant/conversations/webhook:c")).json()["system"]
+    prompt = element(page, "system-prompt")
+    assert system.startswith("You are <Ana>'s assistant.") and "- color" in system
+    assert html.escape(system, quote=False) in prompt.replace("&#39;", "'")
+    assert "<Ana>" not in page
+
+
+async def test_looking_at_the_next_turn_leaves_the_last_recall_alone(tmp_path: Path) -> None:
+    """Episodic memory shows the recall of the last real turn; previewing the next one must not replace it."""
+    (tmp_path / "agentd.yaml").write_text("embedder: hash/256\n")
+    async with serving(tmp_path, {"a": EPISODIC}) as (_daemon, client):
+        await send(client, "a", "c", "we fly to Lisbon")
+        await send(client, "a", "c", "where do we fly?")
+        for path in ("/ui/agents/a/conversations/webhook:c", "/agents/a/conversations/webhook:c"):
+            assert (await client.get(path)).status_code == 200
+            [layer] = (await client.get("/agents/a/conversations/webhook:c/memory")).json()["layers"]
+            assert layer["last_recall"]["query"] == "where do we fly?", path
+
+
+async def test_the_pages_of_an_agent_without_persistent_memory(tmp_path: Path) -> None:
+    async with serving(tmp_path, {"plain": "memory: {scope: thread}\nchannels: {webhook: {}}\n"}) as (
+        _daemon,
+        client,
+    ):
+        await send(client, "plain", "c", "hello")
+        for path in ("/ui/", "/ui/agents/plain", "/ui/agents/plain/conversations/webhook:c"):
+            r = await client.get(path)
+            assert r.status_code == 200, path
+        assert (
+            "You said: hello" in r.text
+            and "no purpose" in r.text
+            and "<h3>persistent memory</h3>" not in r.text
+        )
