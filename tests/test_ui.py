@@ -276,6 +276,10 @@ def test_click_from_agents_to_conversation_inspector_and_audit(
         "assistant",
     ]
     assert browser.save_screenshot(str(SCREENSHOT))
+    # a persistent value is read on demand: its key links to a page of its own
+    assert "blue" not in text_of(browser, "#persistent-memory")
+    click_through(browser, "color", "Memory color")
+    assert text_of(browser, "#memory-value") == "blue"
 
     click_through(browser, "Audit", "Audit trail")
     Select(browser.find_element(By.NAME, "agent")).select_by_visible_text("assistant")

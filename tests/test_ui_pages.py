@@ -72,3 +72,61 @@ async def test_the_pages_of_an_agent_without_persistent_memory(tmp_path: Path) -
             and "no purpose" in r.text
             and "<h3>persistent memory</h3>" not in r.text
         )
+
+
+# -- persistent memory: keys on the page, a value when its key is opened -------------------------------
+
+PER_USER = "memory: {scope: thread, persistent: true, persistent_scope: user}\nchannels: {webhook: {}}\n"
+
+
+def links(markup: str) -> dict[str, str]:
+    """Link text -> href (unescaped)."""
+    return {
+        html.unescape(text): html.unescape(href)
+        for href, text in re.findall(r'<a href="([^"]*)">([^<]*)</a>', markup)
+    }
+
+
+async def test_a_persistent_value_is_shown_when_its_key_is_opened(tmp_path: Path) -> None:
+    async with serving(tmp_path, {"assistant": ASSISTANT, "plain": EPISODIC}) as (_daemon, client):
+        await send(client, "assistant", "c", "remember color: blue")
+        await send(client, "assistant", "c", "remember city: Lisbon")
+        listed = element((await client.get(PAGE)).text, "persistent-memory")
+        assert "blue" not in listed and "Lisbon" not in listed  # keys only, as the prompt has them
+        assert links(listed) == {
+            "city": f"{PAGE}/memories/city",
+            "color": f"{PAGE}/memories/color",
+        }
+        r = await client.get(f"{PAGE}/memories/city")
+        assert r.status_code == 200 and element(r.text, "memory-value") == "Lisbon"
+        assert "shared by every conversation of this agent" in r.text
+
+        missing = await client.get(f"{PAGE}/memories/shoe-size")
+        assert missing.status_code == 404 and "No memory named shoe-size" in missing.text
+        none = await client.get("/ui/agents/plain/conversations/webhook:c/memories/color")
+        assert none.status_code == 404 and "has no persistent memory" in none.text
+
+
+async def test_per_user_memory_is_listed_and_read_per_speaker(tmp_path: Path) -> None:
+    async with serving(tmp_path, {"assistant": PER_USER}) as (_daemon, client):
+        await send(client, "assistant", "c", "remember color: blue", user_id="ana")
+        await send(client, "assistant", "c", "remember color: red", user_id="bo & co")
+        await send(client, "assistant", "c", "remember pet: cat", user_id="ana")
+        listed = element((await client.get(PAGE)).text, "persistent-memory")
+        assert "Per speaker" in listed and "<dt>ana</dt>" in listed and "<dt>bo &amp; co</dt>" in listed
+        hrefs = re.findall(r'<a href="([^"]*)">', listed)
+        assert [html.unescape(h) for h in hrefs] == [
+            f"{PAGE}/memories/color?user=ana",
+            f"{PAGE}/memories/pet?user=ana",
+            f"{PAGE}/memories/color?user=bo+%26+co",
+        ]
+        values = {}
+        for href in hrefs:
+            r = await client.get(html.unescape(href))
+            assert r.status_code == 200, href
+            values[html.unescape(href)] = element(r.text, "memory-value")
+        assert list(values.values()) == ["blue", "cat", "red"]
+        # another person's key stays theirs: bo holds no pet, and neither does a speaker without a user id
+        for href in (f"{PAGE}/memories/pet?user=bo+%26+co", f"{PAGE}/memories/color"):
+            r = await client.get(href)
+            assert r.status_code == 404 and "No memory named" in r.text and "cat" not in r.text

@@ -13,6 +13,7 @@ from agentd.events import is_conversation_key
 from agentd.http.inspector import inspect_conversation
 from agentd.http.next_turn import next_turn
 from agentd.http.ui.access import check_access
+from agentd.http.ui.persistent import memory_value, persistent_keys, whose
 from agentd.http.ui.render import Problem, render, render_problem
 from agentd.http.ui.views import AUDIT_KINDS
 from agentd.messages import MESSAGE_ADAPTER
@@ -28,7 +29,8 @@ Handler = Callable[..., Awaitable[Page]]
 
 
 def add_ui_routes(app: FastAPI, directory: AgentDirectory) -> None:
-    """Adds GET /ui/, /ui/agents/{agent}, /ui/agents/{agent}/conversations/{key} and /ui/audit."""
+    """Adds GET /ui/, /ui/agents/{agent}, /ui/agents/{agent}/conversations/{key} (and …/memories/{name}
+    for one persistent value) and /ui/audit."""
 
     def page(path: str) -> Callable[[Handler], Handler]:
         def register(handler: Handler) -> Handler:
@@ -75,11 +77,33 @@ def add_ui_routes(app: FastAPI, directory: AgentDirectory) -> None:
             "runs": runs,
         }
 
-    @page("/ui/agents/{agent}/conversations/{conversation_key:path}")
-    async def conversation_page(request: Request, agent: str, conversation_key: str) -> Page:
+    def conversation(agent: str, conversation_key: str) -> AgentRuntime:
         runtime = running(agent)
         if not is_conversation_key(conversation_key):
             raise Problem(400, "Bad conversation key", f"Not a conversation key: {conversation_key}")
+        return runtime
+
+    # Before the conversation page: its `{conversation_key:path}` would take ".../memories/x" as a key.
+    @page("/ui/agents/{agent}/conversations/{conversation_key:path}/memories/{name}")
+    async def memory_page(request: Request, agent: str, conversation_key: str, name: str) -> Page:
+        runtime = conversation(agent, conversation_key)
+        if not runtime.spec.memory.persistent:
+            raise Problem(404, "Not found", f"Agent {agent} has no persistent memory.")
+        user = request.query_params.get("user") or None
+        value = await memory_value(runtime, conversation_key, name, user)
+        if value is None:
+            raise Problem(404, "Not found", f"No memory named {name} ({whose(runtime, user)}).")
+        return "memory.html", {
+            "agent": agent,
+            "key": conversation_key,
+            "name": name,
+            "whose": whose(runtime, user),
+            "value": value,
+        }
+
+    @page("/ui/agents/{agent}/conversations/{conversation_key:path}")
+    async def conversation_page(request: Request, agent: str, conversation_key: str) -> Page:
+        runtime = conversation(agent, conversation_key)
         inspected = await inspect_conversation(runtime, conversation_key)
         upcoming = await next_turn(runtime, conversation_key)
         thread = await runtime.threads.get(conversation_key)
@@ -94,8 +118,7 @@ def add_ui_routes(app: FastAPI, directory: AgentDirectory) -> None:
             "key": conversation_key,
             "inspected": inspected,
             "system": upcoming["system"],
-            "per_user_memory": runtime.spec.memory.persistent
-            and runtime.spec.memory.persistent_scope == "user",
+            "memory": persistent_keys(runtime, thread),
             "summary": thread.summary,
             "transcript": transcript,
             "runs": runs,

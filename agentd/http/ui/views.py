@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 AUDIT_KINDS = ("memory", "command", "compaction", "fold", "config", "auth", "permission", "channel")
 
@@ -28,6 +28,11 @@ def agent_href(agent: str) -> str:
 
 def conversation_href(agent: str, key: str) -> str:
     return f"{agent_href(agent)}/conversations/{quote(key, safe=':')}"
+
+
+def memory_href(agent: str, key: str, name: str, user: str | None) -> str:
+    href = f"{conversation_href(agent, key)}/memories/{quote(name, safe='')}"
+    return href + (f"?{urlencode({'user': user})}" if user else "")
 
 
 def compact_json(value: Any) -> str:
@@ -109,4 +114,4 @@ FILTERS = {
     "memory_summary": memory_summary,
     "run_tokens": run_tokens,
 }
-GLOBALS = {"agent_href": agent_href, "conversation_href": conversation_href}
+GLOBALS = {"agent_href": agent_href, "conversation_href": conversation_href, "memory_href": memory_href}
