@@ -121,6 +121,7 @@ async def test_every_value_is_escaped(ui: httpx.AsyncClient) -> None:
         ("/ui/agents/assistant/conversations/no-colon", 400, "Not a conversation key"),
         ("/ui/agents/assistant/conversations/webhook:a%20b", 400, "Not a conversation key"),
         ("/ui/audit?agent=ghost", 404, "No agent named ghost"),
+        ("/ui/audit?kind=memories", 400, "Unknown audit kind memories: expected one of auth, channel,"),
     ],
 )
 async def test_bad_pages_say_why(ui: httpx.AsyncClient, path: str, status: int, text: str) -> None:
@@ -283,9 +284,9 @@ def test_click_from_agents_to_conversation_inspector_and_audit(
 
     click_through(browser, "Audit", "Audit trail")
     Select(browser.find_element(By.NAME, "agent")).select_by_visible_text("assistant")
-    kind = browser.find_element(By.NAME, "kind")
-    kind.clear()
-    kind.send_keys("memory")
+    kinds = Select(browser.find_element(By.NAME, "kind"))
+    assert [o.text for o in kinds.options][:2] == ["any", "auth"]  # a choice of the known kinds
+    kinds.select_by_visible_text("memory")
     browser.find_element(By.CSS_SELECTOR, "form button").click()
     WebDriverWait(browser, 10).until(lambda d: "kind=memory" in d.current_url)
     assert "agent=assistant" in browser.current_url
@@ -297,6 +298,7 @@ def test_click_from_agents_to_conversation_inspector_and_audit(
         and '"key": "color"' in events[0]
     )
     assert Select(browser.find_element(By.NAME, "agent")).first_selected_option.text == "assistant"
+    assert Select(browser.find_element(By.NAME, "kind")).first_selected_option.text == "memory"
     click_through(
         browser, "webhook:ui-1", "Conversation webhook:ui-1"
     )  # the audit row links to its conversation

@@ -131,6 +131,10 @@ def add_ui_routes(app: FastAPI, directory: AgentDirectory) -> None:
         kind = request.query_params.get("kind") or None
         if agent is not None:
             known(agent)
+        if kind is not None and kind not in AUDIT_KINDS:
+            raise Problem(
+                400, "Unknown kind", f"Unknown audit kind {kind}: expected one of {', '.join(AUDIT_KINDS)}."
+            )
         events = await directory.query_audit(agent, kind, None, 200)
         return "audit.html", {
             "names": names,

@@ -10,7 +10,19 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote, urlencode
 
-AUDIT_KINDS = ("memory", "command", "compaction", "fold", "config", "auth", "permission", "channel")
+# every kind of audit event agentd writes (the filter of the audit page offers these)
+AUDIT_KINDS = (
+    "auth",
+    "channel",
+    "command",
+    "compaction",
+    "config",
+    "extraction",
+    "fold",
+    "memory",
+    "permission",
+    "summary",
+)
 
 
 def when(ts: float | None) -> str:
