@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -179,6 +180,7 @@ async def test_every_strategy_answers_the_api_and_the_page(tmp_path: Path, kind:
         assert page.status_code == 200, page.text
         assert page.text.count('<section class="layer">') == expected + 1  # + persistent memory
         assert "<Lisbon>" not in page.text
+        assert not re.findall(r"<(?:dt|th)>\w*_\w*</", page.text)  # labels for people, not snake_case keys
     finally:
         await client.aclose()
         await daemon.shutdown()

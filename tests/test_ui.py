@@ -262,7 +262,8 @@ def test_click_from_agents_to_conversation_inspector_and_audit(
     assert (
         "hello there" in inspector
         and "remember color: blue" in inspector
-        and "compact_at_tokens" in inspector
+        and "compacts at (tokens)" in inspector
+        and "compact_at_tokens" not in inspector
     )
     assert "color" in layers[1].text
     transcript = browser.find_elements(

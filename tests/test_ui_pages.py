@@ -11,6 +11,7 @@ from pathlib import Path
 import httpx
 
 from agentd.daemon import Daemon
+from agentd.http.ui.views import label
 from tests.support import open_api, send
 
 ASSISTANT = "purpose: You are <Ana>'s assistant.\nmemory: {scope: thread, persistent: true}\nchannels: {webhook: {}}\n"
@@ -130,3 +131,14 @@ async def test_per_user_memory_is_listed_and_read_per_speaker(tmp_path: Path) ->
         for href in (f"{PAGE}/memories/pet?user=bo+%26+co", f"{PAGE}/memories/color"):
             r = await client.get(href)
             assert r.status_code == 404 and "No memory named" in r.text and "cat" not in r.text
+
+
+def test_reported_keys_get_labels_for_people_and_data_keys_stay_as_they_are() -> None:
+    assert label("compact_at_tokens") == "compacts at (tokens)"
+    assert label("some_new_setting") == "some new setting"  # a key without a label still reads as words
+    assert label("messages") == "messages"
+    # keys that are data (partitions, user ids) are shown as they are
+    assert (
+        label("user:ana_b") == "user:ana_b"
+        and label("conversation:webhook:c_1") == "conversation:webhook:c_1"
+    )

@@ -6,6 +6,7 @@ They return plain strings and never markup: the templates escape everything they
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -23,6 +24,45 @@ AUDIT_KINDS = (
     "permission",
     "summary",
 )
+
+
+# What the keys strategies report mean, for people; a key missing here reads as its words.
+LABELS = {
+    "context_tokens": "context (tokens, last call)",
+    "tokens_estimated": "tokens estimated",
+    "compact_at_tokens": "compacts at (tokens)",
+    "window": "window (messages)",
+    "first_seq": "first message shown (#)",
+    "out_of_view": "messages out of view",
+    "upto_seq": "folded up to message #",
+    "every": "refreshes every (messages)",
+    "refresh_due": "refresh due",
+    "degraded": "degraded (no model)",
+    "sigma": "Σ (state)",
+    "sigma_chars": "Σ size (characters)",
+    "max_chars": "Σ limit (characters)",
+    "not_folded": "not folded yet",
+    "not_extracted": "messages not extracted yet",
+    "top_k": "recalls at most",
+    "threshold": "minimum score",
+    "half_life_days": "half-life (days)",
+    "last_recall": "last recall",
+    "write": "writes episodes",
+    "created_at": "created",
+    "updated_at": "updated",
+    "conversation_key": "conversation",
+    "cosine": "cosine similarity",
+    "keyword": "keyword score",
+}
+_SNAKE_CASE = re.compile(r"[a-z][a-z0-9]*(?:_[a-z0-9]+)+")
+
+
+def label(key: Any) -> str:
+    """A reported key as people read it; a key that is data (a partition like `user:ana`) stays as it is."""
+    text = str(key)
+    if text in LABELS:
+        return LABELS[text]
+    return text.replace("_", " ") if _SNAKE_CASE.fullmatch(text) else text
 
 
 def when(ts: float | None) -> str:
@@ -118,6 +158,7 @@ def run_tokens(run: dict[str, Any]) -> str:
 
 
 FILTERS = {
+    "label": label,
     "when": when,
     "compact_json": compact_json,
     "shape": shape,
