@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import html
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -127,6 +129,31 @@ async def test_every_value_is_escaped(ui: httpx.AsyncClient) -> None:
 async def test_bad_pages_say_why(ui: httpx.AsyncClient, path: str, status: int, text: str) -> None:
     r = await ui.get(path, headers=BEARER)
     assert r.status_code == status and text in r.text and r.headers["content-type"].startswith("text/html")
+
+
+@pytest.mark.parametrize(
+    ("path", "api"),
+    [
+        ("/ui/", ["/agents"]),
+        ("/ui/agents/assistant", ["/agents/assistant/runs"]),
+        (
+            "/ui/agents/assistant/conversations/webhook:x",
+            ["/agents/assistant/conversations/webhook:x", "/agents/assistant/conversations/webhook:x/memory"],
+        ),
+        ("/ui/audit?agent=assistant&kind=memory", ["/audit?agent=assistant&kind=memory"]),
+    ],
+)
+async def test_each_page_links_its_json_route_and_says_it_needs_the_token(
+    ui: httpx.AsyncClient, path: str, api: list[str]
+) -> None:
+    page = (await ui.get(path, headers=BEARER)).text
+    note = re.search(r'<p class="api muted">(.*?)</p>', page, re.S)
+    assert note, page
+    assert [html.unescape(h) for h in re.findall(r'<a href="([^"]*)">', note.group(1))] == api
+    assert "Authorization: Bearer &lt;http.token&gt;" in note.group(1)
+    for href in api:
+        assert (await ui.get(href)).status_code == 401
+        assert (await ui.get(href, headers=BEARER)).status_code == 200
 
 
 # -- the browser, against `agentd run` --------------------------------------------------------------------

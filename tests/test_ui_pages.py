@@ -45,6 +45,8 @@ async def test_the_conversation_page_shows_the_system_prompt_of_the_next_turn(tm
     assert system.startswith("You are <Ana>'s assistant.") and "- color" in system
     assert html.escape(system, quote=False) in prompt.replace("&#39;", "'")
     assert "<Ana>" not in page
+    # without http.token the JSON routes are open: the link says nothing of a token
+    assert '<a href="/agents/assistant/conversations/webhook:c">' in page and "Bearer" not in page
 
 
 async def test_looking_at_the_next_turn_leaves_the_last_recall_alone(tmp_path: Path) -> None:

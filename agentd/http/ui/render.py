@@ -56,6 +56,8 @@ TEMPLATES = Jinja2Templates(env=_environment())
 
 
 def render(request: Request, template: str, context: dict[str, Any], status: int = 200) -> Response:
+    """`api`: the JSON routes that serve what the page shows (linked under its title)."""
+    context = {"api": [], "api_needs_token": False, **context}
     return TEMPLATES.TemplateResponse(request, template, context, status_code=status, headers=HEADERS)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
+from urllib.parse import urlencode
 
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
@@ -15,7 +15,7 @@ from agentd.http.next_turn import next_turn
 from agentd.http.ui.access import check_access
 from agentd.http.ui.persistent import memory_value, persistent_keys, whose
 from agentd.http.ui.render import Problem, render, render_problem
-from agentd.http.ui.views import AUDIT_KINDS
+from agentd.http.ui.views import AUDIT_KINDS, agent_path, conversation_path
 from agentd.messages import MESSAGE_ADAPTER
 from agentd.store.runs import list_runs
 from agentd.store.transcripts import list_conversations
@@ -42,7 +42,7 @@ def add_ui_routes(app: FastAPI, directory: AgentDirectory) -> None:
                     template, context = await handler(request, **request.path_params)
                 except Problem as problem:
                     return render_problem(request, problem)
-                return render(request, template, context)
+                return render(request, template, {**context, "api_needs_token": directory.token is not None})
 
             app.add_api_route(path, endpoint, methods=["GET"], include_in_schema=False)
             return handler
@@ -63,7 +63,7 @@ def add_ui_routes(app: FastAPI, directory: AgentDirectory) -> None:
 
     @page("/ui/")
     async def agents_page(request: Request) -> Page:
-        return "agents.html", {"agents": directory.describe_agents()}
+        return "agents.html", {"agents": directory.describe_agents(), "api": ["/agents"]}
 
     @page("/ui/agents/{agent}")
     async def agent_page(request: Request, agent: str) -> Page:
@@ -71,6 +71,7 @@ def add_ui_routes(app: FastAPI, directory: AgentDirectory) -> None:
         conversations = await runtime.store.read(lambda conn: list_conversations(conn, 200))
         runs = await runtime.store.read(lambda conn: list_runs(conn, None, 50))
         return "agent.html", {
+            "api": [f"{agent_path(agent)}/runs"],
             "agent": agent,
             "model": runtime.spec.model.name,
             "conversations": conversations,
@@ -111,9 +112,9 @@ def add_ui_routes(app: FastAPI, directory: AgentDirectory) -> None:
             MESSAGE_ADAPTER.dump_python(m.message, mode="json", exclude_none=True) for m in thread.messages
         ]
         runs = await runtime.store.read(lambda conn: list_runs(conn, conversation_key, 20))
-        api = f"/agents/{quote(agent, safe='')}/conversations/{quote(conversation_key, safe=':')}/memory"
+        api = conversation_path(agent, conversation_key)
         return "conversation.html", {
-            "api": api,
+            "api": [api, f"{api}/memory"],
             "agent": agent,
             "key": conversation_key,
             "inspected": inspected,
@@ -136,7 +137,9 @@ def add_ui_routes(app: FastAPI, directory: AgentDirectory) -> None:
                 400, "Unknown kind", f"Unknown audit kind {kind}: expected one of {', '.join(AUDIT_KINDS)}."
             )
         events = await directory.query_audit(agent, kind, None, 200)
+        filters = urlencode({name: value for name, value in (("agent", agent), ("kind", kind)) if value})
         return "audit.html", {
+            "api": ["/audit" + (f"?{filters}" if filters else "")],
             "names": names,
             "agent": agent,
             "kind": kind,

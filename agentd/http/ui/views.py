@@ -74,12 +74,21 @@ def when(ts: float | None) -> str:
         return str(ts)
 
 
+# A page's address is its JSON route's under /ui.
+def agent_path(agent: str) -> str:
+    return f"/agents/{quote(agent, safe='')}"
+
+
+def conversation_path(agent: str, key: str) -> str:
+    return f"{agent_path(agent)}/conversations/{quote(key, safe=':')}"
+
+
 def agent_href(agent: str) -> str:
-    return f"/ui/agents/{quote(agent, safe='')}"
+    return "/ui" + agent_path(agent)
 
 
 def conversation_href(agent: str, key: str) -> str:
-    return f"{agent_href(agent)}/conversations/{quote(key, safe=':')}"
+    return "/ui" + conversation_path(agent, key)
 
 
 def memory_href(agent: str, key: str, name: str, user: str | None) -> str:
