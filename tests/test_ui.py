@@ -330,3 +330,10 @@ def test_click_from_agents_to_conversation_inspector_and_audit(
     click_through(
         browser, "webhook:ui-1", "Conversation webhook:ui-1"
     )  # the audit row links to its conversation
+
+    # the page can reload itself (a meta refresh: still no JavaScript): new messages show up unasked
+    click_through(browser, "every 10 s", "Conversation webhook:ui-1")
+    assert "reloading every 10 s" in text_of(browser, "header")
+    browser.get(browser.current_url.replace("refresh=10", "refresh=1"))
+    daemon.say("ui-1", "are you still there?")
+    WebDriverWait(browser, 10).until(lambda d: "are you still there?" in d.page_source)

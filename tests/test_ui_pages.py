@@ -144,3 +144,42 @@ def test_reported_keys_get_labels_for_people_and_data_keys_stay_as_they_are() ->
         label("user:ana_b") == "user:ana_b"
         and label("conversation:webhook:c_1") == "conversation:webhook:c_1"
     )
+
+
+# -- reloading ---------------------------------------------------------------------------------------------
+
+
+def header_links(page: str) -> dict[str, str]:
+    header = re.search(r"<header>(.*?)</header>", page, re.S)
+    assert header, page
+    return links(header.group(1))
+
+
+async def test_every_page_reloads_by_hand_or_every_few_seconds(tmp_path: Path) -> None:
+    async with serving(tmp_path, {"assistant": ASSISTANT}) as (_daemon, client):
+        await send(client, "assistant", "c", "remember color: blue")
+        for path in ("/ui/", "/ui/agents/assistant", PAGE, f"{PAGE}/memories/color", "/ui/audit?kind=memory"):
+            page = (await client.get(path)).text
+            every = path + ("&" if "?" in path else "?") + "refresh=10"
+            assert header_links(page) == {
+                "Agents": "/ui/",
+                "Audit": "/ui/audit",
+                "Refresh": path,
+                "every 10 s": every,
+            }
+            assert "http-equiv" not in page
+
+        auto = (await client.get("/ui/audit?kind=memory&refresh=5")).text
+        assert '<meta http-equiv="refresh" content="5">' in auto and "reloading every 5 s" in auto
+        assert header_links(auto) == {
+            "Agents": "/ui/",
+            "Audit": "/ui/audit",
+            "Refresh": "/ui/audit?kind=memory&refresh=5",
+            "stop": "/ui/audit?kind=memory",
+        }
+        assert '<input type="hidden" name="refresh" value="5">' in auto  # filtering keeps reloading
+
+        for bad in ("0", "abc", "99999", "-1", "1.5"):
+            r = await client.get(f"/ui/?refresh={bad}")
+            assert r.status_code == 400 and "refresh: expected whole seconds" in r.text, bad
+            assert "http-equiv" not in r.text

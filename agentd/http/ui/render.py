@@ -55,9 +55,40 @@ def _environment() -> jinja2.Environment:
 TEMPLATES = Jinja2Templates(env=_environment())
 
 
+AUTO_REFRESH_SECONDS = 10
+
+
+def auto_refresh(request: Request) -> int | None:
+    """`?refresh=N` reloads the page every N seconds: a meta refresh, so no JavaScript and nothing
+    the CSP has to allow."""
+    given = request.query_params.get("refresh")
+    if not given:
+        return None
+    if not (given.isdigit() and 1 <= int(given) <= 3600):
+        raise Problem(400, "Bad refresh", f"refresh: expected whole seconds from 1 to 3600, got {given}")
+    return int(given)
+
+
+def this_page(request: Request, refresh: int | None) -> str:
+    """This page's address, reloading every `refresh` seconds or not at all."""
+    url = request.url.remove_query_params("refresh")
+    if refresh:
+        url = url.include_query_params(refresh=refresh)
+    return url.path + (f"?{url.query}" if url.query else "")
+
+
+def reload_links(request: Request, refresh: int | None) -> dict[str, Any]:
+    return {
+        "refresh": refresh,
+        "reload_href": this_page(request, refresh),
+        "auto_href": this_page(request, None if refresh else AUTO_REFRESH_SECONDS),
+        "auto_seconds": AUTO_REFRESH_SECONDS,
+    }
+
+
 def render(request: Request, template: str, context: dict[str, Any], status: int = 200) -> Response:
     """`api`: the JSON routes that serve what the page shows (linked under its title)."""
-    context = {"api": [], "api_needs_token": False, **context}
+    context = {"api": [], "api_needs_token": False, "refresh": None, "reload_href": None, **context}
     return TEMPLATES.TemplateResponse(request, template, context, status_code=status, headers=HEADERS)
 
 

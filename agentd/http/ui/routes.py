@@ -14,7 +14,7 @@ from agentd.http.inspector import inspect_conversation
 from agentd.http.next_turn import next_turn
 from agentd.http.ui.access import check_access
 from agentd.http.ui.persistent import memory_value, persistent_keys, whose
-from agentd.http.ui.render import Problem, render, render_problem
+from agentd.http.ui.render import Problem, auto_refresh, reload_links, render, render_problem
 from agentd.http.ui.views import AUDIT_KINDS, agent_path, conversation_path
 from agentd.messages import MESSAGE_ADAPTER
 from agentd.store.runs import list_runs
@@ -39,9 +39,11 @@ def add_ui_routes(app: FastAPI, directory: AgentDirectory) -> None:
                 if denied is not None:
                     return denied
                 try:
+                    refresh = auto_refresh(request)
                     template, context = await handler(request, **request.path_params)
                 except Problem as problem:
                     return render_problem(request, problem)
+                context |= reload_links(request, refresh)
                 return render(request, template, {**context, "api_needs_token": directory.token is not None})
 
             app.add_api_route(path, endpoint, methods=["GET"], include_in_schema=False)
