@@ -179,7 +179,7 @@ async def test_every_page_reloads_by_hand_or_every_few_seconds(tmp_path: Path) -
         }
         assert '<input type="hidden" name="refresh" value="5">' in auto  # filtering keeps reloading
 
-        for bad in ("0", "abc", "99999", "-1", "1.5"):
+        for bad in ("0", "abc", "99999", "-1", "1.5", "²", "٣"):
             r = await client.get(f"/ui/?refresh={bad}")
             assert r.status_code == 400 and "refresh: expected whole seconds" in r.text, bad
             assert "http-equiv" not in r.text

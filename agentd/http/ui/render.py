@@ -7,6 +7,7 @@ error in the tests rather than an empty cell.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +65,7 @@ def auto_refresh(request: Request) -> int | None:
     given = request.query_params.get("refresh")
     if not given:
         return None
-    if not (given.isdigit() and 1 <= int(given) <= 3600):
+    if not (re.fullmatch(r"[0-9]{1,4}", given) and 1 <= int(given) <= 3600):  # ASCII digits only
         raise Problem(400, "Bad refresh", f"refresh: expected whole seconds from 1 to 3600, got {given}")
     return int(given)
 

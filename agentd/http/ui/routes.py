@@ -43,8 +43,8 @@ def add_ui_routes(app: FastAPI, directory: AgentDirectory) -> None:
                     template, context = await handler(request, **request.path_params)
                 except Problem as problem:
                     return render_problem(request, problem)
-                context |= reload_links(request, refresh)
-                return render(request, template, {**context, "api_needs_token": directory.token is not None})
+                context |= reload_links(request, refresh) | {"api_needs_token": directory.token is not None}
+                return render(request, template, context)
 
             app.add_api_route(path, endpoint, methods=["GET"], include_in_schema=False)
             return handler
