@@ -332,7 +332,7 @@ def test_click_from_agents_to_conversation_inspector_and_audit(
     )  # the audit row links to its conversation
 
     # the page can reload itself (a meta refresh: still no JavaScript): new messages show up unasked
-    click_through(browser, "every 10 s", "Conversation webhook:ui-1")
+    click_through(browser, "auto-refresh every 10 s", "Conversation webhook:ui-1")
     assert "reloading every 10 s" in text_of(browser, "header")
     browser.get(browser.current_url.replace("refresh=10", "refresh=1"))
     daemon.say("ui-1", "are you still there?")

@@ -165,7 +165,7 @@ async def test_every_page_reloads_by_hand_or_every_few_seconds(tmp_path: Path) -
                 "Agents": "/ui/",
                 "Audit": "/ui/audit",
                 "Refresh": path,
-                "every 10 s": every,
+                "auto-refresh every 10 s": every,
             }
             assert "http-equiv" not in page
 
