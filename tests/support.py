@@ -7,12 +7,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from agentd.config.loader import parse_agent
 from agentd.config.models import AgentSpec, DaemonSpec
+from agentd.daemon import Daemon
 from agentd.daemon.resources import _FROM_SETTINGS, Resources
 from agentd.engine.agent import Agent
 from agentd.engine.peers import Peers
 from agentd.events import InboundEvent, Reply
+from agentd.http.app import create_app
 
 
 def make_spec(yaml_text: str, name: str = "bot") -> AgentSpec:
@@ -108,3 +112,29 @@ class LocalPeers:
 
     async def delegate(self, name: str, event: InboundEvent, parent_run_id: str | None) -> Reply:
         return await self.agents[name].handle(event, parent_run_id)
+
+
+async def open_api(
+    root: Path, agents: dict[str, str], token: str | None = None
+) -> tuple[Daemon, httpx.AsyncClient]:
+    folder = root / "agents"
+    folder.mkdir()
+    for name, text in agents.items():
+        (folder / f"{name}.yaml").write_text(text)
+    if token:
+        (root / "agentd.yaml").write_text(f"http:\n  token: {token}\n")
+    daemon = Daemon(folder, root / "data", reload_interval=60)
+    await daemon.start()
+    client = httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=create_app(daemon)), base_url="http://agentd"
+    )
+    return daemon, client
+
+
+async def send(
+    client: httpx.AsyncClient, agent: str, conversation: str, text: str, user_id: str = "ana"
+) -> None:
+    r = await client.post(
+        f"/agents/{agent}/messages", json={"conversation_id": conversation, "text": text, "user_id": user_id}
+    )
+    assert r.status_code == 200, r.text

@@ -19,9 +19,10 @@ from agentd.engine.lifecycle import Lifecycle
 from agentd.engine.state import AgentResources, AgentState
 from agentd.engine.status import status_facts
 from agentd.events import InboundEvent, Reply
+from agentd.memory.persistent import persistent_scope
 from agentd.messages import MESSAGE_ADAPTER
 from agentd.store.base import Store
-from agentd.store.queries import AuditEvents, Conversations, Runs
+from agentd.store.queries import AuditEvents, Conversations, MemoryValue, Runs
 from agentd.store.writes import EnsureIdentity, PruneDeliveries
 
 
@@ -109,6 +110,15 @@ class Agent:
         return [
             MESSAGE_ADAPTER.dump_python(m.message, mode="json", exclude_none=True) for m in thread.messages
         ]
+
+    def memory_keys(self, conversation_key: str, user_id: str | None) -> list[str]:
+        """The persistent-memory keys the prompt of `user_id` in this conversation lists."""
+        return self.state.memory_keys(self.spec, conversation_key, user_id)
+
+    async def memory_value(self, conversation_key: str, key: str, user_id: str | None) -> str | None:
+        """What `recall key` returns to `user_id` in this conversation (None: no such key in their scope)."""
+        scope = persistent_scope(self.spec.memory, conversation_key, user_id)
+        return await self.state.store.read(MemoryValue(scope, key))
 
     async def runs(self, conversation_key: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
         return await self.state.store.read(Runs(conversation_key, limit))

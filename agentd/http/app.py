@@ -10,9 +10,8 @@ from __future__ import annotations
 import hmac
 import json
 import logging
-from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any
 
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -23,6 +22,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from agentd.engine.agent import Agent
 from agentd.errors import StoreError
 from agentd.events import CONVERSATION_ID_RE, InboundEvent, is_conversation_key
+from agentd.http.directory import AgentDirectory
 from agentd.http.ui import add_ui_routes
 
 log = logging.getLogger(__name__)
@@ -32,27 +32,6 @@ MAX_TEXT = 32_000
 class ApiError(Exception):
     def __init__(self, status: int, reason: str, **extra: Any):
         self.status, self.reason, self.extra = status, reason, extra
-
-
-class AgentDirectory(Protocol):
-    """What the daemon exposes to the HTTP layer."""
-
-    token: str | None
-    max_body_bytes: int
-
-    def agent(self, name: str) -> Agent | None: ...
-
-    def has_webhook(self, name: str) -> bool: ...
-
-    def describe_agents(self) -> list[dict[str, Any]]: ...
-
-    async def query_audit(
-        self, agent: str | None, kind: str | None, since: float | None, limit: int
-    ) -> list[dict[str, Any]]: ...
-
-    async def audit_auth_failure(self, path: str, reason: str, client: str | None) -> None: ...
-
-    def platform_endpoint(self, path: str) -> Callable[[Request], Awaitable[Any]] | None: ...
 
 
 class MessageIn(BaseModel):
