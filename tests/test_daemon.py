@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import httpx
+import pytest
 
 from agentd.daemon import Daemon
+from agentd.daemon.server import bind
+from agentd.errors import OperatorError
 from agentd.http.app import create_app
 from agentd.store.sqlite.migrations import MIGRATIONS, migrate
 from agentd.store.sqlite.store import connect
@@ -46,3 +50,22 @@ async def test_a_data_file_from_a_newer_agentd_fails_that_agent_alone(tmp_path: 
         "9999_from_the_future"
     )
     conn.close()
+
+
+def test_a_busy_port_is_refused_with_what_to_do() -> None:
+    first = bind("127.0.0.1", 0)
+    try:
+        port = first.getsockname()[1]
+        with pytest.raises(OperatorError, match=rf"port {port} on 127.0.0.1 is already in use.*--port"):
+            bind("127.0.0.1", port)
+    finally:
+        first.close()
+
+
+def test_the_listening_socket_is_tcp_so_asyncio_turns_nagle_off() -> None:
+    # a socket made with proto 0 gets no TCP_NODELAY from asyncio: every response then waited ~40 ms
+    sock = bind("127.0.0.1", 0)
+    try:
+        assert sock.proto == socket.IPPROTO_TCP
+    finally:
+        sock.close()

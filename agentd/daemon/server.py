@@ -38,8 +38,10 @@ def bind(host: str, port: int) -> socket.socket:
         raise OperatorError(
             f"cannot listen on {host}: {e.strerror}; set http.host in agentd.yaml or --host"
         ) from None
-    family, _, _, _, address = infos[0]
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    family, kind, proto, _, address = infos[0]
+    # With proto IPPROTO_TCP (not 0), asyncio sets TCP_NODELAY on every accepted connection: without
+    # it a response written in two pieces waits ~40 ms for the client's delayed ACK (Nagle).
+    sock = socket.socket(family, kind, proto or socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind(address)
