@@ -9,6 +9,9 @@ default. Nothing patches an agent afterwards; a test passes its fakes in.
 from __future__ import annotations
 
 import contextlib
+import os
+import secrets
+import socket
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -46,6 +49,8 @@ class Resources:
         self._embedder_override = embedder
         self._provider_overrides = dict(providers or {})
         self._stack = contextlib.AsyncExitStack()
+        # this process among the daemons that may share a store: recorded on its runs and audit events
+        self.daemon_id = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
         self.executor: StoreExecutor | None = None
         self.providers: ProviderRegistry | None = None
         self.embedder: Embedder | None = None
@@ -73,7 +78,9 @@ class Resources:
         """The store of the agent (or `_daemon`) `name`; not opened yet."""
         assert self.executor is not None, "Resources used outside `async with`"
         path = self.data_dir / f"{name}.sqlite"
-        return SqliteStore(path, self.executor, self.settings.store.synchronous, readonly=readonly)
+        return SqliteStore(
+            path, self.executor, self.settings.store.synchronous, readonly=readonly, daemon=self.daemon_id
+        )
 
     def agent_resources(self, peers: Peers | None = None) -> AgentResources:
         assert self.providers is not None, "Resources used outside `async with`"

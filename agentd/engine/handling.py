@@ -1,7 +1,8 @@
 """Handling one event: de-duplication, per-conversation order, the command or turn, after-run work.
 
 Events of a conversation run one at a time, in arrival order (a FIFO lock per
-conversation key); different conversations run concurrently. After-run memory
+conversation key, then the store's claim on it: a lease when several daemons
+share the store); different conversations run concurrently. After-run memory
 work that is due runs before the next event of the conversation loads its
 history: in the background right after the reply, and again at the start of
 the next event if it did not finish (say, after a restart).
@@ -42,8 +43,12 @@ class EventHandler:
         state, key = self._state, event.conversation_key
         memory = state.memory_of(spec, key)
         with self._lifecycle.busy():
-            async with state.locks.hold(key):
-                thread = await state.thread(key, memory)
+            async with state.locks.hold(key), state.store.claim(key) as claim:
+                if state.store.shared and event.event_id is not None:
+                    # another daemon may have answered this delivery while we waited for the claim
+                    if await state.store.read(DeliverySeen(event.channel, event.event_id)):
+                        return Reply(text="", conversation_key=key, duplicate=True)
+                thread = await state.thread(key, memory, claim)
                 if memory.settle_due(thread):
                     await self._settle(memory, thread, None)
                 if is_command(event.text):
@@ -76,7 +81,11 @@ class EventHandler:
 
     async def _settle_later(self, key: str, memory: Memory, run_id: str | None) -> None:
         """After a run: do the memory work before the next message of the conversation loads."""
-        async with self._state.locks.hold(key):
-            thread = self._state.threads.peek(key) if memory.keeps_transcript else None
+        state = self._state
+        async with state.locks.hold(key), state.store.claim(key) as claim:
+            if state.store.shared:
+                thread: StoredThread | None = await state.thread(key, memory, claim)
+            else:
+                thread = state.threads.peek(key) if memory.keeps_transcript else None
             if thread is not None and memory.settle_due(thread):
                 await self._settle(memory, thread, run_id)

@@ -22,8 +22,10 @@ from agentd.memory.tooling import Tool
 from agentd.providers.base import Embedder
 from agentd.providers.registry import ProviderRegistry
 from agentd.store.base import Store
+from agentd.store.claims import Claim
 from agentd.store.records import StoredThread
 
+NO_CLAIM = Claim()
 RECENT_EVENTS = 10_000  # platform deliveries remembered in memory (the store remembers them all)
 MEMORY_CACHE = 64
 
@@ -74,11 +76,14 @@ class AgentState:
         self._memories[key] = (spec, override, memory)
         return memory
 
-    async def thread(self, conversation_key: str, memory: Memory) -> StoredThread:
-        """The conversation's hot thread, or an empty one when the memory keeps no transcript."""
+    async def thread(self, conversation_key: str, memory: Memory, claim: Claim = NO_CLAIM) -> StoredThread:
+        """The conversation's hot thread (checked against the claim's mark on a shared store), or an
+        empty one when the memory keeps no transcript."""
+        if claim.memories_version is not None:
+            await self.memory.sync(claim.memories_version)
         if not memory.keeps_transcript:
             return StoredThread(conversation_key)
-        return await self.threads.get(conversation_key)
+        return await self.threads.get(conversation_key, claim.thread)
 
     def memory_keys(self, spec: AgentSpec, conversation_key: str, user_id: str | None) -> list[str]:
         """The persistent-memory keys a conversation's model sees (with persistent_scope user: the speaker's)."""

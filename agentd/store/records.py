@@ -27,6 +27,7 @@ class RunRecord:
     duration_ms: float | None = None
     error: str | None = None
     parent_run_id: str | None = None
+    daemon: str | None = None  # which daemon ran it (stamped by the store that writes it)
 
 
 RUN_COLUMNS: tuple[str, ...] = tuple(RunRecord.__dataclass_fields__)
@@ -77,6 +78,10 @@ class StoredThread:
     chars: int = 0
     # per memory layer: its state for this thread (loaded from memory_state once while hot)
     layers: dict[str, LayerState] = field(default_factory=dict)
+    # where the store stood when this copy was read (see agentd.store.claims.ThreadMark); a shared
+    # store moves them, a single-owner store leaves them at 0
+    version: int = 0
+    layers_version: int = 0
 
     def recount(self) -> None:
         self.chars = len(self.summary or "") + sum(m.message.char_count() for m in self.messages)

@@ -11,8 +11,8 @@ the error reaches the caller.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Generic, TypeVar
+from dataclasses import dataclass, replace
+from typing import Any, Generic, TypeVar
 
 from agentd.store.records import AuditRecord, LayerState, NewEpisode, RunRecord, StoredMessage
 
@@ -73,6 +73,21 @@ class AppendAudit(Write[None]):
     agent: str
     records: Sequence[AuditRecord]
     ts: float
+    daemon: str | None = None  # stamped by the store that writes it
+
+
+def stamped(ops: Sequence[Write[Any]], daemon: str | None) -> list[Write[Any]]:
+    """The ops with the writing daemon recorded on every run row and audit event."""
+    if daemon is None:
+        return list(ops)
+    out: list[Write[Any]] = []
+    for op in ops:
+        if isinstance(op, AppendAudit):
+            op = replace(op, daemon=daemon)
+        elif isinstance(op, InsertRun | CommitTurn):
+            op.run.daemon = daemon
+        out.append(op)
+    return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -157,6 +157,14 @@ MIGRATIONS: list[tuple[str, tuple[str, ...]]] = [
             ) WITHOUT ROWID""",
         ),
     ),
+    (
+        "0003_daemon_columns",
+        (
+            # which daemon ran a run or wrote an audit event (several daemons may share a store)
+            "ALTER TABLE runs ADD COLUMN daemon TEXT",
+            "ALTER TABLE audit ADD COLUMN daemon TEXT",
+        ),
+    ),
 ]
 
 
