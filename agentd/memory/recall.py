@@ -40,6 +40,7 @@ from agentd.store.writes import SetVectors
 
 log = logging.getLogger(__name__)
 
+INLINE_ROWS = 20_000  # up to ~1 ms of matrix product runs on the event loop; more goes to a thread
 EMBED_BATCH = 64  # texts per embed call (a long thread's first settle may hold hundreds)
 
 __all__ = ["Recall", "Recalled", "Scored", "Weights", "load_index", "recall_episodes"]
@@ -153,7 +154,8 @@ async def recall_episodes(
         return pending, (found[0] if terms else None)
 
     result = Recall(mode=mode)
-    look = asyncio.ensure_future(first_look())  # FTS5 on the store thread, from now
+    look = asyncio.ensure_future(first_look())
+    await asyncio.sleep(0)  # let it hand its read to the store thread: FTS5 runs from now, in parallel
     vectors: list[list[float]] | None = None
     side: VectorSide | None = None
     embedded = False  # whether the question was sent to the embedder (once, even if it failed)
@@ -162,7 +164,10 @@ async def recall_episodes(
             vectors, embedded = await embed_texts(embedder, [text]), True
             if vectors is not None and index.dim == len(vectors[0]):
                 # the matrix product in a worker thread, overlapping the FTS5 search
-                side = await anyio.to_thread.run_sync(vector_side, index, vectors[0], weights, now)
+                if index.size <= INLINE_ROWS:  # a small product: here, while the store thread searches
+                    side = vector_side(index, vectors[0], weights, now)
+                else:  # a big one in a worker thread (numpy releases the GIL): the loop keeps serving
+                    side = await anyio.to_thread.run_sync(vector_side, index, vectors[0], weights, now)
         pending, hits = await look
     finally:
         look.cancel()  # (a no-op once it is done)

@@ -123,15 +123,15 @@ def keyword_search(conn: sqlite3.Connection, q: KeywordSearch) -> list[KeywordHi
     if limit <= 0 or not q.terms:
         return []
     match = fts_match(tuple(q.terms))
-    wide = limit * 8
-    ranked = conn.execute(
-        "SELECT rowid, bm25(episodes_fts) AS rank FROM episodes_fts WHERE episodes_fts MATCH ?"
-        " ORDER BY rank LIMIT ?",
-        (match, wide),
-    ).fetchall()
-    hits = _episode_hits(conn, partition, embedder, ranked, limit)
-    if len(hits) == limit or len(ranked) < wide:
-        return hits  # exact: the partition's first `limit`, or every match was ranked
+    for wide in (limit * 2, limit * 8):  # most often the first, narrower ranking holds them all
+        ranked = conn.execute(
+            "SELECT rowid, bm25(episodes_fts) AS rank FROM episodes_fts WHERE episodes_fts MATCH ?"
+            " ORDER BY rank LIMIT ?",
+            (match, wide),
+        ).fetchall()
+        hits = _episode_hits(conn, partition, embedder, ranked, limit)
+        if len(hits) == limit or len(ranked) < wide:
+            return hits  # exact: the partition's first `limit`, or every match was ranked
     sql = (
         f"SELECT e.id, bm25(episodes_fts) AS rank, e.{_HIT_COLUMNS.replace(', ', ', e.')}"
         " FROM episodes_fts JOIN episodes e ON e.id = episodes_fts.rowid"
