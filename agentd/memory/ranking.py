@@ -24,9 +24,9 @@ With `diversity` d > 0 the top k are picked greedily: each next pick maximises
 score * (1 - d * its highest cosine with an episode already picked), so a
 multi-part question gets different episodes rather than five near-copies of one.
 
-The vector side is exact: the matrix product scores every row. It runs in a
-worker thread while the FTS5 search runs on the store thread, so the two
-overlap. bench/recall.py measures this against vector-only, keyword-only and RRF.
+The vector side is exact: the matrix product scores every row, while the FTS5
+search runs on the store thread (agentd/memory/recall.py). bench/recall.py
+measures this against vector-only, keyword-only and RRF; bench/locomo.py on LoCoMo.
 """
 
 from __future__ import annotations
@@ -151,7 +151,7 @@ class VectorSide:
 
 
 def vector_side(index: VectorIndex, query: Sequence[float], weights: Weights, now: float) -> VectorSide:
-    """The matrix product and the vector candidates (numpy releases the GIL: runs in a worker thread).
+    """The matrix product and the vector candidates (numpy releases the GIL: may run in a thread).
 
     Outside the keyword hits a score is exactly `base` below, so the best of
     `base` plus every hit holds the true top k.

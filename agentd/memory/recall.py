@@ -1,7 +1,8 @@
 """Episodic recall: the top k of a speaker's episodes for a new message, end to end.
 
-Embeds the question while FTS5 searches on the store thread, runs the matrix
-product in a worker thread (numpy releases the GIL) so the two overlap, ranks
+Hands the FTS5 search to the store thread first, then embeds the question and
+runs the matrix product meanwhile (on the loop up to INLINE_ROWS rows, in a
+worker thread beyond: numpy releases the GIL), so the two overlap; then ranks
 (agentd/memory/ranking.py), lets replies take over the relevance of the
 questions they answer, and reads the texts. An embedder that is down degrades
 recall to keywords; episodes it missed are embedded at the next recall.
@@ -163,7 +164,6 @@ async def recall_episodes(
         if use_vectors and index.size:
             vectors, embedded = await embed_texts(embedder, [text]), True
             if vectors is not None and index.dim == len(vectors[0]):
-                # the matrix product in a worker thread, overlapping the FTS5 search
                 if index.size <= INLINE_ROWS:  # a small product: here, while the store thread searches
                     side = vector_side(index, vectors[0], weights, now)
                 else:  # a big one in a worker thread (numpy releases the GIL): the loop keeps serving
