@@ -181,3 +181,21 @@ def test_removing_rows_keeps_search_exact() -> None:
     assert index.size == 37 and 3 not in index and 17 not in index
     moved = index.position(39)  # a row moved into a hole keeps its own metadata
     assert moved is not None and index.created_at[moved] == 38.0
+
+
+async def test_diversity_gives_a_two_part_question_both_parts(harness: Harness) -> None:
+    lines = [
+        "The blue car is parked in the garage by the door.",
+        "The blue car is parked in the garage by the wall.",
+        "The red bike is locked in the shed.",
+    ]
+    question = "Where is the blue car parked in the garage, and my bike?"
+    same = "{kind: episodic, write: tool, top_k: 2, neighbours: 0, diversity: 0}"
+    runtime, _ = await episodic(harness, same)
+    await feed(runtime, lines)
+    assert "bike" not in await ask(runtime, question)  # the two near-copies outrank it
+    spread, _ = await episodic(harness, same.replace("diversity: 0", "diversity: 0.9"), name="spread")
+    await feed(spread, lines)
+    assert "bike" in await ask(spread, question)
+    recall = await last_recall(spread, "webhook:ask")
+    assert recall["took_ms"] > 0 and recall["neighbours_shown"] == 0
