@@ -36,6 +36,7 @@ class TurnInput:
     conversation_key: str
     text: str
     user_id: str | None
+    sent_at: float | None = None  # when the person sent it, if the channel said
 
 
 def speaker_partition(conversation_key: str, user_id: str | None) -> str:

@@ -111,6 +111,11 @@ class Episode:
     embedder: str | None
 
 
+def ends_by_asking(text: str) -> bool:
+    """Whether an episode asks (its text ends with a question mark); the SQL backends agree."""
+    return text.rstrip(" \t\n\r").endswith("?")
+
+
 @dataclass(frozen=True, slots=True)
 class KeywordHit:
     id: int
@@ -119,6 +124,23 @@ class KeywordHit:
     importance: float
     embedded: bool
     text: str
+    partition: str
+    conversation_key: str | None
+    run_id: str | None
+    embedder: str | None
+
+    def episode(self) -> Episode:
+        """The episode itself (a hit carries all of it: recall needs no second read for its text)."""
+        return Episode(
+            self.id,
+            self.partition,
+            self.conversation_key,
+            self.text,
+            self.importance,
+            self.created_at,
+            self.run_id,
+            self.embedder,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +149,16 @@ class StoredVector:
     created_at: float
     importance: float
     vector: bytes
+    asks: bool  # ends_by_asking(text)
+
+
+@dataclass(frozen=True, slots=True)
+class Pruned:
+    """What retention deleted from one partition: the ids (to drop from loaded indexes) and why."""
+
+    ids: list[int]
+    by_age: int
+    by_count: int
 
 
 @dataclass(frozen=True, slots=True)

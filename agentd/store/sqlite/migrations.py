@@ -158,7 +158,15 @@ MIGRATIONS: list[tuple[str, tuple[str, ...]]] = [
         ),
     ),
     (
-        "0003_daemon_columns",
+        "0003_episode_retention",
+        (
+            # max_age_days deletes a partition's episodes older than a time: found by this index,
+            # not by reading the whole partition on every write.
+            "CREATE INDEX episodes_by_age ON episodes(partition, created_at)",
+        ),
+    ),
+    (
+        "0004_daemon_columns",
         (
             # which daemon ran a run or wrote an audit event (several daemons may share a store)
             "ALTER TABLE runs ADD COLUMN daemon TEXT",
