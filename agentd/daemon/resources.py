@@ -20,6 +20,7 @@ import httpx
 
 from agentd.config.models import AgentSpec, DaemonSpec
 from agentd.engine.agent import Agent
+from agentd.engine.breakers import Breakers
 from agentd.engine.peers import NoPeers, Peers
 from agentd.engine.state import AgentResources
 from agentd.providers.base import Embedder, ModelProvider
@@ -42,8 +43,10 @@ class Resources:
         *,
         embedder: Embedder | None = _FROM_SETTINGS,
         providers: dict[str, ModelProvider] | None = None,
+        breakers: Breakers | None = None,
     ):
-        """`embedder` and `providers` replace what agentd.yaml names (tests and benchmarks pass fakes)."""
+        """`embedder` and `providers` replace what agentd.yaml names (tests and benchmarks pass fakes);
+        `breakers` the memory models' breakers (tests pass ones with their own pauses)."""
         self.settings = settings
         self.data_dir = data_dir
         self._embedder_override = embedder
@@ -51,6 +54,7 @@ class Resources:
         self._stack = contextlib.AsyncExitStack()
         # this process among the daemons that may share a store: recorded on its runs and audit events
         self.daemon_id = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+        self.breakers = breakers or Breakers()  # per memory model, shared by every agent of the process
         self.executor: StoreExecutor | None = None
         self.providers: ProviderRegistry | None = None
         self.embedder: Embedder | None = None
@@ -90,6 +94,7 @@ class Resources:
             memory_extractor_model=self.settings.memory_extractor_model,
             hot_conversations=self.settings.store.hot_conversations,
             peers=peers if peers is not None else NoPeers(),
+            breakers=self.breakers,
         )
 
     def build_agent(self, spec: AgentSpec, peers: Peers | None = None, *, readonly: bool = False) -> Agent:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentd.config.models import AgentSpec
+from agentd.engine.breakers import Breakers
 from agentd.engine.conversations import ConversationLocks, HotThreads
 from agentd.engine.peers import NoPeers, Peers
 from agentd.engine.subagents import slot_override, subagent_tools
@@ -39,6 +40,7 @@ class AgentResources:
     memory_extractor_model: str | None = None  # agentd.yaml's default for folds and extraction
     hot_conversations: int = 2000
     peers: Peers = field(default_factory=NoPeers)
+    breakers: Breakers = field(default_factory=Breakers)  # per memory model, daemon-wide
 
 
 class AgentState:
@@ -48,6 +50,8 @@ class AgentState:
         self.resources = resources
         self.threads = HotThreads(store, resources.hot_conversations)
         self.locks = ConversationLocks()
+        # after-run memory work that need not precede the next turn runs under its own lock, beside it
+        self.memory_locks = ConversationLocks()
         self.memory = PersistentMemory(store, spec.name, spec.memory.max_value_chars)
         # platform deliveries seen lately: (channel, event id), oldest first
         self.recent_events: OrderedDict[tuple[str, str], None] = OrderedDict()

@@ -176,7 +176,7 @@ def create_app(directory: AgentDirectory) -> FastAPI:
 
     @app.get("/agents", tags=["agents"], dependencies=[Depends(require_token)])
     async def agents() -> dict[str, Any]:
-        return {"agents": directory.describe_agents()}
+        return {"agents": directory.describe_agents(), "memory_models": directory.memory_models()}
 
     @app.get("/audit", tags=["daemon"], dependencies=[Depends(require_token)])
     async def audit(

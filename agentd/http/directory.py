@@ -22,6 +22,10 @@ class AgentDirectory(Protocol):
 
     def describe_agents(self) -> list[dict[str, Any]]: ...
 
+    def memory_models(self) -> dict[str, dict[str, Any]]:
+        """Memory models that failed lately, by reference: their breaker (open, failures, retry in)."""
+        ...
+
     async def query_audit(
         self, agent: str | None, kind: str | None, since: float | None, limit: int
     ) -> list[dict[str, Any]]: ...

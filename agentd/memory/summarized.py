@@ -103,6 +103,10 @@ class SummarizedMemory:
         hints = PromptHints(summary=bool(sections))
         return MemoryView(system_sections=sections, messages=shown, chars=chars, hints=hints)
 
+    def pending_in_view(self, thread: StoredThread) -> int:
+        state = thread.layers.get(self.layer)
+        return 0 if state is None else len(thread.messages) - after_cursor(thread.messages, state.upto_seq)
+
     def settle_due(self, thread: StoredThread) -> bool:
         state = thread.layers.get(self.layer)
         if state is None:

@@ -54,7 +54,11 @@ class Store(Protocol):
         """
         ...
 
-    def claim(self, conversation_key: str) -> AbstractAsyncContextManager[Claim]:
+    def claim(self, conversation_key: str, purpose: str = "turn") -> AbstractAsyncContextManager[Claim]:
         """Take the conversation for one event (see agentd.store.claims); the engine holds its own
-        per-conversation lock first, so a process has at most one claim per conversation at a time."""
+        per-conversation lock first, so a process has at most one claim per conversation at a time.
+
+        `purpose` "memory" is a separate claim on the same conversation for after-run memory work
+        that runs beside the turns (one at a time, across daemons too).
+        """
         ...

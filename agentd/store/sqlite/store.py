@@ -94,7 +94,7 @@ class SqliteStore:
     # process's own per-conversation lock is the whole claim and the caches need no check.
     shared = False
 
-    def claim(self, conversation_key: str) -> AbstractAsyncContextManager[Claim]:
+    def claim(self, conversation_key: str, purpose: str = "turn") -> AbstractAsyncContextManager[Claim]:
         return nullcontext(NO_CLAIM)
 
     async def open(self) -> list[str]:
