@@ -28,7 +28,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 from agentd.config.loader import parse_agent
 from agentd.config.models import DaemonSpec
@@ -115,7 +114,7 @@ async def main() -> None:
     turns = args.turns or (20 if args.quick else 60)
     reps = args.reps or (1 if args.quick else 3)
     runs = []
-    for rep in range(reps):
+    for _rep in range(reps):
         with tempfile.TemporaryDirectory() as folder:
             runs.append(await one_rep(turns, Path(folder)))
     lines = [
