@@ -3,7 +3,8 @@
     AgentdError
     ├── OperatorError          the operator must fix something (config, keys)
     │   ├── ConfigError        a YAML file is wrong: file, line, column, what was expected
-    │   └── CredentialError    a provider needs a key that is not set
+    │   ├── CredentialError    a provider needs a key that is not set
+    │   └── DataFolderInUse    another daemon holds the data folder: names its PID and address
     └── RuntimeFault           something outside our control failed; retrying may help
         ├── ProviderError      a model provider failed (names provider, model, fix)
         └── StoreError         the SQLite file could not be read or written
@@ -53,6 +54,38 @@ class ConfigError(OperatorError):
 
 class CredentialError(OperatorError):
     """A provider needs a credential that is not configured."""
+
+
+class DataFolderInUse(OperatorError):
+    """Another agentd holds the data folder's lock; the message names it so the operator can find it.
+
+    `pid`, `host` and `http_address` come from the holder's lock file and are None when it has not
+    written them (it has not bound its port yet) or they cannot be read.
+    """
+
+    def __init__(
+        self,
+        folder: str,
+        *,
+        pid: int | None,
+        host: str | None,
+        http_address: str | None,
+        since: str | None,
+    ):
+        self.folder = folder
+        self.pid = pid
+        self.host = host
+        self.http_address = http_address
+        who = f"pid {pid}" if pid is not None else "a process that did not say its pid"
+        if host:
+            who += f" on {host}"
+        who += f", serving {http_address}" if http_address else ", HTTP address not bound yet"
+        if since:
+            who += f", since {since}"
+        super().__init__(
+            f"data folder {folder} is in use by another agentd ({who}); "
+            "stop that daemon, or give this one its own data folder"
+        )
 
 
 class RuntimeFault(AgentdError):
