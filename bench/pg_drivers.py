@@ -328,7 +328,7 @@ async def main() -> None:
     parser.add_argument("--rounds", type=int, default=5, help="concurrent: rounds of every cell")
     parser.add_argument("--per-conversation", type=int, default=10, help="concurrent: turns per conversation")
     parser.add_argument("--pool-sizes", type=sizes, default=[4, 16], help="async pools' connections")
-    parser.add_argument("--threads", type=sizes, default=[2, 4], help="psycopg sync: threads (= connections)")
+    parser.add_argument("--threads", type=sizes, default=[2, 4, 8], help="psycopg sync: threads (= connections)")
     parser.add_argument("--pgbench-seconds", type=int, default=3)
     parser.add_argument("--pgbench-clients", type=sizes, default=[1, 16])
     args = parser.parse_args()
