@@ -61,7 +61,7 @@ COMMIT;
     # bench/pg_turn.py's turn, statement for statement (the drivers check the results; pgbench cannot)
     "turn": f"""\\set t :client_id + {PGBENCH_BASE + 1}
 \\set s :s + 2
-\\set r :t * 1000000000 + :s
+\\set r :s * 10000 + :t
 BEGIN;
 SELECT fence FROM conversation_leases WHERE thread_id = :t FOR SHARE;
 SELECT version FROM threads WHERE id = :t;
@@ -328,7 +328,9 @@ async def main() -> None:
     parser.add_argument("--rounds", type=int, default=5, help="concurrent: rounds of every cell")
     parser.add_argument("--per-conversation", type=int, default=10, help="concurrent: turns per conversation")
     parser.add_argument("--pool-sizes", type=sizes, default=[4, 16], help="async pools' connections")
-    parser.add_argument("--threads", type=sizes, default=[2, 4, 8], help="psycopg sync: threads (= connections)")
+    parser.add_argument(
+        "--threads", type=sizes, default=[2, 4, 8], help="psycopg sync: threads (= connections)"
+    )
     parser.add_argument("--pgbench-seconds", type=int, default=3)
     parser.add_argument("--pgbench-clients", type=sizes, default=[1, 16])
     args = parser.parse_args()

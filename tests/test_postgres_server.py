@@ -54,7 +54,7 @@ def uid_of(pid: int) -> int:
 @pytest.fixture
 def open_parent() -> Iterator[Path]:
     """A parent folder the `postgres` user can enter (pytest's tmp_path is root-only when we are root)."""
-    parent = Path(tempfile.mkdtemp(prefix="agentd-pg-test-"))
+    parent = Path(tempfile.mkdtemp(prefix="agentd-pgtest-"))
     parent.chmod(0o755)
     yield parent
     shutil.rmtree(parent, ignore_errors=True)

@@ -295,7 +295,7 @@ class PostgresServer:
         self._attempts += 1
         self.port = free_port()
         command = [str(self.bindir / "postgres"), "-D", str(self.data_dir), "-p", str(self.port)]
-        command += ["-h", "127.0.0.1", "-k", str(self.folder)]  # TCP on loopback; socket in our folder
+        command += ["-h", "127.0.0.1", "-k", str(self._folder)]  # TCP on loopback; socket in our folder
         for name, value in self.settings.items():
             command += ["-c", f"{name}={value}"]
         with self.log_path.open("ab") as log:
@@ -348,18 +348,8 @@ class PostgresServer:
     def psql(self, sql: str, database: str = "postgres") -> str:
         """Run SQL through psql on the server's unix socket; return its unaligned output."""
         command = [str(self.bindir / "psql"), "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1"]
-        command += [
-            "-h",
-            str(self.folder),
-            "-p",
-            str(self.port),
-            "-U",
-            SERVER_USER,
-            "-d",
-            database,
-            "-c",
-            sql,
-        ]
+        where = ["-h", str(self._folder), "-p", str(self.port), "-U", SERVER_USER, "-d", database]
+        command += [*where, "-c", sql]
         done = subprocess.run(command, env=_client_env(), capture_output=True, text=True)
         if done.returncode != 0:
             raise RuntimeError(f"psql failed ({done.returncode}) running {sql!r}: {done.stderr.strip()}")
