@@ -55,7 +55,7 @@ PGBENCH_SCRIPTS = {
 \\set s :s + 2
 BEGIN;
 INSERT INTO messages (thread_id, seq, role, body) VALUES (:t, :s, 'user', {BODY_LITERAL});
-INSERT INTO messages (thread_id, seq, role, body) VALUES (:t, :s + 1, 'assistant', {BODY_LITERAL});
+INSERT INTO messages (thread_id, seq, role, body) VALUES (:t, :s::bigint + 1, 'assistant', {BODY_LITERAL});
 COMMIT;
 """,
     # bench/pg_turn.py's turn, statement for statement (the drivers check the results; pgbench cannot)
@@ -66,7 +66,7 @@ BEGIN;
 SELECT fence FROM conversation_leases WHERE thread_id = :t FOR SHARE;
 SELECT version FROM threads WHERE id = :t;
 INSERT INTO messages (thread_id, seq, role, body, run_id)
-  VALUES (:t, :s, 'user', {BODY_LITERAL}, :r), (:t, :s + 1, 'assistant', {BODY_LITERAL}, :r);
+  VALUES (:t, :s, 'user', {BODY_LITERAL}, :r), (:t, :s::bigint + 1, 'assistant', {BODY_LITERAL}, :r);
 INSERT INTO runs (id, thread_id, status, input_tokens, output_tokens) VALUES (:r, :t, 'ok', 120, 80);
 UPDATE threads SET version = version + 1, updated_at = now() WHERE id = :t;
 COMMIT;
@@ -224,7 +224,7 @@ def pgbench_round(db: Database, script: str, clients: int, seconds: int, got: Sa
         command = [str(db.server.bindir / "pgbench"), "-n", "-M", "prepared", "-T", str(seconds)]
         command += ["-c", str(clients), "-j", str(min(clients, os.cpu_count() or 1))]
         # each run's messages get their own seq range, so runs never collide on (thread_id, seq)
-        command += ["-D", f"s={db.pgbench_runs * 100_000_000}", "-l", "--log-prefix", f"{scratch}/log"]
+        command += ["-D", f"s={db.pgbench_runs * 10_000_000}", "-l", "--log-prefix", f"{scratch}/log"]
         address = ["-h", "127.0.0.1", "-p", str(db.server.port), "-U", "postgres", db.name]
         command += ["-f", str(script_path), *address]
         done = subprocess.run(command, capture_output=True, text=True, env={"PATH": os.environ["PATH"]})
