@@ -31,7 +31,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib.metadata import version
 from pathlib import Path
@@ -127,7 +128,8 @@ class Database:
 class Samples:
     latencies_ms: list[float] = field(default_factory=list)
     throughputs: list[float] = field(default_factory=list)  # per round
-    cpu_s: float = 0.0
+    cpu_s: float = 0.0  # this process, all threads
+    server_cpu_s: float = 0.0  # the server's processes
     turns: int = 0
 
     def summary(self) -> dict[str, float]:
@@ -145,7 +147,37 @@ class Samples:
             )
         if self.cpu_s:
             summary["client_cpu_us_per_turn"] = 1e6 * self.cpu_s / self.turns
+            summary["server_cpu_us_per_turn"] = 1e6 * self.server_cpu_s / self.turns
         return summary
+
+
+def server_cpu_ns(postmaster: int) -> int:
+    """CPU time the server has used so far: the postmaster and its live children (/proc/<pid>/schedstat, ns).
+
+    Only meaningful across a stretch in which no backend exits: a driver's connections stay open
+    through its cell (pgbench's do not, so its rows have no CPU figures).
+    """
+    total = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            if parent == postmaster or int(entry.name) == postmaster:
+                total += int((entry / "schedstat").read_text().split()[0])
+        except (OSError, ValueError, IndexError):  # the process ended while we looked
+            continue
+    return total
+
+
+@contextmanager
+def metered(got: Samples, postmaster: int) -> Iterator[None]:
+    """Add the client's and the server's CPU time over the block to `got` (the /proc scans stay outside)."""
+    server = server_cpu_ns(postmaster)
+    client = time.process_time()
+    yield
+    got.cpu_s += time.process_time() - client
+    got.server_cpu_s += (server_cpu_ns(postmaster) - server) / 1e9
 
 
 # -- sequential: one conversation per driver, blocks interleaved -------------------------------------
@@ -159,12 +191,11 @@ async def sequential(db: Database, args: argparse.Namespace, user: str, reply: s
     samples = {driver.name: Samples() for driver in DRIVERS}
 
     async def block(turn: Turn, conv: Conversation, got: Samples) -> tuple[int, bool]:
-        cpu = time.process_time()
-        for _ in range(args.block):
-            start = time.perf_counter()
-            await turn(conv)
-            got.latencies_ms.append(1e3 * (time.perf_counter() - start))
-        got.cpu_s += time.process_time() - cpu
+        with metered(got, db.server.pid):
+            for _ in range(args.block):
+                start = time.perf_counter()
+                await turn(conv)
+                got.latencies_ms.append(1e3 * (time.perf_counter() - start))
         got.turns += args.block
         return args.block, True
 
@@ -190,6 +221,7 @@ async def concurrent_round(
     turn_and_close: Awaitable[tuple[Turn, Callable[[], Awaitable[None]]]],
     conversations: list[Conversation],
     per_conversation: int,
+    postmaster: int,
     got: Samples,
 ) -> tuple[int, bool]:
     """One round of one driver: every conversation does `per_conversation` turns, all at once."""
@@ -203,14 +235,14 @@ async def concurrent_round(
                 await turn(conv)
                 got.latencies_ms.append(1e3 * (time.perf_counter() - start))
 
-        cpu, wall = time.process_time(), time.perf_counter()
-        await asyncio.gather(*(talk(conv) for conv in conversations))
-        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        with metered(got, postmaster):
+            wall = time.perf_counter()
+            await asyncio.gather(*(talk(conv) for conv in conversations))
+            wall = time.perf_counter() - wall
     finally:
         await close()
     timed = len(conversations) * per_conversation
     got.throughputs.append(timed / wall)
-    got.cpu_s += cpu
     got.turns += timed
     return timed + len(conversations), True
 
@@ -252,7 +284,7 @@ async def concurrent(db: Database, args: argparse.Namespace, user: str, reply: s
 
             def run(got: Samples, driver: Driver = driver, size: int = size) -> Awaitable[tuple[int, bool]]:
                 opening = open_driver(driver, db.url, size, user, reply)
-                return concurrent_round(opening, conversations, args.per_conversation, got)
+                return concurrent_round(opening, conversations, args.per_conversation, db.server.pid, got)
 
             cells.append((driver.label(size), run))
     for script, clients in itertools.product(PGBENCH_SCRIPTS, args.pgbench_clients):
@@ -276,38 +308,44 @@ def ms(value: float) -> str:
     return f"{value:.2f} ms" if value < 10 else f"{value:.0f} ms"
 
 
+def cpu(got: dict[str, float]) -> str:
+    if "client_cpu_us_per_turn" not in got:
+        return "— | —"
+    return f"{got['client_cpu_us_per_turn']:.0f} µs | {got['server_cpu_us_per_turn']:.0f} µs"
+
+
 def report(seq: dict[str, Samples], conc: dict[str, Samples], args: argparse.Namespace) -> str:
     lines = [
         f"### Sequential turn, one conversation ({args.blocks} blocks of {args.block} turns per driver, interleaved)",
         "",
-        "| driver | round trips | p50 | p95 | client CPU per turn |",
-        "|---|---|---|---|---|",
+        "| driver | round trips | p50 | p95 | CPU per turn: client | server |",
+        "|---|---|---|---|---|---|",
     ]
     for driver in DRIVERS:
         got = seq[driver.name].summary()
-        cpu = got["client_cpu_us_per_turn"]
         lines.append(
-            f"| {driver.name} | {driver.round_trips} | {ms(got['p50_ms'])} | {ms(got['p95_ms'])} | {cpu:.0f} µs |"
+            f"| {driver.name} | {driver.round_trips} | {ms(got['p50_ms'])} | {ms(got['p95_ms'])} | {cpu(got)} |"
         )
     for script in PGBENCH_SCRIPTS:
         name = f"pgbench, {script}, 1 client"
         if name in conc:
             got = conc[name].summary()
             trips = PGBENCH_ROUND_TRIPS[script]
-            lines.append(f"| {name} (C libpq) | {trips} | {ms(got['p50_ms'])} | {ms(got['p95_ms'])} | — |")
+            lines.append(
+                f"| {name} (C libpq) | {trips} | {ms(got['p50_ms'])} | {ms(got['p95_ms'])} | — | — |"
+            )
     lines += [
         "",
         f"### {CONVERSATIONS} concurrent conversations, {args.per_conversation} turns each per round "
         f"(median of {args.rounds} interleaved rounds)",
         "",
-        "| driver | turns/s (min–max) | p50 | p95 | client CPU per turn |",
-        "|---|---|---|---|---|",
+        "| driver | turns/s (min–max) | p50 | p95 | CPU per turn: client | server |",
+        "|---|---|---|---|---|---|",
     ]
     for name, samples in conc.items():
         got = samples.summary()
-        cpu = f"{got['client_cpu_us_per_turn']:.0f} µs" if "client_cpu_us_per_turn" in got else "—"
         spread = f"{got['turns_per_s']:,.0f} ({got['turns_per_s_min']:,.0f}–{got['turns_per_s_max']:,.0f})"
-        lines.append(f"| {name} | {spread} | {ms(got['p50_ms'])} | {ms(got['p95_ms'])} | {cpu} |")
+        lines.append(f"| {name} | {spread} | {ms(got['p50_ms'])} | {ms(got['p95_ms'])} | {cpu(got)} |")
     return "\n".join(lines)
 
 
