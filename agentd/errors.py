@@ -7,7 +7,8 @@
     │   └── DataFolderInUse    another daemon holds the data folder: names its PID and address
     └── RuntimeFault           something outside our control failed; retrying may help
         ├── ProviderError      a model provider failed (names provider, model, fix)
-        └── StoreError         the SQLite file could not be read or written
+        └── StoreError         the agent's data could not be read or written
+            └── NewerSchema    the data was written by a newer agentd: upgrade agentd
 
 `ToolError` is not an AgentdError: it is the normal way a tool tells the model
 that a call was refused, and it becomes a tool result the model can read.
@@ -53,7 +54,21 @@ class ConfigError(OperatorError):
 
 
 class CredentialError(OperatorError):
-    """A provider needs a credential that is not configured."""
+    """A provider needs a key that is not configured; the message names where to set it.
+
+    Like ProviderError it names the provider and the model, so a run that fails
+    on it is recorded the same way; unlike it, retrying cannot help.
+    """
+
+    def __init__(self, *, provider: str, model: str, key_env: str | None):
+        self.provider = provider
+        self.model = model
+        self.key_env = key_env
+        where = f"{key_env} or " if key_env else ""
+        super().__init__(
+            f"provider {provider} (model {model}): no API key: "
+            f"set {where}providers.{provider}.api_key in agentd.yaml"
+        )
 
 
 class DataFolderInUse(OperatorError):
@@ -120,7 +135,11 @@ class ProviderError(RuntimeFault):
 
 
 class StoreError(RuntimeFault):
-    """The agent's SQLite file could not be opened, migrated, read or written."""
+    """The agent's data (a SQLite file, a PostgreSQL database) could not be opened, migrated, read or written."""
+
+
+class NewerSchema(StoreError):
+    """The data was migrated by a newer agentd than this one: this agent cannot start until agentd is upgraded."""
 
 
 class ToolError(Exception):

@@ -6,7 +6,8 @@ part they cannot carry instead of dropping it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import json
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Annotated, Any, Literal, overload
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
@@ -54,10 +55,12 @@ class Message(BaseModel):
     role: Role
     parts: tuple[Part, ...]
     user_id: str | None = None
+    # when the person sent it (epoch seconds), if the channel said; memories of it carry this time
+    sent_at: float | None = None
 
     @classmethod
-    def user(cls, text: str, user_id: str | None = None) -> Message:
-        return cls(role="user", parts=(TextPart(text=text),), user_id=user_id)
+    def user(cls, text: str, user_id: str | None = None, sent_at: float | None = None) -> Message:
+        return cls(role="user", parts=(TextPart(text=text),), user_id=user_id, sent_at=sent_at)
 
     @classmethod
     def assistant(cls, text: str) -> Message:
@@ -164,3 +167,29 @@ class MessageSequence(Sequence[Message]):
 
     def __repr__(self) -> str:
         return f"MessageSequence({list(self)!r})"
+
+
+def render_message(message: Message, tool_result_chars: int | None = None) -> str:
+    """One message as one readable line: who spoke, text, `-> tool(args)` calls, `<- tool: result`.
+
+    The one rendering of messages as text: memory models (compaction, summaries,
+    folds, extraction) read it, and so do people (`agentd inspect`). Tool
+    results are cut to `tool_result_chars` when given.
+    """
+    who = message.role + (f" ({message.user_id})" if message.user_id else "")
+    pieces = []
+    for part in message.parts:
+        if isinstance(part, TextPart):
+            pieces.append(part.text)
+        elif isinstance(part, ToolCallPart):
+            pieces.append(f"-> {part.name}({json.dumps(part.arguments, ensure_ascii=False)})")
+        else:
+            content = part.content
+            if tool_result_chars is not None and len(content) > tool_result_chars:
+                content = content[:tool_result_chars] + f"… ({len(part.content)} characters in all)"
+            pieces.append(f"<- {part.name}{' (error)' if part.is_error else ''}: {content}")
+    return f"{who}: " + " ".join(pieces)
+
+
+def render_transcript(messages: Iterable[Message], tool_result_chars: int | None = None) -> str:
+    return "\n".join(render_message(m, tool_result_chars) for m in messages)

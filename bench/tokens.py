@@ -25,12 +25,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from agentd.config.loader import parse_agent
-from agentd.engine.runtime import AgentRuntime
+from agentd.config.models import DaemonSpec
+from agentd.daemon import Resources
 from agentd.events import InboundEvent
 from agentd.messages import Message
 from agentd.providers.base import Completion, CompletionRequest, Usage
-from agentd.providers.registry import ProviderRegistry
-from agentd.store.db import AgentStore, StoreExecutor
+from agentd.store.queries import Runs
 
 REPLY = "Noted. " + "Here is a short, helpful answer about that. " * 4  # ~180 chars
 TOPICS = ["the deploy", "the invoice", "the trip to Porto", "the migration", "the hiring plan", "the budget"]
@@ -92,24 +92,21 @@ STRATEGIES: dict[str, str] = {
 async def run_strategy(name: str, memory_yaml: str, turns: int, folder: Path) -> dict[str, object]:
     text = memory_yaml if memory_yaml.startswith("model:") else f"model: chat/m\n{memory_yaml}"
     spec = parse_agent(Path("bench.yaml"), text=f"purpose: You are a helpful assistant.\n{text}\n", env={})
-    registry = ProviderRegistry({})
-    registry.register("chat", CountingChat())
-    registry.register("mem", MemoryModel())
-    executor = StoreExecutor()
     slug = "".join(c if c.isalnum() else "-" for c in name.lower())
-    runtime = AgentRuntime(spec, AgentStore(folder / f"{slug}.sqlite", executor), registry)
-    await runtime.start()
-    rng = random.Random(7)
-    started = time.perf_counter()
-    for i in range(turns):
-        await runtime.handle(InboundEvent("bench", "webhook:c1", user_text(i, rng), "webhook", user_id="u1"))
-    await runtime.drain(30)
-    elapsed = time.perf_counter() - started
-    rows = await runtime.store.read(
-        lambda c: c.execute("SELECT trigger, input_tokens, output_tokens FROM runs ORDER BY rowid").fetchall()
-    )
-    await runtime.close()
-    executor.shutdown()
+    models = {"chat": CountingChat(), "mem": MemoryModel()}
+    async with Resources(DaemonSpec(), folder / slug, providers=models) as resources:
+        agent = await resources.open_agent(spec)
+        rng = random.Random(7)
+        started = time.perf_counter()
+        for i in range(turns):
+            await agent.handle(
+                InboundEvent("bench", "webhook:c1", user_text(i, rng), "webhook", user_id="u1")
+            )
+        await agent.drain(30)
+        elapsed = time.perf_counter() - started
+        runs = await agent.state.store.read(Runs(None, 1_000_000))
+        await agent.close()
+    rows = [(r["trigger"], r["input_tokens"], r["output_tokens"]) for r in runs]
     chat = [tin for trigger, tin, _ in rows if trigger == "message"]
     memory_in = sum(tin for trigger, tin, _ in rows if trigger != "message")
     memory_runs = sum(1 for trigger, _, _ in rows if trigger != "message")

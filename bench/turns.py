@@ -7,10 +7,10 @@
 Prints markdown tables on stdout (progress on stderr) and writes the raw numbers
 to bench/results/turns-<timestamp>.json. What each row means: bench/README.md.
 
-The zero-latency model: `ProviderRegistry.check()` accepts only known provider
-names, so the agent keeps the default `offline` model and the benchmark puts
-`ZeroModel` into the registry's cache of built providers under that name
-(`registry._built["offline"]`). The real offline model is measured as a second row.
+The zero-latency model: the agent keeps the default `offline` model and the
+benchmark hands the one constructor (`Resources`) a `ZeroModel` under that
+provider name, as tests pass their fakes. The real offline model is measured
+as a second row.
 """
 
 from __future__ import annotations
@@ -44,15 +44,16 @@ import uvicorn
 from fastapi import FastAPI, Request
 
 from agentd.config.loader import parse_agent
-from agentd.config.models import AgentSpec
-from agentd.daemon import Daemon, EmbeddedServer
-from agentd.engine.runtime import AgentRuntime
+from agentd.config.models import AgentSpec, DaemonSpec
+from agentd.daemon import Daemon, EmbeddedServer, Resources
+from agentd.engine.agent import Agent
 from agentd.events import InboundEvent
 from agentd.messages import Message, dump_message
 from agentd.providers.base import Completion, CompletionRequest, Usage
-from agentd.providers.registry import ProviderRegistry
-from agentd.store.db import AgentStore, StoreExecutor
-from agentd.store.transcripts import StoredMessage, append_messages, create_thread
+from agentd.store.base import Store
+from agentd.store.queries import MessageCounts, RunTotals
+from agentd.store.records import RunRecord, StoredMessage
+from agentd.store.writes import CommitTurn
 
 RESULTS = Path(__file__).resolve().parent / "results"
 WARM = 3  # untimed turns before each sequential cell
@@ -136,11 +137,9 @@ def bench_spec(name: str) -> AgentSpec:
     return parse_agent(Path(f"{name}.yaml"), text=AGENT_YAML)
 
 
-def registry(model: str) -> ProviderRegistry:
-    providers = ProviderRegistry({})
-    if model == "zero":
-        providers._built["offline"] = ZeroModel()  # see the module docstring
-    return providers
+def resources(model: str, root: Path) -> Resources:
+    """The one constructor of agents, with the zero-latency model in place of `offline` (see the docstring)."""
+    return Resources(DaemonSpec(), root, providers={"offline": ZeroModel()} if model == "zero" else {})
 
 
 def seed_messages(rng: random.Random, n: int) -> list[StoredMessage]:
@@ -150,52 +149,46 @@ def seed_messages(rng: random.Random, n: int) -> list[StoredMessage]:
     ]
 
 
-async def prefill_agentd(store: AgentStore, keys: list[str], seed: list[StoredMessage]) -> None:
-    def fill(conn: sqlite3.Connection) -> None:
-        now = time.time()
-        for key in keys:
-            append_messages(conn, create_thread(conn, key, now), seed, now)
+async def prefill_agentd(store: Store, keys: list[str], seed: list[StoredMessage]) -> None:
+    """Each conversation starts with L stored messages, written through the store seam (one batch)."""
+    now = time.time()
+    await store.write(
+        *(
+            CommitTurn(
+                key, None, seed, RunRecord(f"prefill-{key}", key, "prefill", None, "ok", now), None, None, now
+            )
+            for key in keys
+        )
+    )
 
-    await store.write(fill)
 
-
-async def check_agentd(store: AgentStore, keys: list[str], L: int, turns: int) -> None:
-    """The benchmark measured what it claims: every turn stored 2 messages and 1 run row."""
-
-    def counts(conn: sqlite3.Connection) -> tuple[int, int]:
-        marks = ",".join("?" * len(keys))
-        msgs = conn.execute(
-            f"SELECT COUNT(*) FROM messages m JOIN threads t ON t.id = m.thread_id WHERE t.conversation_key IN ({marks})",
-            keys,
-        ).fetchone()[0]
-        runs = conn.execute(
-            f"SELECT COUNT(*) FROM runs WHERE conversation_key IN ({marks})", keys
-        ).fetchone()[0]
-        return msgs, runs
-
-    msgs, runs = await store.read(counts)
+async def check_agentd(store: Store, keys: list[str], L: int, turns: int) -> None:
+    """The benchmark measured what it claims: every turn stored 2 messages and 1 message run."""
+    found = await store.read_many(*(MessageCounts(k) for k in keys), *(RunTotals(k) for k in keys))
+    msgs = sum(c["messages"] for c in found[: len(keys)])
+    runs = sum(t.get("message", {}).get("runs", 0) for t in found[len(keys) :])
     want = len(keys) * L + 2 * turns
     if (msgs, runs) != (want, turns):
         raise AssertionError(f"expected {want} messages and {turns} runs, found {msgs} and {runs}")
 
 
 class AgentdSeq:
-    """One sequential cell through AgentRuntime.handle."""
+    """One sequential cell through Agent.handle."""
 
-    def __init__(self, model: str, executor: StoreExecutor, root: Path):
-        self.model, self.executor, self.root = model, executor, root
+    def __init__(self, model: str, root: Path):
+        self.model, self.root = model, root
 
     async def setup(self, keys: list[str], seed: list[StoredMessage]) -> list[int]:
-        self.store = AgentStore(self.root / "agentd.sqlite", self.executor)
-        self.runtime = AgentRuntime(bench_spec("bench"), self.store, registry(self.model))
-        await self.runtime.start()
+        self.resources = await resources(self.model, self.root).__aenter__()
+        self.runtime = await self.resources.open_agent(bench_spec("bench"))
+        self.store = self.runtime.state.store
         await prefill_agentd(self.store, keys, seed)
         # The first message of a conversation not in memory loads its thread; that happens once
         # per conversation, so it is timed here on its own and the turns below are hot.
         loads = []
         for key in keys:
             t0 = time.perf_counter_ns()
-            await self.runtime.threads.get(key)
+            await self.runtime.state.threads.get(key)
             loads.append(time.perf_counter_ns() - t0)
         self.keys = keys
         return loads
@@ -204,13 +197,14 @@ class AgentdSeq:
         reply = await self.runtime.handle(InboundEvent("bench", key, user, "webhook"))
         if reply.error is not None or (self.model == "zero" and reply.text != ZERO_REPLY):
             raise AssertionError(f"unexpected reply {reply}")
-        thread = self.runtime.threads.peek(key)
+        thread = self.runtime.state.threads.peek(key)
         assert thread is not None
         return len(thread.messages) - 2
 
     async def close(self, L: int, turns: int) -> None:
         await check_agentd(self.store, self.keys, L, turns)
         await self.runtime.close()
+        await self.resources.__aexit__(None, None, None)
 
 
 # -- the raw baseline ------------------------------------------------------------------------
@@ -342,7 +336,7 @@ SEQ_ROWS = {
 }
 
 
-async def seq_cell(kind: str, L: int, args: argparse.Namespace, rng: random.Random, executor: StoreExecutor):
+async def seq_cell(kind: str, L: int, args: argparse.Namespace, rng: random.Random):
     per = max(1, L // 20)  # turns per thread: the thread grows at most 10 % while measured
     nthreads = math.ceil((args.n + WARM) / per)
     keys = [f"webhook:L{L}-t{i}" for i in range(nthreads)]
@@ -351,7 +345,7 @@ async def seq_cell(kind: str, L: int, args: argparse.Namespace, rng: random.Rand
     root = Path(tempfile.mkdtemp(prefix="agentd-bench-", dir=args.dir))
     cell: AgentdSeq | BaseSeq
     if kind.startswith("agentd"):
-        cell = AgentdSeq(kind.removeprefix("agentd-"), executor, root)
+        cell = AgentdSeq(kind.removeprefix("agentd-"), root)
     else:
         cell = BaseSeq(kind, root)
     try:
@@ -385,26 +379,22 @@ async def seq_cell(kind: str, L: int, args: argparse.Namespace, rng: random.Rand
 # -- 2. 100 concurrent conversations ---------------------------------------------------------
 
 
-async def conc_agentd(layout: str, args: argparse.Namespace, rng: random.Random, executor: StoreExecutor):
+async def conc_agentd(layout: str, args: argparse.Namespace, rng: random.Random):
     C, L = args.convs, args.conc_length
     root = Path(tempfile.mkdtemp(prefix="agentd-bench-", dir=args.dir))
     seed = seed_messages(rng, L)
     keys = [f"webhook:conv{i}" for i in range(C)]
-    providers = registry("zero")
-    runtimes: list[AgentRuntime] = []
+    runtimes: list[Agent] = []
+    shared = await resources("zero", root).__aenter__()  # one store thread for every file
     try:
         if layout == "one-file":
-            rt = AgentRuntime(bench_spec("bench"), AgentStore(root / "bench.sqlite", executor), providers)
-            await rt.start()
-            await prefill_agentd(rt.store, keys, seed)
+            rt = await shared.open_agent(bench_spec("bench"))
+            await prefill_agentd(rt.state.store, keys, seed)
             runtimes, per_conv = [rt], [rt] * C
         else:
             for i in range(C):
-                rt = AgentRuntime(
-                    bench_spec(f"bench{i}"), AgentStore(root / f"bench{i}.sqlite", executor), providers
-                )
-                await rt.start()
-                await prefill_agentd(rt.store, [keys[i]], seed)
+                rt = await shared.open_agent(bench_spec(f"bench{i}"))
+                await prefill_agentd(rt.state.store, [keys[i]], seed)
                 runtimes.append(rt)
             per_conv = runtimes
 
@@ -416,10 +406,11 @@ async def conc_agentd(layout: str, args: argparse.Namespace, rng: random.Random,
         r = await conc_run(turn, args, rng)
         for rt in runtimes:
             mine = [k for k, owner in zip(keys, per_conv, strict=True) if owner is rt]
-            await check_agentd(rt.store, mine, L, len(mine) * (args.conc_turns + 1))
+            await check_agentd(rt.state.store, mine, L, len(mine) * (args.conc_turns + 1))
     finally:
         for rt in runtimes:
             await rt.close()
+        await shared.__aexit__(None, None, None)
         shutil.rmtree(root, ignore_errors=True)
     return r
 
@@ -537,9 +528,9 @@ async def http_rep(args: argparse.Namespace, rng: random.Random) -> dict[str, An
         daemon_task = asyncio.create_task(daemon.serve(install_signals=False))
         echo_task = asyncio.create_task(echo.serve())
         try:
-            await wait_until(lambda: daemon.runtime("hook") is not None and echo.started)
+            await wait_until(lambda: daemon.agent("hook") is not None and echo.started)
             await wait_until(lambda: daemon.server is not None and daemon.server.started)
-            runtime = daemon.runtime("hook")
+            runtime = daemon.agent("hook")
             assert runtime is not None
             async with httpx.AsyncClient(trust_env=False, timeout=30) as client:
 
@@ -583,39 +574,35 @@ async def http_rep(args: argparse.Namespace, rng: random.Random) -> dict[str, An
 
 async def one_rep(rep: int, args: argparse.Namespace) -> dict[str, Any]:
     rng = random.Random(1000 + rep)
-    executor = StoreExecutor()
     out: dict[str, Any] = {"rep": rep}
-    try:
-        if "seq" in args.parts:
-            seq: dict[str, dict[str, Any]] = {k: {} for k in args.seq_rows}
-            # every (length, row) cell in a fresh random order, so drift over the rep lands on no row or length
-            cells = [(L, kind) for L in args.lengths for kind in args.seq_rows]
-            rng.shuffle(cells)
-            for L, kind in cells:
-                c = seq[kind][str(L)] = await seq_cell(kind, L, args, rng, executor)
-                log(
-                    f"rep{rep} L={L:>5} {kind:<15} p50={c['p50_us']:>9.0f}us p95={c['p95_us']:>9.0f}us n={c['n']}"
-                )
-            out["seq"] = seq
-        if "conc" in args.parts:
-            conc: dict[str, dict[str, Any]] = {}
-            for layout in args.layouts:
-                conc[layout] = {}
-                order = ["agentd", "base-aio"]
-                rng.shuffle(order)
-                for kind in order:
-                    if kind == "agentd":
-                        c = await conc_agentd(layout, args, rng, executor)
-                    else:
-                        c = await conc_base(layout, args, rng)
-                    conc[layout][kind] = c
-                    log(f"rep{rep} {layout:<9} {kind:<8} {c['tps']:>7.0f} turns/s p50={c['p50_us']:.0f}us")
-            out["conc"] = conc
-        if "http" in args.parts:
-            out["http"] = h = await http_rep(args, rng)
-            log(f"rep{rep} http " + " ".join(f"{k} p50={v['p50_us']:.0f}us" for k, v in h.items()))
-    finally:
-        executor.shutdown()
+    if "seq" in args.parts:
+        seq: dict[str, dict[str, Any]] = {k: {} for k in args.seq_rows}
+        # every (length, row) cell in a fresh random order, so drift over the rep lands on no row or length
+        cells = [(L, kind) for L in args.lengths for kind in args.seq_rows]
+        rng.shuffle(cells)
+        for L, kind in cells:
+            c = seq[kind][str(L)] = await seq_cell(kind, L, args, rng)
+            log(
+                f"rep{rep} L={L:>5} {kind:<15} p50={c['p50_us']:>9.0f}us p95={c['p95_us']:>9.0f}us n={c['n']}"
+            )
+        out["seq"] = seq
+    if "conc" in args.parts:
+        conc: dict[str, dict[str, Any]] = {}
+        for layout in args.layouts:
+            conc[layout] = {}
+            order = ["agentd", "base-aio"]
+            rng.shuffle(order)
+            for kind in order:
+                if kind == "agentd":
+                    c = await conc_agentd(layout, args, rng)
+                else:
+                    c = await conc_base(layout, args, rng)
+                conc[layout][kind] = c
+                log(f"rep{rep} {layout:<9} {kind:<8} {c['tps']:>7.0f} turns/s p50={c['p50_us']:.0f}us")
+        out["conc"] = conc
+    if "http" in args.parts:
+        out["http"] = h = await http_rep(args, rng)
+        log(f"rep{rep} http " + " ".join(f"{k} p50={v['p50_us']:.0f}us" for k, v in h.items()))
     return out
 
 
@@ -754,10 +741,9 @@ def http_table(a: dict[str, Any], runs: list[dict[str, Any]]) -> list[str]:
 async def profile(L: int, args: argparse.Namespace) -> None:
     """cProfile of the loop thread during hot agentd turns at length L (the store thread is not seen)."""
     rng = random.Random(5)
-    executor = StoreExecutor()
     root = Path(tempfile.mkdtemp(prefix="agentd-bench-", dir=args.dir))
     try:
-        cell = AgentdSeq("zero", executor, root)
+        cell = AgentdSeq("zero", root)
         turns = max(args.n, 50)
         per = max(1, L // 20)
         keys = [f"webhook:p{i}" for i in range(math.ceil(turns / per))]
@@ -775,7 +761,6 @@ async def profile(L: int, args: argparse.Namespace) -> None:
         stats = pstats.Stats(prof, stream=sys.stdout)
         stats.sort_stats("tottime").print_stats(25)
     finally:
-        executor.shutdown()
         shutil.rmtree(root, ignore_errors=True)
 
 

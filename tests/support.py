@@ -1,17 +1,22 @@
-"""Test support: build runtimes on real SQLite files in a test's own data folder."""
+"""Test support: agents built by the one constructor, on real SQLite files in a test's own data folder."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from agentd.config.loader import parse_agent
-from agentd.config.models import AgentSpec
-from agentd.engine.runtime import AgentRuntime
+from agentd.config.models import AgentSpec, DaemonSpec
+from agentd.daemon import Daemon
+from agentd.daemon.resources import _FROM_SETTINGS, Resources
+from agentd.engine.agent import Agent
+from agentd.engine.peers import Peers
 from agentd.events import InboundEvent, Reply
-from agentd.providers.registry import ProviderRegistry
-from agentd.store.db import AgentStore, StoreExecutor
+from agentd.http.app import create_app
 
 
 def make_spec(yaml_text: str, name: str = "bot") -> AgentSpec:
@@ -19,49 +24,117 @@ def make_spec(yaml_text: str, name: str = "bot") -> AgentSpec:
 
 
 class Harness:
-    """Builds runtimes on files in one data folder, and can 'restart' them (close + reopen)."""
+    """Builds agents on files in one data folder, and can 'restart' them (close + reopen)."""
 
     def __init__(self, data: Path):
         self.data = data
-        self.executor = StoreExecutor()
-        self.runtimes: list[AgentRuntime] = []
-        self.registries: list[ProviderRegistry] = []
+        self.agents: list[Agent] = []
+        self._stack = contextlib.AsyncExitStack()
+        self._built: dict[int, tuple[DaemonSpec, dict[str, Any], Any, Peers | None]] = {}
 
     async def runtime(
-        self, yaml_text: str, name: str = "bot", providers: dict[str, Any] | None = None
-    ) -> AgentRuntime:
-        registry = ProviderRegistry({})
-        for provider_name, provider in (providers or {}).items():
-            registry.register(provider_name, provider)
-        self.registries.append(registry)
-        runtime = AgentRuntime(
-            make_spec(yaml_text, name), AgentStore(self.data / f"{name}.sqlite", self.executor), registry
+        self,
+        yaml_text: str,
+        name: str = "bot",
+        providers: dict[str, Any] | None = None,
+        *,
+        embedder: Any = None,
+        settings: DaemonSpec | None = None,
+        peers: Peers | None = None,
+    ) -> Agent:
+        """An agent on `yaml_text`; `providers` are in-process fakes by provider name, `embedder` the
+        embedder agentd.yaml would configure, `settings` agentd.yaml itself."""
+        return await self._open(
+            make_spec(yaml_text, name), settings or DaemonSpec(), providers or {}, embedder, peers
         )
-        await runtime.start()
-        self.runtimes.append(runtime)
-        return runtime
 
-    async def restart(self, runtime: AgentRuntime) -> AgentRuntime:
-        await runtime.drain(5)
-        await runtime.close()
-        fresh = AgentRuntime(runtime.spec, AgentStore(runtime.store.path, self.executor), runtime.providers)
-        await fresh.start()
-        self.runtimes.append(fresh)
-        return fresh
+    async def _open(
+        self,
+        spec: AgentSpec,
+        settings: DaemonSpec,
+        providers: dict[str, Any],
+        embedder: Any,
+        peers: Peers | None,
+    ) -> Agent:
+        resources = Resources(settings, self.data, embedder=embedder, providers=providers)
+        await self._stack.enter_async_context(resources)
+        agent = await resources.open_agent(spec, peers)
+        self._built[id(agent)] = (settings, providers, embedder, peers)
+        self.agents.append(agent)
+        return agent
+
+    async def restart(self, agent: Agent, *, embedder: Any = _FROM_SETTINGS) -> Agent:
+        """Close the agent and open it again on the same file and fakes (optionally another embedder,
+        as if agentd.yaml had changed across the restart)."""
+        await agent.drain(5)
+        await agent.close()
+        settings, providers, old_embedder, peers = self._built[id(agent)]
+        chosen = old_embedder if embedder is _FROM_SETTINGS else embedder
+        return await self._open(agent.spec, settings, providers, chosen, peers)
 
     async def close(self) -> None:
-        for runtime in self.runtimes:
-            await runtime.drain(5)
-            await runtime.close()
-        for registry in self.registries:
-            await registry.aclose()
-        self.executor.shutdown()
+        for agent in self.agents:
+            await agent.drain(5)
+            await agent.close()
+        await self._stack.aclose()
 
 
-def say(runtime: AgentRuntime, key: str = "webhook:c1", user: str | None = "u1") -> Callable[..., Any]:
+def say(runtime: Agent, key: str = "webhook:c1", user: str | None = "u1") -> Callable[..., Any]:
     async def _say(text: str, event_id: str | None = None, channel: str = "webhook") -> Reply:
         return await runtime.handle(
             InboundEvent(runtime.name, key, text, channel, user_id=user, event_id=event_id)
         )
 
     return _say
+
+
+def strategy_of(agent: Agent) -> Any:
+    """The memory strategy the agent's ordinary conversations get (tests reach into it)."""
+    return agent.state.memory_of(agent.spec, "webhook:c1").strategy
+
+
+class LocalPeers:
+    """Agents of one test that can call each other as sub-agents (the daemon's fleet does this for real)."""
+
+    def __init__(self) -> None:
+        self.agents: dict[str, Agent] = {}
+
+    def add(self, *agents: Agent) -> None:
+        self.agents.update({a.name: a for a in agents})
+
+    def spec(self, name: str) -> AgentSpec | None:
+        agent = self.agents.get(name)
+        return agent.spec if agent is not None else None
+
+    def running(self, name: str) -> bool:
+        agent = self.agents.get(name)
+        return agent is not None and agent.status == "running"
+
+    async def delegate(self, name: str, event: InboundEvent, parent_run_id: str | None) -> Reply:
+        return await self.agents[name].handle(event, parent_run_id)
+
+
+async def open_api(
+    root: Path, agents: dict[str, str], token: str | None = None
+) -> tuple[Daemon, httpx.AsyncClient]:
+    folder = root / "agents"
+    folder.mkdir()
+    for name, text in agents.items():
+        (folder / f"{name}.yaml").write_text(text)
+    if token:
+        (root / "agentd.yaml").write_text(f"http:\n  token: {token}\n")
+    daemon = Daemon(folder, root / "data", reload_interval=60)
+    await daemon.start()
+    client = httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=create_app(daemon)), base_url="http://agentd"
+    )
+    return daemon, client
+
+
+async def send(
+    client: httpx.AsyncClient, agent: str, conversation: str, text: str, user_id: str = "ana"
+) -> None:
+    r = await client.post(
+        f"/agents/{agent}/messages", json={"conversation_id": conversation, "text": text, "user_id": user_id}
+    )
+    assert r.status_code == 200, r.text

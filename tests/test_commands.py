@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from agentd.engine.runtime import AgentRuntime
+from agentd.engine.agent import Agent
 from agentd.testing.scripted import ScriptedProvider
 from tests.support import Harness, say
 
 THREAD = "memory: {scope: thread, compact_at_tokens: 5000}\nmodel: scripted/m\n"
 
 
-async def command_audit(runtime: AgentRuntime) -> list[str]:
-    rows = await runtime.store.read(
+async def command_audit(runtime: Agent) -> list[str]:
+    rows = await runtime.state.store.sql(
         lambda c: c.execute("SELECT action FROM audit WHERE kind = 'command'").fetchall()
     )
     return [r[0] for r in rows]
@@ -24,7 +24,7 @@ async def test_new_archives_and_starts_fresh_under_the_same_key(harness: Harness
     assert "archived" in (await talk("/new")).text
     await talk("after")
     assert [m.text for m in model.requests[-1].messages] == ["after"]
-    threads = await runtime.store.read(
+    threads = await runtime.state.store.sql(
         lambda c: c.execute(
             "SELECT status, (SELECT COUNT(*) FROM messages m WHERE m.thread_id = t.id) FROM threads t"
         ).fetchall()
@@ -41,7 +41,9 @@ async def test_reset_deletes_the_transcript(harness: Harness) -> None:
     talk = say(runtime)
     await talk("secret stuff")
     assert (await talk("/reset")).text == "Deleted this conversation's transcript."
-    assert await runtime.store.read(lambda c: c.execute("SELECT COUNT(*) FROM messages").fetchone()[0]) == 0
+    assert (
+        await runtime.state.store.sql(lambda c: c.execute("SELECT COUNT(*) FROM messages").fetchone()[0]) == 0
+    )
     await talk("fresh")
     assert [m.text for m in model.requests[-1].messages] == ["fresh"]
     runtime = await harness.restart(runtime)
@@ -81,7 +83,7 @@ async def test_help_unknown_and_audit(harness: Harness) -> None:
     await talk("/new")
     await talk("/reset")
     assert await command_audit(runtime) == ["help", "unknown", "status", "compact", "new", "reset"]
-    runs = await runtime.store.read(
+    runs = await runtime.state.store.sql(
         lambda c: c.execute("SELECT COUNT(*) FROM runs WHERE trigger = 'command'").fetchone()[0]
     )
     assert runs == 6
@@ -102,7 +104,7 @@ async def test_compact_applies_to_the_full_transcript_only(harness: Harness) -> 
         await say(runtime)(f"q{i}")
     reply = await say(runtime)("/compact")
     assert "applies to the full transcript only" in reply.text
-    compacted = await runtime.store.read(
+    compacted = await runtime.state.store.sql(
         lambda c: c.execute("SELECT SUM(compacted) FROM messages").fetchone()[0]
     )
     assert compacted == 0

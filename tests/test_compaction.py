@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from agentd.engine.runtime import AgentRuntime
-from agentd.store.transcripts import load_active_thread
+from agentd.engine.agent import Agent
+from agentd.store.queries import ActiveThread
 from agentd.testing.scripted import ScriptedProvider
 from tests.support import Harness, say
 
@@ -13,8 +13,8 @@ def spec(threshold: int | str = 1000, small: bool = False) -> str:
     return f"purpose: KEEP THIS RULE\nmemory: {{scope: thread, compact_at_tokens: {threshold}}}\n{model}"
 
 
-async def rows(runtime: AgentRuntime) -> list[tuple[int, str, int]]:
-    return await runtime.store.read(
+async def rows(runtime: Agent) -> list[tuple[int, str, int]]:
+    return await runtime.state.store.sql(
         lambda c: c.execute("SELECT seq, role, compacted FROM messages ORDER BY seq").fetchall()
     )
 
@@ -53,9 +53,11 @@ async def test_crossing_the_threshold_compacts_after_the_reply(harness: Harness)
     ]
     # nothing deleted: the older rows are marked compacted
     assert [r[2] for r in await rows(runtime)] == [1] * 4 + [0] * 6
-    runs = await runtime.store.read(lambda c: c.execute("SELECT trigger, model, status FROM runs").fetchall())
+    runs = await runtime.state.store.sql(
+        lambda c: c.execute("SELECT trigger, model, status FROM runs").fetchall()
+    )
     assert ("compaction", "small/s", "ok") in runs
-    audit = await runtime.store.read(lambda c: c.execute("SELECT kind, action FROM audit").fetchall())
+    audit = await runtime.state.store.sql(lambda c: c.execute("SELECT kind, action FROM audit").fetchall())
     assert ("compaction", "ok") in audit
 
 
@@ -80,11 +82,13 @@ async def test_a_failed_summary_changes_nothing_and_is_audited(harness: Harness)
     reply = await say(runtime)("/compact")
     assert "Compaction failed and the transcript is unchanged" in reply.text
     assert await rows(runtime) == before
-    thread = await runtime.store.read(lambda c: load_active_thread(c, "webhook:c1"))
+    thread = await runtime.state.store.read(ActiveThread("webhook:c1"))
     assert thread.summary is None and len(thread.messages) == 6
-    audit = await runtime.store.read(lambda c: c.execute("SELECT kind, action, data FROM audit").fetchall())
+    audit = await runtime.state.store.sql(
+        lambda c: c.execute("SELECT kind, action, data FROM audit").fetchall()
+    )
     assert any(k == "compaction" and a == "failed" and "overloaded" in d for k, a, d in audit)
-    runs = await runtime.store.read(lambda c: c.execute("SELECT trigger, status FROM runs").fetchall())
+    runs = await runtime.state.store.sql(lambda c: c.execute("SELECT trigger, status FROM runs").fetchall())
     assert ("compaction", "error") in runs
 
 
@@ -103,7 +107,7 @@ async def test_a_tool_call_is_never_separated_from_its_result(harness: Harness) 
     await talk("q3")
     main.reply("summary text")
     assert "Compacted 6 older messages" in (await talk("/compact")).text
-    thread = runtime.threads.peek("webhook:c1")
+    thread = runtime.state.threads.peek("webhook:c1")
     assert thread is not None
     kept = [m.message for m in thread.messages]
     assert kept[0].role == "user" and kept[0].text == "what was it"
@@ -122,7 +126,7 @@ async def test_without_reported_usage_an_estimate_drives_the_trigger(harness: Ha
         main.reply("ok", usage=None)
         await say(runtime)(f"{long} {i}")
         await runtime.drain(5)
-        thread = runtime.threads.peek("webhook:c1")
+        thread = runtime.state.threads.peek("webhook:c1")
         assert thread is not None
         if thread.summary is not None:
             compactions = i
@@ -130,7 +134,7 @@ async def test_without_reported_usage_an_estimate_drives_the_trigger(harness: Ha
         assert thread.last_tokens_estimated and thread.last_input_tokens is not None
     assert compactions >= 3  # it fired, and not on the first messages
     assert thread.last_input_tokens is None  # the counter starts over after a compaction
-    runs = await runtime.store.read(
+    runs = await runtime.state.store.sql(
         lambda c: c.execute("SELECT trigger, tokens_estimated FROM runs").fetchall()
     )
     assert all(estimated == 1 for trigger, estimated in runs if trigger == "message")

@@ -4,19 +4,18 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
 import pytest
 
 from agentd.testing.waiting import wait_until
+from tests.daemon_process import DaemonProcess
 
 pytestmark = pytest.mark.slow
 
@@ -31,64 +30,6 @@ channels:
 """
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class DaemonProcess:
-    def __init__(self, root: Path):
-        self.root = root
-        self.port = free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.log = root / "daemon.log"
-
-    def start(self) -> DaemonProcess:
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        env.pop("AGENTD_MODEL", None)
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "agentd.cli", "run", "--port", str(self.port), "--reload-interval", "0.2"],
-            cwd=self.root,
-            stdout=self.log.open("ab"),
-            stderr=subprocess.STDOUT,
-            env=env,
-        )
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"daemon exited: {self.log.read_text()}")
-            try:
-                if httpx.get(f"{self.url}/healthz", timeout=0.5).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                time.sleep(0.05)
-        raise AssertionError(f"daemon did not start: {self.log.read_text()}")
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def say(self, text: str, conversation: str = "c1", agent: str = "assistant") -> dict:
-        r = httpx.post(
-            f"{self.url}/agents/{agent}/messages",
-            json={"conversation_id": conversation, "text": text},
-            timeout=10,
-        )
-        assert r.status_code == 200, r.text
-        return r.json()
-
-    def get(self, path: str, **params: str) -> dict:
-        r = httpx.get(f"{self.url}{path}", params=params, timeout=10)
-        assert r.status_code == 200, r.text
-        return r.json()
-
-    def stop(self, sig: int = signal.SIGTERM) -> int:
-        assert self.proc is not None
-        self.proc.send_signal(sig)
-        return self.proc.wait(timeout=20)
-
-
 @pytest.fixture
 def workdir(tmp_path: Path) -> Path:
     (tmp_path / "agents").mkdir()
@@ -97,12 +38,10 @@ def workdir(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def daemon(workdir: Path) -> Iterator[DaemonProcess]:
-    d = DaemonProcess(workdir).start()
+async def daemon(workdir: Path) -> AsyncIterator[DaemonProcess]:
+    d = await DaemonProcess(workdir).start()
     yield d
-    if d.proc and d.proc.poll() is None:
-        d.proc.kill()
-        d.proc.wait()
+    d.kill()
 
 
 async def test_conversation_memory_compaction_and_audit_survive_a_restart(daemon: DaemonProcess) -> None:
@@ -115,7 +54,7 @@ async def test_conversation_memory_compaction_and_audit_survive_a_restart(daemon
     )
     assert daemon.stop() == 0  # SIGTERM drains and exits 0
 
-    daemon.start()
+    await daemon.start()
     reply = daemon.say("after restart")["reply"]
     assert "and a summary of older turns" in reply and "Memory keys I hold: city" in reply
     assert daemon.say("recall city", conversation="elsewhere")["reply"] == "I remember: Lisbon"
@@ -174,7 +113,7 @@ async def test_hot_reload_add_edit_break_delete(daemon: DaemonProcess) -> None:
 
 
 async def test_kill_9_under_load_loses_no_acknowledged_turn(workdir: Path) -> None:
-    d = DaemonProcess(workdir).start()
+    d = await DaemonProcess(workdir).start()
     acked: list[tuple[str, str]] = []
     lock = threading.Lock()
     stop = threading.Event()
@@ -229,7 +168,7 @@ async def test_kill_9_under_load_loses_no_acknowledged_turn(workdir: Path) -> No
     assert orphan_runs == 0
     db.close()
 
-    d.start()  # the conversation continues
+    await d.start()  # the conversation continues
     reply = d.say("after the crash", conversation="load-0")["reply"]
     assert "earlier messages" in reply
     assert d.stop() == 0
@@ -267,3 +206,35 @@ def test_chat_repl_keeps_its_own_session(workdir: Path) -> None:
         timeout=30,
     )
     assert {r["conversation_key"] for r in __import__("json").loads(runs.stdout)} == {"repl:me"}
+
+
+def test_chat_builds_the_agent_as_the_daemon_does_embedder_and_extractor_model_included(
+    workdir: Path,
+) -> None:
+    """`agentd chat` once ignored agentd.yaml's embedder and memory_extractor_model (issue 7's defect)."""
+    from agentd.testing.fake_llm import FakeLLM
+
+    with FakeLLM() as fake:
+        (workdir / "agentd.yaml").write_text(
+            f"providers: {{fake: {{kind: openai, base_url: '{fake.openai_base_url}', api_key: k}}}}\n"
+            "embedder: hash/64\nmemory_extractor_model: fake/extractor\n"
+        )
+        (workdir / "agents" / "keeper.yaml").write_text(
+            "memory:\n  strategy:\n    kind: composite\n    layers: [{kind: episodic}, {kind: semantic}]\n"
+        )
+        fake.reply('{"facts": [{"key": "pet", "value": "a cat called Tom", "confidence": 0.9}]}')
+        run = subprocess.run(
+            [sys.executable, "-m", "agentd.cli", "chat", "keeper"],
+            input=b"My cat is called Tom and he is grey.\nWhat is my cat called?\n",
+            cwd=workdir,
+            capture_output=True,
+            timeout=60,
+        )
+        out, err = run.stdout.decode(), run.stderr.decode()
+        assert run.returncode == 0, err
+        assert "no embedder configured" not in out + err
+        # the second message was answered with the first exchange recalled by the embedder
+        assert "some recalled earlier exchanges" in out.splitlines()[-1]
+        # and the extraction went to the memory_extractor_model of agentd.yaml
+        extraction = [r for r in fake.requests if r.json and r.json.get("model") == "extractor"]
+        assert extraction and "My cat is called Tom" in str(extraction[0].json["messages"])

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import re
+import shlex
 from pathlib import Path
 
 import pytest
 
-from agentd.cli import schema_text
+from agentd.cli import main, schema_text
+from agentd.config.loader import parse_agent
+from agentd.config.refs import BUILTIN_PROVIDERS
 
 ROOT = Path(__file__).parent.parent
 
@@ -24,3 +28,48 @@ def test_ci_runs_the_readme_test_command() -> None:
     ci = (ROOT / ".ci" / "run").read_text()
     command = "python3 -m venv .venv && .venv/bin/pip install -e '.[test]' && .venv/bin/pytest"
     assert command in readme and command in ci
+
+
+def readme_sessions(readme: str) -> list[list[str]]:
+    """The README's fenced blocks that show an `agentd` command with its output (lines starting `$ `)."""
+    blocks = re.findall(r"^```[a-z]*\n(.*?)^```", readme, flags=re.MULTILINE | re.DOTALL)
+    return [block.splitlines() for block in blocks if re.search(r"^\$ agentd ", block, flags=re.MULTILINE)]
+
+
+def replay(lines: list[str], capsys: pytest.CaptureFixture[str]) -> list[str]:
+    """Run a README session in the current folder: `$ cat FILE` writes the lines after it to FILE,
+    `$ agentd ...` runs the CLI; returns what the session shows, with the CLI's real output."""
+    shown: list[str] = []
+    commands = [i for i, line in enumerate(lines) if line.startswith("$ ")]
+    for start, end in zip(commands, [*commands[1:], len(lines)], strict=True):
+        command, body = shlex.split(lines[start][2:]), lines[start + 1 : end]
+        shown.append(lines[start])
+        if command[0] == "cat":
+            Path(command[1]).parent.mkdir(parents=True, exist_ok=True)
+            Path(command[1]).write_text("".join(f"{line}\n" for line in body))
+            shown += body
+        else:
+            assert command[0] == "agentd", f"the README runs only cat and agentd: {lines[start]}"
+            main(command[1:])
+            out = capsys.readouterr()
+            shown += (out.out + out.err).splitlines()
+    return shown
+
+
+def test_the_readme_check_example_is_what_check_prints(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sessions = readme_sessions((ROOT / "README.md").read_text())
+    assert any(line.startswith("$ agentd check") for lines in sessions for line in lines)
+    monkeypatch.chdir(tmp_path)
+    for lines in sessions:
+        assert replay(lines, capsys) == lines
+
+
+def test_the_readme_agent_file_is_valid() -> None:
+    blocks = re.findall(
+        r"^```yaml\n(.*?)^```", (ROOT / "README.md").read_text(), flags=re.MULTILINE | re.DOTALL
+    )
+    [agent] = [block for block in blocks if block.startswith("# agents/assistant.yaml")]
+    spec = parse_agent(Path("agents/assistant.yaml"), text=agent, env={}, providers=BUILTIN_PROVIDERS)
+    assert spec.model.small == "ollama/llama3.2" and spec.channels.enabled() == ["webhook"]

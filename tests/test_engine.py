@@ -4,19 +4,20 @@ from __future__ import annotations
 
 import asyncio
 
-from agentd.engine.runtime import AgentRuntime
+from agentd.engine.agent import Agent
 from agentd.events import InboundEvent
 from agentd.messages import Message
 from agentd.providers.base import Completion, CompletionRequest
-from agentd.store.transcripts import load_active_thread
+from agentd.store.queries import ActiveThread
 from agentd.testing.scripted import ScriptedProvider
+from agentd.testing.waiting import wait_until
 from tests.support import Harness, say
 
 THREAD = "memory: {scope: thread}\nmodel: scripted/m\npurpose: Be brief.\n"
 
 
-async def stored(runtime: AgentRuntime, key: str = "webhook:c1") -> list[Message]:
-    thread = await runtime.store.read(lambda c: load_active_thread(c, key))
+async def stored(runtime: Agent, key: str = "webhook:c1") -> list[Message]:
+    thread = await runtime.state.store.read(ActiveThread(key))
     return [m.message for m in thread.messages]
 
 
@@ -26,7 +27,7 @@ async def test_a_turn_stores_everything_before_replying(harness: Harness) -> Non
     reply = await say(runtime)("hello")
     assert reply.text == "hi there" and reply.run_id
     assert [(m.role, m.text) for m in await stored(runtime)] == [("user", "hello"), ("assistant", "hi there")]
-    runs = await runtime.store.read(
+    runs = await runtime.state.store.sql(
         lambda c: c.execute("SELECT id, trigger, status, input_tokens FROM runs").fetchall()
     )
     assert runs == [(reply.run_id, "message", "ok", 10)]
@@ -74,7 +75,7 @@ async def test_one_conversation_runs_in_order_others_concurrently(harness: Harne
     a = say(runtime, "webhook:a")
     b = say(runtime, "webhook:b")
     first = asyncio.create_task(a("a1"))
-    await asyncio.sleep(0.01)
+    await wait_until(lambda: "start a1" in order, "a1 to reach the model")
     second = asyncio.create_task(a("a2"))
     other = await b("b1")  # another conversation is not blocked by a1
     assert other.text == "re b1"
@@ -107,7 +108,7 @@ async def test_provider_failure_replies_briefly_and_loses_nothing(harness: Harne
     reply = await say(runtime)("second")
     assert reply.error == "provider_error" and "could not reach the model" in reply.text
     assert [m.text for m in await stored(runtime)] == ["first", "ok", "second"]
-    runs = await runtime.store.read(
+    runs = await runtime.state.store.sql(
         lambda c: c.execute("SELECT status, error FROM runs ORDER BY rowid").fetchall()
     )
     assert runs[0] == ("ok", None) and runs[1][0] == "error" and "HTTP 500 upstream" in runs[1][1]
@@ -148,7 +149,7 @@ async def test_hot_reload_keeps_in_flight_runs_on_their_definition(harness: Harn
 
     runtime = await harness.runtime("purpose: old\nmodel: waits/m\n", providers={"waits": Waits()})
     task = asyncio.create_task(say(runtime)("x"))
-    await asyncio.sleep(0.01)
+    await wait_until(lambda: systems, "the first run to reach the model")
     from tests.support import make_spec
 
     runtime.update_spec(make_spec("purpose: new\nmodel: waits/m\n"))
@@ -173,9 +174,8 @@ async def test_tool_calls_past_the_limit_are_answered_so_the_transcript_stays_we
 
 
 async def test_old_delivery_ids_are_pruned(harness: Harness) -> None:
-    from agentd.store.inbound import prune_events
 
     runtime = await harness.runtime(THREAD, providers={"scripted": ScriptedProvider()})
     await say(runtime)("hello", event_id="m1", channel="telegram")
-    assert await runtime.store.write(lambda c: prune_events(c, 0)) == 0  # nothing that old
-    assert await runtime.store.write(lambda c: prune_events(c, 2**40)) == 1
+    assert await runtime.prune_deliveries(0) == 0  # nothing that old
+    assert await runtime.prune_deliveries(2**40) == 1

@@ -10,12 +10,16 @@ from tests.support import Harness, say
 
 async def test_concurrent_loads_share_one_thread_object(harness: Harness) -> None:
     runtime = await harness.runtime("memory: {scope: thread}\n")
+    sent: list[str] = []
     for i in range(7):
-        await say(runtime)(f"m{i}")
+        reply = await say(runtime)(f"m{i}")
+        sent += [f"m{i}", reply.text]  # what was said, in order, as it happened
     runtime = await harness.restart(runtime)
-    first, second = await asyncio.gather(runtime.threads.get("webhook:c1"), runtime.threads.get("webhook:c1"))
+    first, second = await asyncio.gather(
+        runtime.state.threads.get("webhook:c1"), runtime.state.threads.get("webhook:c1")
+    )
     assert first is second
-    assert [m.message.text for m in first.messages][:2] == ["m0", first.messages[1].message.text]
+    assert [m.message.text for m in first.messages] == sent
 
 
 async def test_a_long_thread_loads_in_pages(harness: Harness, monkeypatch) -> None:  # type: ignore[no-untyped-def]
@@ -25,15 +29,15 @@ async def test_a_long_thread_loads_in_pages(harness: Harness, monkeypatch) -> No
     runtime = await harness.restart(runtime)
     monkeypatch.setattr(HotThreads, "PAGE", 5)
     reads = 0
-    original = runtime.store.read
+    original = runtime.state.store.read
 
     async def counting(job):  # type: ignore[no-untyped-def]
         nonlocal reads
         reads += 1
         return await original(job)
 
-    monkeypatch.setattr(runtime.store, "read", counting)
-    thread = await runtime.threads.get("webhook:c1")
+    monkeypatch.setattr(runtime.state.store, "read", counting)
+    thread = await runtime.state.threads.get("webhook:c1")
     assert [m.seq for m in thread.messages] == list(range(1, 25))
     assert reads == 1 + 5  # the header, then 24 messages in pages of 5
     reply = await say(runtime)("after")

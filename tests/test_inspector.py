@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -13,8 +14,7 @@ import pytest
 from agentd.cli import main
 from agentd.daemon import Daemon
 from agentd.events import InboundEvent
-from agentd.http.app import create_app
-from tests.support import Harness, say
+from tests.support import Harness, open_api, say, send
 
 ASSISTANT = "memory: {scope: thread, persistent: true}\nchannels: {webhook: {}}\n"
 BLANK = "memory: {scope: none}\nchannels: {webhook: {}}\n"
@@ -24,36 +24,12 @@ LAYERED = (
 )
 
 
-async def open_api(
-    root: Path, agents: dict[str, str], token: str | None = None
-) -> tuple[Daemon, httpx.AsyncClient]:
-    folder = root / "agents"
-    folder.mkdir()
-    for name, text in agents.items():
-        (folder / f"{name}.yaml").write_text(text)
-    if token:
-        (root / "agentd.yaml").write_text(f"http:\n  token: {token}\n")
-    daemon = Daemon(folder, root / "data", reload_interval=60)
-    await daemon.start()
-    client = httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=create_app(daemon)), base_url="http://agentd"
-    )
-    return daemon, client
-
-
 @pytest.fixture
 async def api(tmp_path: Path) -> AsyncIterator[tuple[Daemon, httpx.AsyncClient]]:
     daemon, client = await open_api(tmp_path, {"assistant": ASSISTANT, "blank": BLANK})
     yield daemon, client
     await client.aclose()
     await daemon.shutdown()
-
-
-async def send(client: httpx.AsyncClient, agent: str, conversation: str, text: str) -> None:
-    r = await client.post(
-        f"/agents/{agent}/messages", json={"conversation_id": conversation, "text": text, "user_id": "ana"}
-    )
-    assert r.status_code == 200, r.text
 
 
 async def test_full_transcript_is_one_layer_with_persistent_keys(
@@ -80,7 +56,7 @@ async def test_memory_route_and_transcript_route_do_not_shadow_each_other(
     daemon, client = api
     await send(client, "assistant", "c", "hello")
     # a key with a slash (channels may make them): both routes must still pick the right key
-    runtime = daemon.runtime("assistant")
+    runtime = daemon.agent("assistant")
     assert runtime is not None
     await runtime.handle(InboundEvent("assistant", "slack:T1/C2", "from slack", "slack", user_id="bo"))
 
@@ -193,7 +169,7 @@ async def test_every_strategy_answers_the_api_and_the_page(tmp_path: Path, kind:
     try:
         for text in ("we fly to <Lisbon>", "remember color: blue", "and then?"):
             await send(client, "agent", "c", text)
-        await daemon.runtime("agent").drain(5)  # type: ignore[union-attr]
+        await daemon.agent("agent").drain(5)  # type: ignore[union-attr]
         r = await client.get("/agents/agent/conversations/webhook:c/memory")
         assert r.status_code == 200, r.text
         body = r.json()
@@ -204,6 +180,7 @@ async def test_every_strategy_answers_the_api_and_the_page(tmp_path: Path, kind:
         assert page.status_code == 200, page.text
         assert page.text.count('<section class="layer">') == expected + 1  # + persistent memory
         assert "<Lisbon>" not in page.text
+        assert not re.findall(r"<(?:dt|th)>\w*_\w*</", page.text)  # labels for people, not snake_case keys
     finally:
         await client.aclose()
         await daemon.shutdown()

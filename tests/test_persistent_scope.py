@@ -8,7 +8,7 @@ from pathlib import Path
 import httpx
 
 from agentd.daemon import Daemon
-from agentd.engine.runtime import AgentRuntime
+from agentd.engine.agent import Agent
 from agentd.http.app import create_app
 from agentd.providers.base import CompletionRequest
 from agentd.testing.scripted import ScriptedProvider
@@ -34,8 +34,8 @@ def held_keys(system: str) -> list[str]:
     return [line[2:] for line in block.splitlines() if line.startswith("- ")]
 
 
-async def memory_rows(runtime: AgentRuntime) -> list[tuple[str, str, str]]:
-    return await runtime.store.read(
+async def memory_rows(runtime: Agent) -> list[tuple[str, str, str]]:
+    return await runtime.state.store.sql(
         lambda c: c.execute("SELECT scope, key, value FROM memories ORDER BY scope, key").fetchall()
     )
 
@@ -80,7 +80,7 @@ async def test_one_person_can_never_recall_list_or_forget_anothers_key(harness: 
     await bob("forget mine")
     assert await memory_rows(runtime) == [("user:alice", "salary", "ALICE-SECRET")]
     # the audit trail names the scope (never the value)
-    audit = await runtime.store.read(
+    audit = await runtime.state.store.sql(
         lambda c: c.execute("SELECT action, data FROM audit WHERE kind = 'memory' ORDER BY id").fetchall()
     )
     assert [(a, json.loads(d)) for a, d in audit] == [

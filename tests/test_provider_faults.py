@@ -11,10 +11,10 @@ from collections.abc import AsyncIterator, Iterator
 import httpx
 import pytest
 
-from agentd.engine.runtime import AgentRuntime
+from agentd.engine.agent import Agent
 from agentd.providers.anthropic import AnthropicProvider
 from agentd.providers.openai import OpenAIProvider
-from agentd.store.transcripts import load_active_thread
+from agentd.store.queries import ActiveThread
 from agentd.testing.fake_llm import FakeLLM
 from tests.support import Harness, say
 
@@ -33,7 +33,7 @@ async def client() -> AsyncIterator[httpx.AsyncClient]:
         yield c
 
 
-async def runtime_on(harness: Harness, provider: object) -> AgentRuntime:
+async def runtime_on(harness: Harness, provider: object) -> Agent:
     return await harness.runtime(SPEC, providers={"fake": provider})
 
 
@@ -44,13 +44,13 @@ def openai(fake: FakeLLM, client: httpx.AsyncClient, **kw: object) -> OpenAIProv
     )
 
 
-async def transcript(runtime: AgentRuntime) -> list[str]:
-    thread = await runtime.store.read(lambda c: load_active_thread(c, "webhook:c1"))
+async def transcript(runtime: Agent) -> list[str]:
+    thread = await runtime.state.store.read(ActiveThread("webhook:c1"))
     return [m.message.text for m in thread.messages]
 
 
-async def last_run(runtime: AgentRuntime) -> tuple[str, str | None]:
-    return await runtime.store.read(
+async def last_run(runtime: Agent) -> tuple[str, str | None]:
+    return await runtime.state.store.sql(
         lambda c: c.execute("SELECT status, error FROM runs ORDER BY rowid DESC").fetchone()
     )
 
@@ -67,13 +67,13 @@ async def test_tool_calls_and_usage_over_the_openai_wire(
     tool_message = second["messages"][-1]
     assert tool_message["role"] == "tool" and tool_message["content"] == "Remembered city."
     assert second["messages"][-2]["tool_calls"][0]["id"] == tool_message["tool_call_id"]
-    run = await runtime.store.read(
+    run = await runtime.state.store.sql(
         lambda c: c.execute(
             "SELECT input_tokens, output_tokens, tokens_estimated, model_calls FROM runs"
         ).fetchone()
     )
     assert run == (270, 12, 0, 2)
-    assert runtime.memory.keys() == ["city"]
+    assert runtime.state.memory.keys() == ["city"]
 
 
 async def test_tool_calls_over_the_anthropic_wire(
@@ -144,4 +144,8 @@ async def test_missing_key_names_the_variable(
     provider = OpenAIProvider(name="openai", kind="openai", client=client)
     runtime = await runtime_on(harness, provider)
     reply = await say(runtime)("hi")
-    assert "OPENAI_API_KEY" in reply.text
+    assert "OPENAI_API_KEY" in reply.text and reply.error == "provider_error"
+    assert await last_run(runtime) == (
+        "error",
+        "provider openai (model gpt-test): no API key: set OPENAI_API_KEY or providers.openai.api_key in agentd.yaml",
+    )

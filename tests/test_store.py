@@ -9,26 +9,42 @@ from pathlib import Path
 
 import pytest
 
-from agentd.errors import StoreError
-from agentd.store.db import AgentStore, StoreExecutor, connect
-from agentd.store.migrations import MIGRATIONS, applied, migrate
+from agentd.errors import NewerSchema, StoreError
+from agentd.store import queries, writes
+from agentd.store.queries import MemoryKeys, Query
+from agentd.store.sqlite import SqliteStore, StoreExecutor
+from agentd.store.sqlite.dispatch import HANDLERS
+from agentd.store.sqlite.migrations import MIGRATIONS, applied, migrate
+from agentd.store.sqlite.store import connect
+from agentd.store.writes import DeleteMemory, RowMissing, UpsertMemory, Write
 
 
 @pytest.fixture
 async def store(tmp_path: Path):
     executor = StoreExecutor()
-    s = AgentStore(tmp_path / "agent.sqlite", executor)
+    s = SqliteStore(tmp_path / "agent.sqlite", executor)
     await s.open()
     yield s
     await s.close()
     executor.shutdown()
 
 
-async def test_file_is_private_and_in_wal_mode(store: AgentStore) -> None:
+def test_every_query_and_write_has_a_sqlite_handler() -> None:
+    kinds = [
+        obj
+        for module in (queries, writes)
+        for obj in vars(module).values()
+        if isinstance(obj, type) and issubclass(obj, Query | Write) and obj not in (Query, Write)
+    ]
+    assert len(kinds) > 30
+    assert [k.__name__ for k in kinds if k not in HANDLERS] == []
+
+
+async def test_file_is_private_and_in_wal_mode(store: SqliteStore) -> None:
     assert stat.S_IMODE(store.path.stat().st_mode) == 0o600
-    mode = await store.read(lambda c: c.execute("PRAGMA journal_mode").fetchone()[0])
+    mode = await store.sql(lambda c: c.execute("PRAGMA journal_mode").fetchone()[0])
     assert mode == "wal"
-    tables = await store.read(
+    tables = await store.sql(
         lambda c: {r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     )
     assert {
@@ -70,45 +86,54 @@ def test_a_failing_migration_leaves_the_file_as_it_was(tmp_path: Path) -> None:
 def test_a_file_from_a_newer_agentd_is_refused(tmp_path: Path) -> None:
     conn = connect(tmp_path / "a.sqlite")
     migrate(conn, [*MIGRATIONS, ("9999_future", ("CREATE TABLE future (x)",))])
-    with pytest.raises(RuntimeError, match="newer agentd"):
+    with pytest.raises(NewerSchema, match=r"newer agentd.*9999_future.*upgrade agentd"):
         migrate(conn)
 
 
-async def test_concurrent_writes_share_commits_and_a_failing_job_fails_alone(store: AgentStore) -> None:
-    def insert(i: int):
-        def job(conn: sqlite3.Connection) -> int:
-            conn.execute("INSERT INTO identity (key, value) VALUES (?, ?)", (f"k{i}", str(i)))
-            if i == 7:
-                raise ValueError("job 7 refuses")
-            return i
-
-        return job
-
-    results = await asyncio.gather(*(store.write(insert(i)) for i in range(20)), return_exceptions=True)
-    assert isinstance(results[7], ValueError)
-    assert [r for i, r in enumerate(results) if i != 7] == [i for i in range(20) if i != 7]
-    keys = await store.read(lambda c: {r[0] for r in c.execute("SELECT key FROM identity")})
-    assert "k7" not in keys and {f"k{i}" for i in range(20) if i != 7} <= keys
+def remember(i: int) -> UpsertMemory:
+    return UpsertMemory("", f"k{i}", str(i), None, float(i))
 
 
-async def test_sql_errors_become_store_errors(store: AgentStore) -> None:
-    with pytest.raises(StoreError):
-        await store.write(lambda c: c.execute("INSERT INTO nowhere VALUES (1)"))
-    with pytest.raises(StoreError):
-        await store.read(lambda c: c.execute("SELECT * FROM nowhere"))
+async def test_concurrent_writes_share_commits_and_a_failing_batch_fails_alone(store: SqliteStore) -> None:
+    def batch(i: int) -> list[Write[object]]:
+        ops: list[Write[object]] = [remember(i)]
+        if i == 7:
+            ops.append(DeleteMemory("", "nothing-here", must_exist=True))  # refuses: the batch rolls back
+        return ops
+
+    results = await asyncio.gather(*(store.write(*batch(i)) for i in range(20)), return_exceptions=True)
+    assert isinstance(results[7], RowMissing)
+    assert [r for i, r in enumerate(results) if i != 7] == [[True]] * 19
+    keys = set((await store.read(MemoryKeys()))[""])
+    assert "k7" not in keys and {f"k{i}" for i in range(20) if i != 7} == keys
 
 
-async def test_a_lone_failing_job_leaves_nothing_behind(store: AgentStore) -> None:
-    def job(conn: sqlite3.Connection) -> None:
-        conn.execute("INSERT INTO identity (key, value) VALUES ('half', 'done')")
-        raise ValueError("refused")
+async def test_sql_errors_become_store_errors(store: SqliteStore) -> None:
+    await store.sql(lambda c: c.execute("DROP TABLE memories"))
+    with pytest.raises(StoreError, match="no such table: memories"):
+        await store.write(remember(1))
+    with pytest.raises(StoreError, match="no such table: memories"):
+        await store.read(MemoryKeys())
 
-    with pytest.raises(ValueError, match="refused"):
-        await store.write(job)
-    assert (
-        await store.read(
-            lambda c: c.execute("SELECT COUNT(*) FROM identity WHERE key = 'half'").fetchone()[0]
-        )
-        == 0
-    )
-    assert await store.write(lambda c: c.execute("SELECT 1").fetchone()[0]) == 1  # and the file still works
+
+async def test_a_lone_failing_batch_leaves_nothing_behind(store: SqliteStore) -> None:
+    with pytest.raises(RowMissing):
+        await store.write(remember(1), DeleteMemory("", "nothing-here", must_exist=True))
+    assert await store.read(MemoryKeys()) == {}
+    assert await store.write(remember(2)) == [True]  # and the file still works
+
+
+async def test_a_read_only_store_reads_and_refuses_writes(store: SqliteStore, tmp_path: Path) -> None:
+    await store.write(remember(1))
+    reader = SqliteStore(store.path, StoreExecutor(), readonly=True)
+    await reader.open()
+    try:
+        assert await reader.read(MemoryKeys()) == {"": ["k1"]}
+        with pytest.raises(StoreError, match="read-only"):
+            await reader.write(remember(2))
+    finally:
+        await reader.close()
+    missing = SqliteStore(tmp_path / "none.sqlite", StoreExecutor(), readonly=True)
+    with pytest.raises(StoreError, match="no data file"):
+        await missing.open()
+    assert not (tmp_path / "none.sqlite").exists()

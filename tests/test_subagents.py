@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from agentd.engine import subagents
-from agentd.engine.runtime import AgentRuntime
+from agentd.engine.agent import Agent
 from agentd.providers.base import CompletionRequest
 from agentd.testing.scripted import ScriptedProvider
-from tests.support import Harness, say
+from tests.support import Harness, LocalPeers, say, strategy_of
 
 
 def caller_spec(*slots: str) -> str:
@@ -18,19 +18,14 @@ def caller_spec(*slots: str) -> str:
 HELPER = "purpose: You research things.\nmodel: helper/m\nmemory: {scope: thread}\n"
 
 
-def wire(*runtimes: AgentRuntime) -> None:
-    by_name = {r.name: r for r in runtimes}
-    for runtime in runtimes:
-        runtime.peers = by_name.get
-
-
 async def pair(
     harness: Harness, slot: str = "{agent: researcher}", helper: str = HELPER
-) -> tuple[AgentRuntime, AgentRuntime, ScriptedProvider, ScriptedProvider]:
+) -> tuple[Agent, Agent, ScriptedProvider, ScriptedProvider]:
     lead, helper_model = ScriptedProvider("lead"), ScriptedProvider("helper")
-    caller = await harness.runtime(caller_spec(slot), "coordinator", {"lead": lead, "helper": helper_model})
-    sub = await harness.runtime(helper, "researcher", {"lead": lead, "helper": helper_model})
-    wire(caller, sub)
+    models, peers = {"lead": lead, "helper": helper_model}, LocalPeers()
+    caller = await harness.runtime(caller_spec(slot), "coordinator", models, peers=peers)
+    sub = await harness.runtime(helper, "researcher", models, peers=peers)
+    peers.add(caller, sub)
     return caller, sub, lead, helper_model
 
 
@@ -39,8 +34,8 @@ def last_result(request: CompletionRequest) -> tuple[str, bool]:
     return results[-1].content, results[-1].is_error
 
 
-async def runs(runtime: AgentRuntime) -> list[dict[str, Any]]:
-    rows = await runtime.store.read(
+async def runs(runtime: Agent) -> list[dict[str, Any]]:
+    rows = await runtime.state.store.sql(
         lambda c: c.execute(
             "SELECT id, conversation_key, trigger, status, parent_run_id FROM runs ORDER BY rowid"
         ).fetchall()
@@ -72,7 +67,7 @@ async def test_a_call_runs_the_sub_agent_and_links_its_run(harness: Harness) -> 
         "parent": parent["id"],
     }
     assert parent["key"] == "webhook:c1" and parent["parent"] is None
-    stored = await sub.store.read(
+    stored = await sub.state.store.sql(
         lambda c: c.execute("SELECT role, user_id FROM messages ORDER BY seq").fetchall()
     )
     assert stored == [("user", "ana"), ("assistant", None)]
@@ -103,7 +98,17 @@ async def test_memory_override_replaces_the_sub_agents_strategy_for_that_slot(ha
         await say(caller, "webhook:c1")("go")
     # the override's window of 2, not the sub-agent's own full transcript
     assert [m.text for m in helper.requests[-1].messages] == ["task 1", "answer 1", "task 2"]
-    assert sub.strategy(sub.spec).kind == "full"  # its own definition is unchanged
+    assert strategy_of(sub).kind == "full"  # its own definition is unchanged
+    # what the inspector and the status report for that conversation is the override, as the model got it
+    key = subagents.subagent_key("coordinator", "webhook:c1")
+    inspected = await sub.inspect(key)
+    assert inspected["strategy"] == "window" and inspected["layers"][0]["kind"] == "window"
+    assert [m["parts"][0]["text"] for m in inspected["layers"][0]["messages"]] == ["task 2", "answer 2"]
+    assert (await sub.status_of(key))["memory"]["strategy"] == "window"
+    prompt = await sub.next_prompt(key)
+    assert prompt["strategy"] == "window" and len(prompt["messages"]) == 2
+    # the sub-agent's own conversations still get its own strategy
+    assert (await sub.inspect("webhook:c1"))["strategy"] == "full"
 
 
 async def test_an_override_of_none_keeps_no_transcript(harness: Harness) -> None:
@@ -112,20 +117,21 @@ async def test_an_override_of_none_keeps_no_transcript(harness: Harness) -> None
         lead.call("ask_researcher", task=f"task {i}").reply("ok")
         await say(caller, "webhook:c1")("go")
     assert [m.text for m in helper.requests[-1].messages] == ["task 1"]
-    assert await sub.store.read(lambda c: c.execute("SELECT COUNT(*) FROM messages").fetchone()[0]) == 0
+    assert await sub.state.store.sql(lambda c: c.execute("SELECT COUNT(*) FROM messages").fetchone()[0]) == 0
     assert [r["parent"] is not None for r in await runs(sub)] == [True, True]
 
 
 async def test_unknown_or_stopped_agents_are_tool_errors(harness: Harness) -> None:
-    lead = ScriptedProvider("lead")
+    lead, peers = ScriptedProvider("lead"), LocalPeers()
     caller = await harness.runtime(
         caller_spec("{agent: ghost}", "{agent: code-review, description: Reviews a diff.}"),
         "coordinator",
         {"lead": lead},
+        peers=peers,
     )
-    reviewer = await harness.runtime("model: lead/m\n", "code-review", {"lead": lead})
-    wire(caller, reviewer)
-    reviewer.status = "stopped"
+    reviewer = await harness.runtime("model: lead/m\n", "code-review", {"lead": lead}, peers=peers)
+    peers.add(caller, reviewer)
+    await reviewer.close()  # stopped
     lead.call("ask_ghost", task="boo").call("ask_code_review", task="review this").reply("gave up")
     reply = await say(caller)("try both")
     assert reply.text == "gave up"
@@ -161,10 +167,12 @@ async def test_a_failing_sub_agent_is_a_tool_error_and_a_failed_run_in_its_file(
 
 
 async def test_an_agent_cannot_call_itself_or_its_caller(harness: Harness) -> None:
-    model = ScriptedProvider("m")
-    a = await harness.runtime("model: m/x\nsubagents: [{agent: a}, {agent: b}]\n", "a", {"m": model})
-    b = await harness.runtime("model: m/x\nsubagents: [{agent: a}]\n", "b", {"m": model})
-    wire(a, b)
+    model, peers = ScriptedProvider("m"), LocalPeers()
+    a = await harness.runtime(
+        "model: m/x\nsubagents: [{agent: a}, {agent: b}]\n", "a", {"m": model}, peers=peers
+    )
+    b = await harness.runtime("model: m/x\nsubagents: [{agent: a}]\n", "b", {"m": model}, peers=peers)
+    peers.add(a, b)
     model.call("ask_a", task="me again")  # a -> a
     model.call("ask_b", task="ask a back")  # a -> b
     model.call("ask_a", task="back to a")  # b -> a: refused
@@ -182,19 +190,18 @@ async def test_an_agent_cannot_call_itself_or_its_caller(harness: Harness) -> No
 
 
 async def test_chains_are_at_most_max_depth_calls_deep(harness: Harness) -> None:
-    model = ScriptedProvider("m")
+    model, peers = ScriptedProvider("m"), LocalPeers()
     names = ["a", "b", "c", "d", "e"]
-    runtimes = []
     for name, nxt in zip(names, [*names[1:], None], strict=True):
         slots = f"subagents: [{{agent: {nxt}}}]\n" if nxt else ""
-        runtimes.append(await harness.runtime(f"model: m/x\n{slots}", name, {"m": model}))
-    wire(*runtimes)
+        peers.add(await harness.runtime(f"model: m/x\n{slots}", name, {"m": model}, peers=peers))
     assert subagents.MAX_DEPTH == 3
     for nxt in names[1:]:
         model.call(f"ask_{nxt}", task="pass it on")
     model.reply("d could not go further")  # d's answer after e was refused
     for name in ("c", "b", "a"):
         model.reply(f"{name} relays")
+    runtimes = [peers.agents[name] for name in names]
     reply = await say(runtimes[0])("start")
     assert reply.text == "a relays"
     refused = last_result(model.requests[4])  # d's second request: the result of ask_e

@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
+import html
+import re
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -20,19 +16,14 @@ from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from agentd.daemon import Daemon
 from agentd.http.app import create_app
-from agentd.http.ui import COOKIE, session_value
+from agentd.http.ui.access import COOKIE, session_value
+from tests.daemon_process import DaemonProcess
 
 CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
 TOKEN = "s3cret-ui"
 ASSISTANT = "memory: {scope: thread, persistent: true}\nchannels: {webhook: {}}\n"
 BROKEN = "purpose: will not load\nnonsense_field: 1\n"
 SCREENSHOT = Path("/tmp/agentd-ui.png")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def write_workdir(root: Path) -> Path:
@@ -109,7 +100,7 @@ async def test_every_value_is_escaped(ui: httpx.AsyncClient) -> None:
         page = (await ui.get(path, headers=BEARER)).text
         assert "<script>" not in page and "<img" not in page and "<b>" not in page
     page = (await ui.get("/ui/agents/assistant/conversations/webhook:x", headers=BEARER)).text
-    assert "&lt;script&gt;alert(1)&lt;/script&gt; &amp; &quot;quotes&quot;" in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt; &amp; &#34;quotes&#34;" in page  # Jinja's autoescape
     assert "user (&lt;img src=x&gt;)" in page
 
 
@@ -121,6 +112,7 @@ async def test_every_value_is_escaped(ui: httpx.AsyncClient) -> None:
         ("/ui/agents/assistant/conversations/no-colon", 400, "Not a conversation key"),
         ("/ui/agents/assistant/conversations/webhook:a%20b", 400, "Not a conversation key"),
         ("/ui/audit?agent=ghost", 404, "No agent named ghost"),
+        ("/ui/audit?kind=memories", 400, "Unknown audit kind memories: expected one of auth, channel,"),
     ],
 )
 async def test_bad_pages_say_why(ui: httpx.AsyncClient, path: str, status: int, text: str) -> None:
@@ -128,59 +120,49 @@ async def test_bad_pages_say_why(ui: httpx.AsyncClient, path: str, status: int, 
     assert r.status_code == status and text in r.text and r.headers["content-type"].startswith("text/html")
 
 
+@pytest.mark.parametrize(
+    ("path", "api"),
+    [
+        ("/ui/", ["/agents"]),
+        ("/ui/agents/assistant", ["/agents/assistant/runs"]),
+        (
+            "/ui/agents/assistant/conversations/webhook:x",
+            ["/agents/assistant/conversations/webhook:x", "/agents/assistant/conversations/webhook:x/memory"],
+        ),
+        ("/ui/audit?agent=assistant&kind=memory", ["/audit?agent=assistant&kind=memory"]),
+    ],
+)
+async def test_each_page_links_its_json_route_and_says_it_needs_the_token(
+    ui: httpx.AsyncClient, path: str, api: list[str]
+) -> None:
+    page = (await ui.get(path, headers=BEARER)).text
+    note = re.search(r'<p class="api muted">(.*?)</p>', page, re.S)
+    assert note, page
+    assert [html.unescape(h) for h in re.findall(r'<a href="([^"]*)">', note.group(1))] == api
+    assert "Authorization: Bearer &lt;http.token&gt;" in note.group(1)
+    for href in api:
+        assert (await ui.get(href)).status_code == 401
+        assert (await ui.get(href, headers=BEARER)).status_code == 200
+
+
 # -- the browser, against `agentd run` --------------------------------------------------------------------
 
 
-class DaemonProcess:
+class UiDaemon(DaemonProcess):
+    """`agentd run` with the token set; Ana talks to the assistant."""
+
     def __init__(self, root: Path):
-        self.root, self.port, self.log = root, free_port(), root / "daemon.log"
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        env.pop("AGENTD_MODEL", None)
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "agentd.cli", "run", "--port", str(self.port), "--reload-interval", "5"],
-            cwd=root,
-            stdout=self.log.open("ab"),
-            stderr=subprocess.STDOUT,
-            env=env,
-        )
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"daemon exited: {self.log.read_text()}")
-            try:
-                if httpx.get(f"{self.url}/healthz", timeout=0.5).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                time.sleep(0.05)
-        raise AssertionError(f"daemon did not start: {self.log.read_text()}")
+        super().__init__(root, reload_interval=5, headers=BEARER)
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def say(self, conversation: str, text: str) -> None:
-        r = httpx.post(
-            f"{self.url}/agents/assistant/messages",
-            json={"conversation_id": conversation, "text": text, "user_id": "ana"},
-            headers=BEARER,
-            timeout=10,
-        )
-        assert r.status_code == 200, r.text
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+    def say(self, conversation: str, text: str) -> None:  # type: ignore[override]
+        super().say(text, conversation=conversation, user_id="ana")
 
 
 @pytest.fixture
-def daemon(tmp_path: Path) -> Iterator[DaemonProcess]:
+async def daemon(tmp_path: Path) -> AsyncIterator[UiDaemon]:
     write_workdir(tmp_path)
-    process = DaemonProcess(tmp_path)
+    process = UiDaemon(tmp_path)
+    await process.start()
     yield process
     process.stop()
 
@@ -224,7 +206,7 @@ def text_of(driver: webdriver.Chrome, css: str = "main") -> str:
     ".ci/run installs them",
 )
 def test_click_from_agents_to_conversation_inspector_and_audit(
-    daemon: DaemonProcess, browser: webdriver.Chrome
+    daemon: UiDaemon, browser: webdriver.Chrome
 ) -> None:
     daemon.say("ui-1", "hello there")
     daemon.say("ui-1", "remember color: blue")
@@ -253,13 +235,16 @@ def test_click_from_agents_to_conversation_inspector_and_audit(
     )
 
     click_through(browser, "webhook:ui-1", "Conversation webhook:ui-1")
+    # what the model will see next starts with its system prompt, persistent keys included
+    assert "Keys you already have:\n- color" in text_of(browser, "#system-prompt")
     layers = browser.find_elements(By.CSS_SELECTOR, "section.layer")
     assert [layer.find_element(By.TAG_NAME, "h3").text for layer in layers] == ["full", "persistent memory"]
     inspector = layers[0].text
     assert (
         "hello there" in inspector
         and "remember color: blue" in inspector
-        and "compact_at_tokens" in inspector
+        and "compacts at (tokens)" in inspector
+        and "compact_at_tokens" not in inspector
     )
     assert "color" in layers[1].text
     transcript = browser.find_elements(
@@ -274,12 +259,16 @@ def test_click_from_agents_to_conversation_inspector_and_audit(
         "assistant",
     ]
     assert browser.save_screenshot(str(SCREENSHOT))
+    # a persistent value is read on demand: its key links to a page of its own
+    assert "blue" not in text_of(browser, "#persistent-memory")
+    click_through(browser, "color", "Memory color")
+    assert text_of(browser, "#memory-value") == "blue"
 
     click_through(browser, "Audit", "Audit trail")
     Select(browser.find_element(By.NAME, "agent")).select_by_visible_text("assistant")
-    kind = browser.find_element(By.NAME, "kind")
-    kind.clear()
-    kind.send_keys("memory")
+    kinds = Select(browser.find_element(By.NAME, "kind"))
+    assert [o.text for o in kinds.options][:2] == ["any", "auth"]  # a choice of the known kinds
+    kinds.select_by_visible_text("memory")
     browser.find_element(By.CSS_SELECTOR, "form button").click()
     WebDriverWait(browser, 10).until(lambda d: "kind=memory" in d.current_url)
     assert "agent=assistant" in browser.current_url
@@ -291,6 +280,14 @@ def test_click_from_agents_to_conversation_inspector_and_audit(
         and '"key": "color"' in events[0]
     )
     assert Select(browser.find_element(By.NAME, "agent")).first_selected_option.text == "assistant"
+    assert Select(browser.find_element(By.NAME, "kind")).first_selected_option.text == "memory"
     click_through(
         browser, "webhook:ui-1", "Conversation webhook:ui-1"
     )  # the audit row links to its conversation
+
+    # the page can reload itself (a meta refresh: still no JavaScript): new messages show up unasked
+    click_through(browser, "auto-refresh every 10 s", "Conversation webhook:ui-1")
+    assert "reloading every 10 s" in text_of(browser, "header")
+    browser.get(browser.current_url.replace("refresh=10", "refresh=1"))
+    daemon.say("ui-1", "are you still there?")
+    WebDriverWait(browser, 10).until(lambda d: "are you still there?" in d.page_source)

@@ -16,6 +16,9 @@ class Channel(Protocol):
     connection, and returns only when `stop` was called (or raises after
     reporting `host.set_status(name, "failed", why)` for a refusal such as a
     bad token). It must never raise for a single bad message.
+
+    Chat platforms build on `agentd.channels.chat.ChatChannel`, which does
+    everything but connecting, matching an event and sending one chunk.
     """
 
     name: str

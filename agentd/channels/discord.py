@@ -1,8 +1,9 @@
 """The Discord channel: discord.py's gateway client feeding one agent.
 
-A message is matched cheaply first (not a bot, addressed to us, allowed), then
-handled: dispatched to the agent while a typing indicator shows, and the reply
-sent back in the same channel, thread or DM, split at Discord's 2000 characters.
+A message is matched cheaply first (not a bot, addressed to us), then handled
+by the chat base: the allow-lists, dispatch to the agent while a typing
+indicator shows, and the reply sent back in the same channel, thread or DM,
+split at Discord's 2000 characters.
 
 Reconnects: discord.py resumes a dropped gateway by itself; if the client stops
 anyway (login over REST failed for a network reason, gateway refused), `run`
@@ -13,10 +14,8 @@ intent is the operator's to fix: the channel is marked failed and `run` raises.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import re
-import secrets
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -24,10 +23,11 @@ import aiohttp
 import discord
 import yarl
 
-from agentd.channels.common import backoff_delays, split_message
+from agentd.backoff import backoff_delays
+from agentd.channels.chat import AllowList, ChatChannel, Route
 from agentd.config.discord import DiscordSpec
 from agentd.errors import OperatorError
-from agentd.events import ChannelHost, InboundEvent, Reply
+from agentd.events import ChannelHost
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +46,12 @@ class DiscordRefused(OperatorError):
     """Discord refused this bot (bad token, missing intent): only the operator can fix it."""
 
 
-class DiscordChannel:
+class DiscordChannel(ChatChannel[discord.Message, discord.Message]):
+    """One agent's Discord bot; a reply's target is the message it answers."""
+
     name = CHANNEL
+    message_limit = MESSAGE_LIMIT
+    typing_every = TYPING_REFRESH
 
     def __init__(
         self,
@@ -60,17 +64,14 @@ class DiscordChannel:
         reconnect_backoff: tuple[float, float] = (1.0, 60.0),
         drain_timeout: float = 3.0,
     ):
-        self.agent = agent
+        super().__init__(agent, AllowList(spec.allowed_users, spec.allowed_guilds, "guild"))
         self.spec = spec
         self._guild_ready_timeout = guild_ready_timeout
         self._heartbeat_timeout = heartbeat_timeout
         self._send_retry_delays = tuple(send_retry_delays)
         self._reconnect_backoff = reconnect_backoff
-        self._drain_timeout = drain_timeout
-        self._host: ChannelHost | None = None
+        self.drain_seconds = drain_timeout
         self._client: discord.Client | None = None
-        self._handlers: set[asyncio.Task[Any]] = set()
-        self._stopping = asyncio.Event()
         self._was_ready = False
 
     # ---- lifecycle -----------------------------------------------------------------------------
@@ -100,23 +101,17 @@ class DiscordChannel:
                     self._was_ready = False
                     delays = self._fresh_backoff()
                 host.set_status(CHANNEL, "reconnecting")
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(self._stopping.wait(), next(delays))
+                await self._pause(next(delays))
         finally:
             if self._stopping.is_set():
                 host.set_status(CHANNEL, "stopped")
 
     async def stop(self) -> None:
-        """Stop intake, give in-flight replies `drain_timeout` to go out, then close the client."""
+        """Stop intake, give in-flight replies `drain_seconds` to go out, then close the client."""
         self._stopping.set()
-        if self._handlers:
-            await asyncio.wait(set(self._handlers), timeout=self._drain_timeout)
+        await self.drain()
         if self._client is not None:
             await _close_quietly(self._client)
-        for task in list(self._handlers):
-            task.cancel()
-        if self._handlers:
-            await asyncio.wait(set(self._handlers), timeout=1.0)
 
     def _fresh_backoff(self) -> Iterator[float]:
         base, cap = self._reconnect_backoff
@@ -140,27 +135,37 @@ class DiscordChannel:
 
     def _on_ready(self) -> None:
         self._was_ready = True
-        if self._host is not None and not self._stopping.is_set():
-            self._host.set_status(CHANNEL, "running")
+        if not self._stopping.is_set():
+            self._status("running")
 
     def _on_disconnect(self) -> None:
-        if self._host is not None and not self._stopping.is_set():
-            self._host.set_status(CHANNEL, "reconnecting")
+        if not self._stopping.is_set():
+            self._status("reconnecting")
 
-    async def _on_message(self, client: discord.Client, message: discord.Message) -> None:
-        task = asyncio.current_task()
-        if task is not None:
-            self._handlers.add(task)
-        try:
-            await self._handle(client, message)
-        except Exception:
-            # One bad message must never take the channel down.
-            log.exception("discord: handling message %s in %s failed", message.id, message.channel.id)
-        finally:
-            if task is not None:
-                self._handlers.discard(task)
+    def _on_message(self, message: discord.Message) -> None:
+        if not self._stopping.is_set():  # intake stops first; replies in flight still go out
+            self.receive(message)
 
-    # ---- match, then handle --------------------------------------------------------------------
+    # ---- the chat base's platform part ---------------------------------------------------------
+
+    def match(self, raw: discord.Message) -> Route[discord.Message] | None:
+        me = self._client.user if self._client is not None else None
+        if me is None:
+            return None
+        text = self._text_to_answer(me, raw)
+        if text is None:
+            return None
+        guild_id = None if raw.guild is None else str(raw.guild.id)
+        return Route(
+            conversation_key=conversation_key(raw, per_user=self.spec.per_user),
+            text=text,
+            user_id=str(raw.author.id),
+            event_id=str(raw.id),
+            target=raw,
+            place=guild_id,
+            where={"guild_id": guild_id, "channel_id": str(raw.channel.id), "message_id": str(raw.id)},
+            metadata=_metadata(raw),
+        )
 
     def _text_to_answer(self, me: discord.ClientUser, message: discord.Message) -> str | None:
         """The text to dispatch, or None when this message is not for us."""
@@ -172,96 +177,24 @@ class DiscordChannel:
         text = strip_mention(message.content, me.id)
         return text or None
 
-    def _denial(self, message: discord.Message) -> str | None:
-        user_id = str(message.author.id)
-        if self.spec.allowed_users and user_id not in self.spec.allowed_users:
-            return "user not in allowed_users"
-        if self.spec.allowed_guilds:
-            if message.guild is None and not self.spec.allowed_users:
-                return "direct messages are closed when allowed_guilds is set and allowed_users is empty"
-            if message.guild is not None and str(message.guild.id) not in self.spec.allowed_guilds:
-                return "guild not in allowed_guilds"
-        return None
+    async def send_chunk(self, target: discord.Message, text: str, part: int) -> None:
+        # The first chunk answers the message in busy server channels; DMs need no pointer.
+        reference = None
+        if part == 1 and target.guild is not None:
+            reference = target.to_reference(fail_if_not_exists=False)
+        # The nonce names this chunk of this reply, so a retry of a send whose answer was lost
+        # is dropped by Discord (enforce_nonce) instead of posted twice.
+        channel: Any = target.channel  # discord.py accepts reference=None; its annotations do not say so
+        await channel.send(text, reference=reference, nonce=f"{target.id}:{part}")
 
-    async def _handle(self, client: discord.Client, message: discord.Message) -> None:
-        host, me = self._host, client.user
-        if host is None or me is None or self._stopping.is_set():
-            return
-        text = self._text_to_answer(me, message)
-        if text is None:
-            return
-        key = conversation_key(message, per_user=self.spec.per_user)
-        denial = self._denial(message)
-        if denial is not None:
-            log.info("discord: denied %s in %s: %s", message.author.id, key, denial)
-            data: dict[str, Any] = {"channel": CHANNEL, "user_id": str(message.author.id), "reason": denial}
-            data["guild_id"] = None if message.guild is None else str(message.guild.id)
-            await host.audit("permission", "denied", conversation_key=key, data=data)
-            return
-        event = InboundEvent(
-            agent=self.agent,
-            conversation_key=key,
-            text=text,
-            channel=CHANNEL,
-            user_id=str(message.author.id),
-            event_id=str(message.id),
-            metadata=_metadata(message),
-        )
-        typing = asyncio.create_task(_keep_typing(message.channel))
-        try:
-            reply = await host.dispatch(event)
-        finally:
-            typing.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await typing
-        if reply.duplicate or not reply.text.strip():
-            return
-        await self._send_reply(host, message, reply)
+    async def show_typing(self, target: discord.Message) -> None:
+        await target.channel.typing()
 
-    # ---- sending -------------------------------------------------------------------------------
+    def is_transient(self, exc: Exception) -> bool:
+        return isinstance(exc, TRANSIENT_SEND_ERRORS)
 
-    async def _send_reply(self, host: ChannelHost, message: discord.Message, reply: Reply) -> None:
-        chunks = split_message(reply.text, MESSAGE_LIMIT)
-        for index, chunk in enumerate(chunks):
-            # The first chunk answers the message in busy server channels; DMs need no pointer.
-            reference = None
-            if index == 0 and message.guild is not None:
-                reference = message.to_reference(fail_if_not_exists=False)
-            try:
-                await self._send_chunk(message.channel, chunk, reference)
-            except Exception as exc:
-                log.error(
-                    "discord: reply to %s in %s not delivered: %s", message.id, reply.conversation_key, exc
-                )
-                data = {
-                    "channel": CHANNEL,
-                    "channel_id": str(message.channel.id),
-                    "message_id": str(message.id),
-                    "run_id": reply.run_id,
-                    "chunk": index + 1,
-                    "chunks": len(chunks),
-                    "error": f"{type(exc).__name__}: {exc}",
-                }
-                await host.audit("channel", "send_failed", conversation_key=reply.conversation_key, data=data)
-                return
-
-    async def _send_chunk(
-        self, channel: Any, chunk: str, reference: discord.MessageReference | None
-    ) -> discord.Message:
-        # One nonce for every try: Discord drops a repeat (enforce_nonce), so a send whose answer
-        # was lost is not posted twice when we retry it.
-        nonce = secrets.randbits(63)
-        for attempt, delay in enumerate((0.0, *self._send_retry_delays)):
-            if delay:
-                await asyncio.sleep(delay)
-            try:
-                sent: discord.Message = await channel.send(chunk, reference=reference, nonce=nonce)
-                return sent
-            except TRANSIENT_SEND_ERRORS as exc:
-                if attempt == len(self._send_retry_delays):
-                    raise
-                log.warning("discord: send to %s failed (%s), retrying", channel.id, exc)
-        raise AssertionError("unreachable")
+    def send_retry_delays(self) -> Sequence[float]:
+        return self._send_retry_delays
 
 
 class _AgentClient(discord.Client):
@@ -281,7 +214,7 @@ class _AgentClient(discord.Client):
         self._agent_channel._on_disconnect()
 
     async def on_message(self, message: discord.Message) -> None:
-        await self._agent_channel._on_message(self, message)
+        self._agent_channel._on_message(message)
 
 
 def conversation_key(message: discord.Message, *, per_user: bool) -> str:
@@ -310,16 +243,6 @@ def _metadata(message: discord.Message) -> dict[str, Any]:
         data["thread_id"] = str(channel.id)
         data["parent_channel_id"] = str(channel.parent_id)
     return data
-
-
-async def _keep_typing(channel: Any) -> None:
-    """Show "typing" until cancelled; a failed typing call never holds up the reply."""
-    while True:
-        try:
-            await channel.typing()
-        except Exception as exc:
-            log.debug("discord: typing in %s failed: %s", channel.id, exc)
-        await asyncio.sleep(TYPING_REFRESH)
 
 
 def _refusal(exc: BaseException) -> str | None:

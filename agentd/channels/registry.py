@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import importlib
+import pkgutil
 from typing import Any
 
 from agentd.channels.base import Channel
@@ -16,7 +16,6 @@ CHANNEL_KINDS: dict[str, str] = {
 
 
 def build_channel(kind: str, agent: str, spec: Any) -> Channel:
-    module_name, _, class_name = CHANNEL_KINDS[kind].partition(":")
-    cls = getattr(importlib.import_module(module_name), class_name)
+    cls = pkgutil.resolve_name(CHANNEL_KINDS[kind])
     channel: Channel = cls(agent, spec)
     return channel

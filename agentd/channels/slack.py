@@ -1,11 +1,10 @@
 """Slack: slack-bolt's AsyncApp over Socket Mode or the Events API (HTTP), answering in threads.
 
-Socket Mode reconnection is ours. The SDK's SocketModeClient can reconnect by
-itself, but it retries at a fixed ping interval forever, reuses a URL that may
-have expired, keeps going on a revoked token, and tells nobody. We switch that
-off (every SDK reconnect request just closes the socket) and supervise:
-apps.connections.open -> connect -> watch -> backoff -> again, reporting
-"running"/"reconnecting" to the host.
+Each `message` and `app_mention` event reaches `receive` (the chat base):
+from bolt in Socket Mode, from `handle_http` (verify, then parse; see
+slack_events) over the Events API. `route_message` decides whether and where
+it is answered, and the base handles it. Socket Mode reconnection is
+supervised here (see slack_socket).
 
 Every message is answered once: its event id is "<channel>:<ts>", the same for
 the `message` and the `app_mention` event of one message and for Slack's
@@ -19,14 +18,10 @@ import contextlib
 import logging
 import re
 import time
-from collections import deque
-from collections.abc import Coroutine, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from typing import Any
 
 import aiohttp
-from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
-from slack_bolt.adapter.starlette.async_handler import AsyncSlackRequestHandler
 from slack_bolt.async_app import AsyncApp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_async_handlers import (
@@ -37,20 +32,22 @@ from slack_sdk.http_retry.builtin_async_handlers import (
 from slack_sdk.socket_mode.aiohttp import SocketModeClient
 from slack_sdk.web.async_client import AsyncWebClient
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import JSONResponse, Response
 
-from agentd.channels.common import backoff_delays, split_message
+from agentd.backoff import backoff_delays
+from agentd.channels.callbacks import CallbackRefused, read_body
+from agentd.channels.chat import AllowList, ChatChannel, Route
+from agentd.channels.slack_events import SIGNATURE_HEADER, TIMESTAMP_HEADER, parse_payload, verify_signature
+from agentd.channels.slack_routing import SlackTarget, route_message
+from agentd.channels.slack_socket import SupervisedSocketModeHandler
 from agentd.config.slack import SlackSpec
 from agentd.errors import OperatorError
-from agentd.events import ChannelHost, InboundEvent
+from agentd.events import ChannelHost
+
+__all__ = ["SlackChannel", "SlackRefused", "route_message"]
 
 logger = logging.getLogger(__name__)
 
-# Slack accepts longer texts but folds anything past ~4000 characters behind "Show more".
-REPLY_CHUNK = 3900
-# Message subtypes that are still a person talking; every other subtype (edits,
-# deletions, joins, bot_message ...) is ignored.
-_PERSON_SUBTYPES = frozenset({None, "file_share", "thread_broadcast"})
 # Errors that mean the token itself is refused: retrying cannot help.
 _REFUSALS = frozenset(
     {
@@ -69,109 +66,7 @@ class SlackRefused(OperatorError):
     """Slack refused a token; the operator has to fix `channels.slack`."""
 
 
-# -- routing: which messages we answer, and in which conversation ------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Route:
-    """Where one Slack message goes: its conversation, and where the reply is posted."""
-
-    conversation_key: str
-    channel: str
-    ts: str
-    user: str
-    text: str
-    thread_ts: str | None  # the thread this conversation lives in (None: the channel itself)
-    reply_thread_ts: str | None  # where the reply goes (None: top level)
-
-    @property
-    def event_id(self) -> str:
-        return f"{self.channel}:{self.ts}"
-
-
-def route_message(
-    event: dict[str, Any], *, bot_user_id: str | None, respond_to: str, threads: bool, per_user: bool
-) -> Route | None:
-    """The route of a `message` or `app_mention` event, or None when we do not answer it."""
-    kind = event.get("type")
-    if kind not in ("message", "app_mention"):
-        return None
-    if event.get("subtype") not in _PERSON_SUBTYPES or event.get("bot_id") or event.get("bot_profile"):
-        return None
-    user, channel, ts = event.get("user"), event.get("channel"), event.get("ts")
-    if not (user and channel and ts) or user == bot_user_id:
-        return None
-    # app_mention carries no channel_type; DM conversation ids start with D.
-    is_dm = event.get("channel_type") == "im" or (kind == "app_mention" and channel.startswith("D"))
-    if kind == "message" and not is_dm and respond_to == "mentions":
-        return None  # in channels, a mention arrives as its own app_mention event
-    text = strip_mention(event.get("text") or "", bot_user_id)
-    in_thread = event.get("thread_ts")
-    if is_dm:
-        # A DM is one person's conversation; only an explicit thread splits it further.
-        thread = in_thread if threads else None
-        key = f"slack:{channel}" + (f":{thread}" if thread else "")
-        return Route(key, channel, ts, user, text, thread, in_thread)
-    if threads:
-        thread = in_thread or ts  # a top-level message starts a thread of its own
-        key, reply_to = f"slack:{channel}:{thread}", thread
-    else:
-        thread, reply_to, key = None, in_thread, f"slack:{channel}"
-    if per_user:
-        key += f":user:{user}"
-    return Route(key, channel, ts, user, text, thread, reply_to)
-
-
-def strip_mention(text: str, bot_user_id: str | None) -> str:
-    """Remove `<@BOTID>` (or `<@BOTID|name>`) wherever it is, so "@bot /status" reads "/status"."""
-    if not bot_user_id:
-        return text.strip()
-    return re.sub(rf"<@{re.escape(bot_user_id)}(?:\|[^>]*)?>", "", text).strip()
-
-
-# -- Socket Mode with our own reconnection -------------------------------------------------------------
-
-
-class _SupervisedSocketModeClient(SocketModeClient):
-    """The SDK client, except that a reconnect it asks for only closes the socket (we reconnect)."""
-
-    def __init__(self, *, dropped: asyncio.Event, **kwargs: Any):
-        super().__init__(**kwargs)
-        self.dropped = dropped
-        self.refresh_requested = False
-
-    async def connect_to_new_endpoint(self, force: bool = False) -> None:
-        # Reached when Slack sends {"type": "disconnect"} (e.g. refresh_requested):
-        # the supervisor reconnects at once, without backoff.
-        self.refresh_requested = True
-        await self.disconnect()
-        self.dropped.set()
-
-
-class _SocketModeHandler(AsyncSocketModeHandler):
-    """bolt's AsyncSocketModeHandler over `_SupervisedSocketModeClient`."""
-
-    client: _SupervisedSocketModeClient
-
-    def __init__(self, app: AsyncApp, app_token: str, ping_interval: float, dropped: asyncio.Event):
-        # Not calling super().__init__: it would build a second client (an aiohttp session and a task).
-        self.app = app
-        self.app_token = app_token
-        self.client = _SupervisedSocketModeClient(
-            dropped=dropped,
-            app_token=app_token,
-            logger=app.logger,
-            web_client=app.client,
-            ping_interval=ping_interval,
-            auto_reconnect_enabled=False,
-        )
-        self.client.socket_mode_request_listeners.append(self.handle)  # type: ignore[arg-type]
-
-
-# -- the channel ------------------------------------------------------------------------------------------
-
-
-class SlackChannel:
+class SlackChannel(ChatChannel[dict[str, Any], SlackTarget]):
     """One agent's Slack app. Socket Mode with `app_token`; Events API over HTTP with `signing_secret`.
 
     In HTTP mode it is also an HttpChannel: the daemon mounts `handle_http` at
@@ -180,6 +75,8 @@ class SlackChannel:
     """
 
     name = "slack"
+    # Slack accepts longer texts but folds anything past ~4000 characters behind "Show more".
+    message_limit = 3900
     http_path: str  # set only in HTTP mode
 
     def __init__(
@@ -193,7 +90,7 @@ class SlackChannel:
         connect_timeout: float = 15.0,
         stop_grace: float = 3.0,
     ):
-        self.agent = agent
+        super().__init__(agent, AllowList(spec.allowed_users, spec.allowed_channels, "channel"))
         self.spec = spec
         if spec.signing_secret:
             self.http_path = f"/slack/{agent}/events"
@@ -201,23 +98,18 @@ class SlackChannel:
         self._reconnect_base = reconnect_base
         self._reconnect_cap = reconnect_cap
         self._connect_timeout = connect_timeout
-        self._stop_grace = stop_grace
+        self.drain_seconds = stop_grace
         self._watch_interval = min(1.0, ping_interval)
 
-        self._host: ChannelHost | None = None
         self._session: aiohttp.ClientSession | None = None
         self._web: AsyncWebClient | None = None
         self._app: AsyncApp | None = None
-        self._socket: _SocketModeHandler | None = None
-        self._http_handler: AsyncSlackRequestHandler | None = None
+        self._socket: SupervisedSocketModeHandler | None = None
         self._bot_user_id: str | None = None
         self._ready = False
-        self._stopping = asyncio.Event()
         self._socket_wake = asyncio.Event()  # set when the socket is closed on purpose, or on stop
         self._finished = asyncio.Event()
         self._started = False
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._denied: deque[str] = deque(maxlen=256)  # event ids already audited as denied
 
     # -- lifecycle ---------------------------------------------------------------------------------------
 
@@ -258,16 +150,36 @@ class SlackChannel:
         if not self._started:
             return
         try:
-            await asyncio.wait_for(self._finished.wait(), self._stop_grace + 5.0)
+            await asyncio.wait_for(self._finished.wait(), self.drain_seconds + 5.0)
         except TimeoutError:
             logger.warning("slack channel of agent %s did not stop in time", self.agent)
 
     async def handle_http(self, request: Request) -> Response:
-        """Events API endpoint: bolt checks the signature (401), answers url_verification, acks at once."""
-        if self._http_handler is None or not self._ready or self._stopping.is_set():
-            # Slack retries a 503, so nothing is lost while we start or stop.
-            return Response("slack channel not running", status_code=503)
-        return await self._http_handler.handle(request)
+        """Events API endpoint: verify, then parse (slack_events); answer url_verification; ack at once.
+
+        Forged or stale: 401. Malformed: 400. Too large: 413. Not running: 503
+        (Slack retries it, so nothing is lost while we start or stop). Never 5xx otherwise.
+        """
+        secret = self.spec.signing_secret
+        if not secret:
+            return Response(status_code=404)  # Socket Mode: nothing is served over HTTP
+        headers = request.headers
+        try:
+            body = await read_body(request)
+            verify_signature(
+                secret, body, headers.get(TIMESTAMP_HEADER), headers.get(SIGNATURE_HEADER), time.time()
+            )
+            if not self._ready or self._stopping.is_set():
+                raise CallbackRefused(503, "slack channel not running")
+            payload = parse_payload(body)
+        except CallbackRefused as refused:
+            return refused.response(self.name)
+        if payload["type"] == "url_verification":
+            return JSONResponse({"challenge": payload["challenge"]})
+        if payload["type"] == "event_callback":
+            # A retry (X-Slack-Retry-Num) carries the same event id: the host answers it once.
+            self.receive(payload)
+        return Response(status_code=200)
 
     # -- setup ---------------------------------------------------------------------------------------------
 
@@ -280,6 +192,8 @@ class SlackChannel:
             token=self.spec.bot_token,
             base_url=base_url,
             session=self._session,
+            # The client retries a chunk by itself (Retry-After on 429, 5xx, dropped connections),
+            # so the chat base does not retry on top of it.
             retry_handlers=[
                 AsyncConnectionErrorRetryHandler(max_retry_count=2),
                 AsyncRateLimitErrorRetryHandler(max_retry_count=3),  # sleeps Retry-After
@@ -292,9 +206,9 @@ class SlackChannel:
             logger=logging.getLogger(f"{__name__}.bolt"),
         )
 
-        async def on_message(body: dict[str, Any], event: dict[str, Any]) -> None:
-            # Return at once (bolt acks); the turn runs in a task we can wait for on stop.
-            self._spawn(self._handle_event(body, event))
+        async def on_message(body: dict[str, Any]) -> None:
+            # Returns at once (bolt acks); the turn runs in a task the base tracks.
+            self.receive(body)
 
         async def ignore() -> None:
             # Without a listener bolt answers other subscribed events with 404 and Slack retries them.
@@ -304,8 +218,6 @@ class SlackChannel:
         app.event("app_mention")(on_message)
         app.event(re.compile(".*"))(ignore)
         self._app = app
-        if self.spec.signing_secret:
-            self._http_handler = AsyncSlackRequestHandler(app)
 
     async def _authenticate(self) -> bool:
         """auth.test until it answers; a refused token raises SlackRefused. False if stopped meanwhile."""
@@ -334,7 +246,9 @@ class SlackChannel:
 
     async def _run_socket_mode(self, app_token: str) -> None:
         assert self._app is not None
-        self._socket = sm = _SocketModeHandler(self._app, app_token, self._ping_interval, self._socket_wake)
+        self._socket = sm = SupervisedSocketModeHandler(
+            self._app, app_token, self._ping_interval, self._socket_wake
+        )
         self._ready = True
         delays = self._delays()
         while not self._stopping.is_set():
@@ -365,7 +279,7 @@ class SlackChannel:
             if await self._pause(next(delays)):
                 return
 
-    async def _connect_socket(self, sm: _SocketModeHandler, app_token: str) -> None:
+    async def _connect_socket(self, sm: SupervisedSocketModeHandler, app_token: str) -> None:
         assert self._web is not None
         try:
             opened = await self._web.apps_connections_open(app_token=app_token)
@@ -389,111 +303,30 @@ class SlackChannel:
             # A drop without a close handshake shows only as a closed session: poll for it too.
             await self._pause(self._watch_interval, self._socket_wake)
 
-    # -- one message -----------------------------------------------------------------------------------------
+    # -- the chat base's platform part ----------------------------------------------------------------------
 
-    async def _handle_event(self, body: dict[str, Any], event: dict[str, Any]) -> None:
-        host = self._host
-        assert host is not None
+    def match(self, raw: dict[str, Any]) -> Route[SlackTarget] | None:
+        event = raw.get("event")
+        if not isinstance(event, dict):
+            return None
         spec = self.spec
-        route = route_message(
+        return route_message(
             event,
             bot_user_id=self._bot_user_id,
             respond_to=spec.respond_to,
             threads=spec.threads,
             per_user=spec.per_user,
+            team=raw.get("team_id"),
         )
-        if route is None:
-            return
-        refusal = self._refusal(route)
-        if refusal is not None:
-            if route.event_id not in self._denied:  # message + app_mention of one message: audit once
-                self._denied.append(route.event_id)
-                await host.audit(
-                    "permission",
-                    "denied",
-                    conversation_key=route.conversation_key,
-                    data={
-                        "channel": self.name,
-                        "user_id": route.user,
-                        "slack_channel": route.channel,
-                        "reason": refusal,
-                    },
-                )
-            return
-        inbound = InboundEvent(
-            agent=self.agent,
-            conversation_key=route.conversation_key,
-            text=route.text,
-            channel=self.name,
-            user_id=route.user,
-            event_id=route.event_id,
-            metadata={
-                "team": body.get("team_id") or event.get("team"),
-                "channel": route.channel,
-                "ts": route.ts,
-                "thread_ts": route.thread_ts,
-            },
-        )
-        reply = await host.dispatch(inbound)
-        if reply.duplicate or not reply.text.strip():
-            return
-        await self._send(route, reply.text)
 
-    def _refusal(self, route: Route) -> str | None:
-        if self.spec.allowed_users and route.user not in self.spec.allowed_users:
-            return "user not in allowed_users"
-        if self.spec.allowed_channels and route.channel not in self.spec.allowed_channels:
-            return "channel not in allowed_channels"
-        return None
+    async def send_chunk(self, target: SlackTarget, text: str, part: int) -> None:
+        assert self._web is not None
+        await self._web.chat_postMessage(channel=target.channel, text=text, thread_ts=target.thread_ts)
 
-    async def _send(self, route: Route, text: str) -> None:
-        """Post the reply (split if long) into the route's thread; a final failure is logged and audited."""
-        assert self._web is not None and self._host is not None
-        chunks = split_message(text, REPLY_CHUNK)
-        for number, chunk in enumerate(chunks, start=1):
-            try:
-                # Retries (Retry-After on 429, 5xx, dropped connections) happen inside the client.
-                await self._web.chat_postMessage(
-                    channel=route.channel, text=chunk, thread_ts=route.reply_thread_ts
-                )
-            except Exception as exc:
-                error = f"{type(exc).__name__}: {_api_error(exc) or exc}"
-                logger.error(
-                    "slack channel of agent %s: reply to %s failed (part %d of %d): %s",
-                    self.agent,
-                    route.conversation_key,
-                    number,
-                    len(chunks),
-                    error,
-                )
-                await self._host.audit(
-                    "channel",
-                    "send_failed",
-                    conversation_key=route.conversation_key,
-                    data={
-                        "channel": self.name,
-                        "slack_channel": route.channel,
-                        "thread_ts": route.reply_thread_ts,
-                        "part": number,
-                        "parts": len(chunks),
-                        "error": error,
-                    },
-                )
-                return
+    def describe_error(self, exc: BaseException) -> str:
+        return f"{type(exc).__name__}: {_api_error(exc) or exc}"
 
     # -- plumbing ----------------------------------------------------------------------------------------------
-
-    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.create_task(self._guarded(work))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _guarded(self, work: Coroutine[Any, Any, None]) -> None:
-        try:
-            await work
-        except Exception:
-            # One bad message must never take the channel down.
-            logger.exception("slack channel of agent %s: handling a message failed", self.agent)
 
     async def _close(self) -> None:
         """Stop intake, let replies in flight finish (briefly), then close every client."""
@@ -501,26 +334,12 @@ class SlackChannel:
         if self._socket is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._socket.close_async(), 2.0)
-        if self._tasks:
-            _, pending = await asyncio.wait(set(self._tasks), timeout=self._stop_grace)
-            for task in pending:
-                task.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
+        await self.drain()
         if self._session is not None:
             await self._session.close()
 
-    async def _pause(self, seconds: float, wake: asyncio.Event | None = None) -> bool:
-        """Sleep, waking early on stop (or on `wake`); True when stopping."""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for((wake or self._stopping).wait(), seconds)
-        return self._stopping.is_set()
-
     def _delays(self) -> Iterator[float]:
         return backoff_delays(self._reconnect_base, self._reconnect_cap)
-
-    def _status(self, status: str, error: str | None = None) -> None:
-        if self._host is not None:
-            self._host.set_status(self.name, status, error)
 
 
 def _api_error(exc: BaseException) -> str | None:

@@ -4,29 +4,27 @@ Polling runs PTB's Updater (it retries lost connections; our error callback
 turns its failures into a "reconnecting" status and the next good poll into
 "running"). Webhook mode has no Updater and no tornado: the daemon mounts
 `handle_http` at `http_path`, which checks the secret header and puts the
-update on the Application's queue. Either way one MessageHandler turns a
-message into an InboundEvent, the host runs it, and the reply goes back in
-the same chat (and topic), split at 4096 characters, honouring flood limits.
+update on the Application's queue. Either way one MessageHandler hands each
+update to `receive` (the chat base): `route_update` decides whether and where
+it is answered, and the reply goes back in the same chat (and topic), split
+at 4096 characters, honouring flood limits.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime as dt
 import hmac
-import json
+import itertools
 import logging
-import re
 import warnings
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
-from telegram import BotCommand, Message, MessageEntity, Update
-from telegram.constants import ChatAction, ChatType
+from telegram import BotCommand, Update
+from telegram.constants import ChatAction
 from telegram.error import (
     BadRequest,
     ChatMigrated,
@@ -36,17 +34,19 @@ from telegram.error import (
     RetryAfter,
     TelegramError,
 )
-from telegram.ext import Application, ApplicationBuilder, ContextTypes, MessageHandler, filters
+from telegram.ext import Application, ApplicationBuilder, ContextTypes, ExtBot, MessageHandler, filters
 from telegram.request import HTTPXRequest
 
-from agentd.channels.common import backoff_delays, split_message
+from agentd.backoff import backoff_delays
+from agentd.channels.callbacks import CallbackRefused, json_object, read_body
+from agentd.channels.chat import AllowList, ChatChannel, Route
+from agentd.channels.telegram_routing import Bot, TelegramTarget, route_update
 from agentd.config.telegram import TelegramSpec
-from agentd.events import ChannelHost, InboundEvent
+from agentd.events import ChannelHost
 
 log = logging.getLogger(__name__)
 
 CHANNEL = "telegram"
-MESSAGE_LIMIT = 4096
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
 DEFAULT_API = "https://api.telegram.org"
 COMMANDS = (
@@ -58,47 +58,34 @@ COMMANDS = (
 )
 TYPING_EVERY = 4.5  # Telegram shows "typing…" for 5 s after each sendChatAction
 NETWORK_RETRIES = 3  # a reply survives this many transient failures (timeouts, 5xx, dropped connections)
-RATE_LIMIT_RETRIES = 5  # and this many 429s, each after its retry_after
 STOP_SECONDS = 4.5  # stop() waits at most this long for run() to close everything (the daemon allows 5 s)
-
-_COMMAND_RE = re.compile(r"^/([A-Za-z0-9_]+)(?:@([A-Za-z0-9_]+))?")
-
-
-@dataclass(frozen=True, slots=True)
-class _Route:
-    """Where a message came from, and so where its reply goes."""
-
-    chat_id: int
-    thread_id: int | None
-    key: str
+MESSAGE_LIMIT = 4096
 
 
-class TelegramChannel:
+class TelegramChannel(ChatChannel[Update, TelegramTarget]):
     """One agent's Telegram bot. Built by the registry as ``TelegramChannel(agent, spec)``."""
 
     name = CHANNEL
+    message_limit = MESSAGE_LIMIT
+    typing_every = TYPING_EVERY
     # Set only in webhook mode, so `isinstance(channel, HttpChannel)` is true only then
     # and the daemon mounts a route only for bots that receive webhooks.
     http_path: str
     retry_base = 1.0  # first backoff delay in seconds (start-up retries, failed sends); tests lower it
-    drain_seconds = 3.0  # stop() lets in-flight turns send their replies this long, then cancels them
 
     def __init__(self, agent: str, spec: TelegramSpec) -> None:
-        self.agent = agent
+        super().__init__(agent, AllowList(spec.allowed_users, spec.allowed_chats, "chat"))
         self.spec = spec
         if spec.mode == "webhook":
             self.http_path = f"/telegram/{agent}"
-        self._host: ChannelHost | None = None
         self._app: Application[Any, Any, Any, Any, Any, Any] | None = None
         self._requests: list[HTTPXRequest] = []
-        self._bot_id = 0
-        self._bot_username = ""
-        self._stop_requested = asyncio.Event()
+        self._bot = Bot(0, "")
+        self._moved: dict[int, int] = {}  # chat ids of groups that became supergroups -> the new id
         self._closed = asyncio.Event()
         self._started = False
         self._reconnecting = False
         self._failure: str | None = None
-        self._inflight: set[asyncio.Task[Any]] = set()
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -112,7 +99,7 @@ class TelegramChannel:
             if await self._connect(app):
                 self._reconnecting = False
                 host.set_status(CHANNEL, "running")
-                await self._stop_requested.wait()
+                await self._stopping.wait()
         except InvalidToken as exc:
             self._failure = (
                 f"Telegram refused the bot token ({self._redact(exc)}); check channels.telegram.token"
@@ -129,7 +116,7 @@ class TelegramChannel:
             self._closed.set()
 
     async def stop(self) -> None:
-        self._stop_requested.set()
+        self._stopping.set()
         if not self._started:
             return
         try:
@@ -160,7 +147,7 @@ class TelegramChannel:
         if self.spec.mode == "webhook":
             builder = builder.updater(None)
         app = builder.build()
-        app.add_handler(MessageHandler(filters.UpdateType.MESSAGE & filters.TEXT, self._on_message))
+        app.add_handler(MessageHandler(filters.UpdateType.MESSAGE & filters.TEXT, self._on_update))
         app.add_error_handler(self._on_handler_error)
         return app
 
@@ -168,8 +155,7 @@ class TelegramChannel:
         """Log in, register commands, start taking updates. False when stop() came first."""
         if not await self._retrying(app.initialize, "getMe"):
             return False
-        self._bot_id = app.bot.id
-        self._bot_username = app.bot.username
+        self._bot = Bot(app.bot.id, app.bot.username)
         await self._register_commands(app)
         await app.start()
         if self.spec.mode == "polling":
@@ -200,7 +186,7 @@ class TelegramChannel:
         A refusal (bad token, bad request) propagates; False means stop() was called meanwhile.
         """
         delays = backoff_delays(self.retry_base, cap=60.0)
-        while not self._stop_requested.is_set():
+        while not self._stopping.is_set():
             try:
                 await call()
                 return True
@@ -211,7 +197,7 @@ class TelegramChannel:
             except (NetworkError, Conflict) as exc:
                 wait = next(delays)
                 self._report_reconnecting(f"{what}: {self._redact(exc)}")
-            if await self._sleep_unless_stopped(wait):
+            if await self._pause(wait):
                 return False
         return False
 
@@ -228,7 +214,7 @@ class TelegramChannel:
         steps: list[Callable[[], Awaitable[Any]]] = []
         if app.updater is not None and app.updater.running:
             steps.append(app.updater.stop)
-        steps.append(self._drain)
+        steps.append(self.drain)
         if app.running:
             steps.append(app.stop)
         steps.append(app.shutdown)
@@ -245,27 +231,6 @@ class TelegramChannel:
             except Exception:
                 log.exception("telegram: error while closing the channel of agent %s", self.agent)
 
-    async def _drain(self) -> None:
-        pending = {task for task in self._inflight if task is not asyncio.current_task()}
-        if not pending:
-            return
-        _, still_running = await asyncio.wait(pending, timeout=self.drain_seconds)
-        for task in still_running:
-            task.cancel()
-        if still_running:
-            log.warning(
-                "telegram: cancelled %d unfinished turn(s) of agent %s at stop",
-                len(still_running),
-                self.agent,
-            )
-            await asyncio.wait(still_running, timeout=1.0)
-
-    async def _sleep_unless_stopped(self, seconds: float) -> bool:
-        """Sleep, waking early on stop(); True if stop() was called."""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._stop_requested.wait(), seconds)
-        return self._stop_requested.is_set()
-
     # -- connection status ---------------------------------------------------------------------
 
     def _on_poll_error(self, exc: TelegramError) -> None:
@@ -274,10 +239,9 @@ class TelegramChannel:
         self._report_reconnecting(self._redact(exc))
 
     def _on_poll_success(self) -> None:
-        if self._reconnecting and not self._stop_requested.is_set():
+        if self._reconnecting and not self._stopping.is_set():
             self._reconnecting = False
-            if self._host is not None:
-                self._host.set_status(CHANNEL, "running")
+            self._status("running")
 
     def _on_token_revoked(self, status: int) -> None:
         # PTB's polling loop ends silently on InvalidToken; end the run with a reason instead. The stop
@@ -287,13 +251,12 @@ class TelegramChannel:
             self._failure = (
                 f"Telegram refused the bot token while polling (HTTP {status}); check channels.telegram.token"
             )
-            asyncio.get_running_loop().call_later(0.1, self._stop_requested.set)
+            asyncio.get_running_loop().call_later(0.1, self._stopping.set)
 
     def _report_reconnecting(self, why: str) -> None:
         if not self._reconnecting:
             self._reconnecting = True
-            if self._host is not None:
-                self._host.set_status(CHANNEL, "reconnecting", why)
+            self._status("reconnecting", why)
 
     def _redact(self, exc: BaseException | str) -> str:
         return str(exc).replace(self.spec.token, "<token>")
@@ -301,189 +264,66 @@ class TelegramChannel:
     # -- webhook mode ----------------------------------------------------------------------------
 
     async def handle_http(self, request: Request) -> Response:
-        """POST /telegram/<agent>: verify the secret header, then queue the update for the handler."""
+        """POST /telegram/<agent>: verify the secret header, then parse, then queue the update.
+
+        Missing or wrong secret: 403 (as PTB's own webhook server answers). Not JSON,
+        not an object, not an update: 400. Too large: 413. Not running: 503 (Telegram
+        delivers it again later). Every refusal says why; none is a 5xx.
+        """
         if self.spec.mode != "webhook":
             return Response(status_code=404)
-        given = request.headers.get(SECRET_HEADER, "").encode()
-        if not hmac.compare_digest(given, str(self.spec.secret_token).encode()):
-            return Response(status_code=403)
-        app = self._app
-        if app is None or not app.running or self._stop_requested.is_set():
-            return Response(status_code=503)  # Telegram delivers it again later
         try:
-            data = json.loads(await request.body())
-            update = Update.de_json(data, app.bot) if isinstance(data, dict) else None
-        except (ValueError, TypeError, KeyError):
-            update = None
-        if update is None:
-            return Response(status_code=400)
+            body = await read_body(request)
+            given = request.headers.get(SECRET_HEADER, "").encode()
+            if not hmac.compare_digest(given, str(self.spec.secret_token).encode()):
+                raise CallbackRefused(403, f"{SECRET_HEADER} is missing or wrong")
+            app = self._app
+            if app is None or not app.running or self._stopping.is_set():
+                raise CallbackRefused(503, "telegram channel not running")
+            update = _parse_update(json_object(body), app.bot)
+        except CallbackRefused as refused:
+            return refused.response(self.name)
         await app.update_queue.put(update)
         return Response(status_code=200)
 
-    # -- one message -----------------------------------------------------------------------------
+    # -- the chat base's platform part -------------------------------------------------------
 
-    async def _on_message(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
-        message = update.message
-        host = self._host
-        if message is None or message.text is None or message.from_user is None or host is None:
-            return
-        text = self._addressed_text(message)
-        if text is None:
-            return
-        route = self._route(message)
-        denied = self._denied_because(message)
-        if denied:
-            await host.audit(
-                "permission",
-                "denied",
-                conversation_key=route.key,
-                data={
-                    "channel": CHANNEL,
-                    "user_id": str(message.from_user.id),
-                    "chat_id": str(message.chat.id),
-                    "reason": denied,
-                },
-            )
-            return
-        event = InboundEvent(
-            agent=self.agent,
-            conversation_key=route.key,
-            text=text,
-            channel=CHANNEL,
-            user_id=str(message.from_user.id),
-            event_id=f"{message.chat.id}:{message.message_id}",
-            metadata={"chat_id": message.chat.id, "message_id": message.message_id, "topic": route.thread_id},
-        )
-        this_turn = asyncio.current_task()
-        if this_turn is not None:
-            self._inflight.add(this_turn)
-        # dispatch before any other await, so events of one chat reach the host in arrival order
-        typing = asyncio.create_task(self._keep_typing(route))
+    async def _on_update(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        self.receive(update)  # returns at once; the turn runs in a task the base tracks
+
+    def match(self, raw: Update) -> Route[TelegramTarget] | None:
+        return route_update(raw, bot=self._bot, respond_to=self.spec.respond_to, per_user=self.spec.per_user)
+
+    async def send_chunk(self, target: TelegramTarget, text: str, part: int) -> None:
+        bot = self._api()
+        chat_id = self._moved.get(target.chat_id, target.chat_id)
         try:
-            reply = await host.dispatch(event)
-        finally:
-            typing.cancel()
-            if this_turn is not None:
-                self._inflight.discard(this_turn)
-        if reply.duplicate or not reply.text.strip():
-            return
-        await self._send_reply(route, reply.text)
+            await bot.send_message(chat_id, text, message_thread_id=target.thread_id)
+        except ChatMigrated as exc:
+            # The group became a supergroup with a new id: send there, now and from now on.
+            self._moved[target.chat_id] = int(exc.new_chat_id)
+            await bot.send_message(int(exc.new_chat_id), text, message_thread_id=target.thread_id)
 
-    def _addressed_text(self, message: Message) -> str | None:
-        """The text meant for this bot, mention and @botname stripped; None if the message is not for us."""
-        text = message.text or ""
-        command = _COMMAND_RE.match(text) if _starts_with_command(message) else None
-        if command and command.group(2) and command.group(2).lower() != self._bot_username.lower():
-            return None  # /cmd@otherbot
-        in_group = message.chat.type != ChatType.PRIVATE
-        if in_group and self.spec.respond_to == "mentions":
-            if not (command or self._mentions_bot(message) or self._replies_to_bot(message)):
-                return None
-        cleaned = self._strip_bot_name(text)
-        return cleaned or None
+    async def show_typing(self, target: TelegramTarget) -> None:
+        chat_id = self._moved.get(target.chat_id, target.chat_id)
+        await self._api().send_chat_action(chat_id, ChatAction.TYPING, message_thread_id=target.thread_id)
 
-    def _mentions_bot(self, message: Message) -> bool:
-        me = "@" + self._bot_username.lower()
-        for entity, value in message.parse_entities(
-            [MessageEntity.MENTION, MessageEntity.TEXT_MENTION]
-        ).items():
-            if entity.type == MessageEntity.MENTION and value.lower() == me:
-                return True
-            if entity.type == MessageEntity.TEXT_MENTION and entity.user and entity.user.id == self._bot_id:
-                return True
-        return False
+    def rate_limit_wait(self, exc: Exception) -> float | None:
+        return _retry_after_seconds(exc) if isinstance(exc, RetryAfter) else None
 
-    def _replies_to_bot(self, message: Message) -> bool:
-        original = message.reply_to_message
-        if original is None or original.from_user is None:
-            return False
-        if original.forum_topic_created is not None:
-            return False  # in a forum topic every message "replies" to the topic's first message
-        return original.from_user.id == self._bot_id
+    def is_transient(self, exc: Exception) -> bool:
+        # TimedOut, 5xx, a dropped connection; a BadRequest (chat gone, thread deleted) stays wrong when resent
+        return isinstance(exc, NetworkError) and not isinstance(exc, BadRequest)
 
-    def _strip_bot_name(self, text: str) -> str:
-        name = re.escape(self._bot_username)
-        text = re.sub(rf"^(/[A-Za-z0-9_]+)@{name}\b", r"\1", text, flags=re.IGNORECASE)
-        text = re.sub(rf"(?:^|(?<=\s))@{name}\b[,:]?[ \t]*", "", text, flags=re.IGNORECASE)
-        return text.strip()
+    def send_retry_delays(self) -> Iterable[float]:
+        return itertools.islice(backoff_delays(self.retry_base, cap=10.0), NETWORK_RETRIES)
 
-    def _route(self, message: Message) -> _Route:
-        chat_id = message.chat.id
-        thread_id = message.message_thread_id if message.is_topic_message else None
-        key = f"{CHANNEL}:{chat_id}"
-        if thread_id is not None:
-            key += f":topic:{thread_id}"
-        if self.spec.per_user and message.chat.type != ChatType.PRIVATE and message.from_user is not None:
-            key += f":user:{message.from_user.id}"  # private chats are per person already
-        return _Route(chat_id=chat_id, thread_id=thread_id, key=key)
+    def describe_error(self, exc: BaseException) -> str:
+        return f"{type(exc).__name__}: {self._redact(exc)}"
 
-    def _denied_because(self, message: Message) -> str | None:
-        user_id = str(message.from_user.id) if message.from_user else ""
-        if self.spec.allowed_users and user_id not in self.spec.allowed_users:
-            return "user not in allowed_users"
-        if self.spec.allowed_chats and str(message.chat.id) not in self.spec.allowed_chats:
-            return "chat not in allowed_chats"
-        return None
-
-    # -- replies -------------------------------------------------------------------------------
-
-    async def _keep_typing(self, route: _Route) -> None:
+    def _api(self) -> ExtBot[Any]:
         assert self._app is not None
-        bot = self._app.bot
-        while True:
-            try:
-                await bot.send_chat_action(
-                    route.chat_id, ChatAction.TYPING, message_thread_id=route.thread_id
-                )
-            except TelegramError as exc:
-                log.debug("telegram: sendChatAction failed, no typing indicator: %s", self._redact(exc))
-                return
-            await asyncio.sleep(TYPING_EVERY)
-
-    async def _send_reply(self, route: _Route, text: str) -> None:
-        for number, chunk in enumerate(split_message(text, MESSAGE_LIMIT), start=1):
-            try:
-                route = await self._send_chunk(route, chunk)
-            except TelegramError as exc:
-                reason = self._redact(exc)
-                log.error("telegram: reply to %s failed at part %d: %s", route.key, number, reason)
-                assert self._host is not None
-                await self._host.audit(
-                    "channel",
-                    "send_failed",
-                    conversation_key=route.key,
-                    data={"channel": CHANNEL, "chat_id": str(route.chat_id), "part": number, "error": reason},
-                )
-                return
-
-    async def _send_chunk(self, route: _Route, text: str) -> _Route:
-        """Send one message, waiting out flood limits and retrying transient failures.
-
-        Returns the route actually used (a group upgraded to a supergroup has a new chat id).
-        """
-        assert self._app is not None
-        bot = self._app.bot
-        delays = backoff_delays(self.retry_base, cap=10.0)
-        network_failures = rate_limits = 0
-        while True:
-            try:
-                await bot.send_message(route.chat_id, text, message_thread_id=route.thread_id)
-                return route
-            except RetryAfter as exc:
-                rate_limits += 1
-                if rate_limits > RATE_LIMIT_RETRIES:
-                    raise
-                await asyncio.sleep(_retry_after_seconds(exc))
-            except ChatMigrated as exc:
-                route = _Route(chat_id=int(exc.new_chat_id), thread_id=route.thread_id, key=route.key)
-            except BadRequest:
-                raise  # the request itself is wrong (chat gone, thread deleted); sending it again won't help
-            except NetworkError as exc:  # TimedOut, 5xx, a dropped connection
-                network_failures += 1
-                if network_failures > NETWORK_RETRIES:
-                    raise
-                log.warning("telegram: send to %s failed, retrying: %s", route.key, self._redact(exc))
-                await asyncio.sleep(next(delays))
+        return self._app.bot
 
     async def _on_handler_error(self, update: object, context: ContextTypes.DEFAULT_TYPE) -> None:
         # PTB routes every handler exception here; log it and keep the application running
@@ -515,8 +355,15 @@ class _PollingRequest(HTTPXRequest):
         return code, payload
 
 
-def _starts_with_command(message: Message) -> bool:
-    return any(entity.type == MessageEntity.BOT_COMMAND and entity.offset == 0 for entity in message.entities)
+def _parse_update(data: dict[str, Any], bot: ExtBot[Any]) -> Update:
+    """A webhook body as an Update; CallbackRefused (400) when it is not one."""
+    update_id = data.get("update_id")
+    if not isinstance(update_id, int) or isinstance(update_id, bool):
+        raise CallbackRefused(400, "not a Telegram update: no integer `update_id`")
+    try:
+        return Update.de_json(data, bot)
+    except Exception as exc:  # de_json fails in many ways (KeyError, TypeError ...) on a malformed update
+        raise CallbackRefused(400, f"not a Telegram update: {type(exc).__name__}: {exc}") from None
 
 
 def _retry_after_seconds(exc: RetryAfter) -> float:

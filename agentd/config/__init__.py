@@ -1,6 +1,7 @@
 """YAML files -> validated, frozen specs."""
 
-from agentd.config.loader import check_dir, parse_agent, parse_daemon
+from agentd.config.folder import check_agents, find_agent_file
+from agentd.config.loader import parse_agent, parse_daemon
 from agentd.config.models import AgentSpec, ChannelsSpec, DaemonSpec, MemorySpec, ModelSpec, ProviderSpec
 
 __all__ = [
@@ -10,7 +11,8 @@ __all__ = [
     "MemorySpec",
     "ModelSpec",
     "ProviderSpec",
-    "check_dir",
+    "check_agents",
+    "find_agent_file",
     "parse_agent",
     "parse_daemon",
 ]

@@ -13,19 +13,22 @@ import os
 import re
 import types
 import typing
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from agentd.config.models import AgentSpec, DaemonSpec
+from agentd.config.models import AgentSpec, DaemonSpec, ProviderSpec
+from agentd.config.refs import EMBEDDER_CHECK, PROVIDERS, provider_names
 from agentd.errors import ConfigError, ConfigProblem
 
 _ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 Loc = tuple[str | int, ...]
+AGENT_SUFFIXES = (".yaml", ".yml")  # <name>.yaml or <name>.yml; both for one name is an error
+EMPTY_AGENT = "the file is empty: an agent needs at least its purpose, e.g. `purpose: You answer questions.`"
 
 
 @dataclass
@@ -161,9 +164,14 @@ def _unwrap_model(annotation: Any, node: Any = None) -> Any:
 
 
 def _problems(
-    file: str, located: _Located, error: ValidationError, model: type[BaseModel]
+    file: str,
+    located: _Located,
+    error: ValidationError,
+    model: type[BaseModel],
+    not_keys: Collection[str] = (),
 ) -> list[ConfigProblem]:
-    problems = []
+    """One problem per field, located; `not_keys`: top-level fields never written in the file."""
+    problems: list[ConfigProblem] = []
     for err in error.errors():
         loc: Loc = tuple(p for p in err["loc"] if isinstance(p, str | int))
         # pydantic adds union-member names ("DiscordSpec", "int") to loc: drop what is not in the data.
@@ -172,7 +180,7 @@ def _problems(
         if kind == "extra_forbidden":
             key = str(loc[-1])
             line, col = located.key_marks.get(loc, located.marks.get(loc[:-1], (None, None)))
-            allowed = _fields_at(model, loc[:-1], located.data)
+            allowed = [f for f in _fields_at(model, loc[:-1], located.data) if loc[:-1] or f not in not_keys]
             hint = difflib.get_close_matches(key, allowed, n=1)
             msg = f"unknown key {key!r}"
             msg += f" (did you mean {hint[0]!r}?)" if hint else ""
@@ -182,8 +190,15 @@ def _problems(
             line, col = _nearest_mark(located, loc)
             where = ".".join(str(p) for p in loc) or "top level"
             msg = f"{where}: {_describe(err)}"
+            previous = next((i for i, p in enumerate(problems) if p.message.startswith(f"{where}: ")), None)
+            if previous is not None:
+                # One field, several complaints (each member of a union refused the value): one line.
+                merged = f"{problems[previous].message}, or {_describe(err)}"
+                problems[previous] = replace(problems[previous], message=merged)
+                continue
         problems.append(ConfigProblem(file, line, col, msg))
-    return problems
+    # In the order they appear in the file (pydantic reports extra keys after all the fields).
+    return sorted(problems, key=lambda p: (p.line or 0, p.column or 0))
 
 
 def _trim_to_data(located: _Located, loc: Loc) -> Loc:
@@ -225,23 +240,40 @@ def _describe(err: Any) -> str:
     )
 
 
+def twin_files(path: Path) -> list[Path]:
+    """The other files beside `path` that would define the same agent (x.yml for x.yaml)."""
+    if path.suffix not in AGENT_SUFFIXES:
+        return []
+    return [twin for s in AGENT_SUFFIXES if s != path.suffix and (twin := path.with_suffix(s)).is_file()]
+
+
 def parse_agent(
     path: Path,
     text: str | None = None,
     env: Mapping[str, str] | None = None,
     default_model: str | None = None,
+    providers: Collection[str] | None = None,
 ) -> AgentSpec:
     """Load one agent file; the agent's name is the file stem. Raises ConfigError.
 
     An agent without `model:` gets `default_model` (agentd.yaml's defaults.model), else offline.
+    With `providers`, every model reference must name one of them.
     """
     file = str(path)
+    twins = twin_files(path)
+    if twins:
+        raise ConfigError(
+            [ConfigProblem(file, None, None, f"{twins[0]} defines agent {path.stem!r} too: keep one of them")]
+        )
     text = path.read_text(encoding="utf-8") if text is None else text
     located = _to_python(file, text, os.environ if env is None else env)
     if not isinstance(located.data, dict):
         raise ConfigError(
             [ConfigProblem(file, 1, 1, "expected a mapping of keys (purpose, model, memory, ...)")]
         )
+    if not located.data:
+        # Most often a file caught half-written, or a new one not written yet: never an agent with no purpose.
+        raise ConfigError([ConfigProblem(file, None, None, EMPTY_AGENT)])
     if "name" in located.data:
         line, col = located.key_marks[("name",)]
         raise ConfigError(
@@ -251,9 +283,9 @@ def parse_agent(
     if "model" not in data and default_model:
         data["model"] = default_model
     try:
-        return AgentSpec.model_validate(data)
+        return AgentSpec.model_validate(data, context=None if providers is None else {PROVIDERS: providers})
     except ValidationError as e:
-        problems = _problems(file, located, e, AgentSpec)
+        problems = _problems(file, located, e, AgentSpec, not_keys=("name",))  # the name is the file's
         for p in problems:
             if p.message.startswith("name:"):
                 problems[problems.index(p)] = ConfigProblem(
@@ -262,50 +294,29 @@ def parse_agent(
         raise ConfigError(problems) from None
 
 
-def parse_daemon(path: Path, env: Mapping[str, str] | None = None) -> DaemonSpec:
-    """Load `agentd.yaml`; a missing file means all defaults."""
+def parse_daemon(
+    path: Path,
+    env: Mapping[str, str] | None = None,
+    check_embedder: Callable[[str, Mapping[str, ProviderSpec]], object] | None = None,
+) -> DaemonSpec:
+    """Load `agentd.yaml`; a missing file means all defaults.
+
+    Model references must name a built-in provider or one the file declares;
+    `check_embedder(ref, providers)`, when given, raises OperatorError for an
+    embedder `agentd run` would refuse (agentd.providers.embedders.check_embedder).
+    """
     if not path.exists():
         return DaemonSpec()
     file = str(path)
     located = _to_python(file, path.read_text(encoding="utf-8"), os.environ if env is None else env)
     if not isinstance(located.data, dict):
         raise ConfigError([ConfigProblem(file, 1, 1, "expected a mapping of keys (providers, http, ...)")])
+    declared = located.data.get("providers")
+    context = {
+        PROVIDERS: provider_names(declared if isinstance(declared, dict) else ()),
+        EMBEDDER_CHECK: check_embedder,
+    }
     try:
-        return DaemonSpec.model_validate(located.data)
+        return DaemonSpec.model_validate(located.data, context=context)
     except ValidationError as e:
         raise ConfigError(_problems(file, located, e, DaemonSpec)) from None
-
-
-def agent_files(agents_dir: Path) -> list[Path]:
-    return sorted(p for p in agents_dir.glob("*.yaml") if p.is_file() and not p.name.startswith("."))
-
-
-@dataclass
-class CheckResult:
-    agents: list[AgentSpec]
-    errors: list[ConfigError]
-
-
-def check_dir(agents_dir: Path, daemon_file: Path | None = None) -> CheckResult:
-    """Validate agentd.yaml (if any) and every agent file, collecting every error."""
-    agents: list[AgentSpec] = []
-    errors: list[ConfigError] = []
-    default_model = None
-    if daemon_file is not None:
-        try:
-            default_model = parse_daemon(daemon_file).defaults.model
-        except ConfigError as e:
-            errors.append(e)
-    if not agents_dir.is_dir():
-        errors.append(
-            ConfigError([ConfigProblem(str(agents_dir), None, None, "agents folder does not exist")])
-        )
-        return CheckResult(agents, errors)
-    for path in agent_files(agents_dir):
-        try:
-            agents.append(parse_agent(path, default_model=default_model))
-        except ConfigError as e:
-            errors.append(e)
-        except OSError as e:
-            errors.append(ConfigError([ConfigProblem(str(path), None, None, f"cannot read: {e}")]))
-    return CheckResult(agents, errors)

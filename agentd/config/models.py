@@ -2,42 +2,36 @@
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from agentd.config.base import Spec
 from agentd.config.discord import DiscordSpec
+from agentd.config.refs import (
+    EMBEDDER_CHECK,
+    OFFLINE_MODEL,
+    ModelRef,
+    ProviderKind,
+    context_value,
+    normalise_model_ref,
+    provider_names,
+)
 from agentd.config.slack import SlackSpec
 from agentd.config.strategies import StrategySpec
 from agentd.config.telegram import TelegramSpec
+from agentd.errors import OperatorError
 
 AGENT_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
-_MODEL_REF_RE = re.compile(r"^[A-Za-z0-9_.-]+/\S+$")
-OFFLINE_MODEL = "offline/offline"
-
-
-def normalise_model_ref(value: str) -> str:
-    """`provider/model`; the bare word `offline` names the built-in offline model."""
-    value = value.strip()
-    if value == "offline":
-        return OFFLINE_MODEL
-    if not _MODEL_REF_RE.match(value):
-        raise ValueError(f"expected 'provider/model' (e.g. openai/gpt-4.1-mini, or offline), got {value!r}")
-    return value
 
 
 class ModelSpec(Spec):
-    name: str
-    small: str | None = None
+    name: ModelRef
+    small: ModelRef | None = None
     temperature: float | None = Field(default=None, ge=0, le=2)
     max_output_tokens: int | None = Field(default=None, gt=0)
-
-    @field_validator("name", "small")
-    @classmethod
-    def _ref(cls, v: str | None) -> str | None:
-        return None if v is None else normalise_model_ref(v)
 
     @property
     def provider(self) -> str:
@@ -56,11 +50,17 @@ class MemorySpec(Spec):
     @field_validator("compact_at_tokens", mode="before")
     @classmethod
     def _threshold(cls, v: Any) -> Any:
-        if v is True:
-            raise ValueError("expected a token count or false")
-        if isinstance(v, int) and not isinstance(v, bool) and v <= 0:
+        # Said once here: the union's members would each refuse a bad value in their own words.
+        if v is False:
+            return v
+        count = v
+        if isinstance(v, str):  # a quoted number, as pydantic would accept it
+            count = int(v) if v.strip().isdigit() else None
+        if isinstance(count, bool) or not isinstance(count, int):
+            raise ValueError(f"expected a token count or false, got {v!r}")
+        if count <= 0:
             raise ValueError("expected a positive token count or false")
-        return v
+        return count
 
 
 class WebhookSpec(Spec):
@@ -126,7 +126,7 @@ class AgentSpec(Spec):
 
 
 class ProviderSpec(Spec):
-    kind: Literal["openai", "anthropic", "ollama", "offline"]
+    kind: ProviderKind
     base_url: str | None = None
     api_key: str | None = None
     timeout_s: float = Field(default=60.0, gt=0)
@@ -146,6 +146,25 @@ class HttpSpec(Spec):
         # `token: "${AGENTD_TOKEN:-}"` with the variable unset means: no token
         return v or None
 
+    @model_validator(mode="after")
+    def _token_beyond_loopback(self) -> HttpSpec:
+        if not is_loopback(self.host) and not self.token:
+            raise ValueError(
+                f"refusing to listen on {self.host} without a token: set http.token (every request then "
+                "needs Authorization: Bearer <token>), or bind to 127.0.0.1"
+            )
+        return self
+
+
+def is_loopback(host: str) -> bool:
+    """Whether only this machine can reach `host` (anything else needs http.token)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
 
 class StoreSpec(Spec):
     # NORMAL: an OS crash may lose the last commits but never corrupts; a killed
@@ -155,12 +174,7 @@ class StoreSpec(Spec):
 
 
 class DefaultsSpec(Spec):
-    model: str | None = None
-
-    @field_validator("model")
-    @classmethod
-    def _ref(cls, v: str | None) -> str | None:
-        return None if v is None else normalise_model_ref(v)
+    model: ModelRef | None = None
 
 
 class DaemonSpec(Spec):
@@ -168,15 +182,29 @@ class DaemonSpec(Spec):
     # provider/model of the embedder episodic memory uses: openai/..., ollama/..., hash/<dim>, local/...
     embedder: str | None = None
     # the model for folds and fact extraction when a strategy names none
-    memory_extractor_model: str | None = None
+    memory_extractor_model: ModelRef | None = None
     http: HttpSpec = HttpSpec()
     store: StoreSpec = StoreSpec()
     defaults: DefaultsSpec = DefaultsSpec()
 
-    @field_validator("embedder", "memory_extractor_model")
+    @field_validator("embedder")
     @classmethod
-    def _refs(cls, v: str | None) -> str | None:
-        return None if v is None else normalise_model_ref(v)
+    def _embedder(cls, v: str | None, info: ValidationInfo) -> str | None:
+        if v is None:
+            return None
+        ref = normalise_model_ref(v)
+        check = context_value(info, EMBEDDER_CHECK)
+        if check is not None and "providers" in info.data:  # (bad providers are reported on their own)
+            try:
+                check(ref, info.data["providers"])
+            except OperatorError as e:
+                # the error's location already names the key
+                raise ValueError(str(e).removeprefix(f"embedder {ref!r}: ")) from None
+        return ref
+
+    def provider_names(self) -> list[str]:
+        """The providers an agent's model references may name."""
+        return provider_names(self.providers)
 
     @model_validator(mode="after")
     def _provider_names(self) -> DaemonSpec:

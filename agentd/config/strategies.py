@@ -12,17 +12,12 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator, model_validator
 
 from agentd.config.base import Spec
+from agentd.config.refs import ModelRef
 
 DEFAULT_EXTRACTOR = (
     "Extract durable facts about the person and their work from the exchange below: preferences, "
     "names, decisions, constraints, things they own or use. Skip small talk and anything uncertain."
 )
-
-
-def _model_ref(v: str | None) -> str | None:
-    from agentd.config.models import normalise_model_ref  # one rule for every model reference
-
-    return None if v is None else normalise_model_ref(v)
 
 
 class NoneStrategy(Spec):
@@ -49,9 +44,7 @@ class SummarizedStrategy(Spec):
 
     kind: Literal["summarized"]
     every: int = Field(default=20, ge=2, le=10_000)
-    model: str | None = None
-
-    _ref = field_validator("model")(classmethod(lambda cls, v: _model_ref(v)))
+    model: ModelRef | None = None
 
 
 class EpisodicStrategy(Spec):
@@ -62,6 +55,21 @@ class EpisodicStrategy(Spec):
     threshold: float = Field(default=0.0, ge=0.0, le=1.0)
     half_life_days: float | None = Field(default=None, gt=0)
     write: Literal["always", "tool"] = "always"
+    # ranking: the share of relevance that is cosine (the rest is the keyword score)
+    vector_weight: float = Field(default=0.5, ge=0.0, le=1.0)
+    # how far an episode that ends by asking ("...?") ranks below one that says something
+    question_weight: float = Field(default=0.8, ge=0.0, le=1.0)
+    # when the message names a date, how far episodes said at other times rank below those said then
+    date_weight: float = Field(default=0.5, ge=0.0, le=1.0)
+    # how strongly the top k avoid repeating one another (0: pure relevance order)
+    diversity: float = Field(default=0.0, ge=0.0, le=1.0)
+    # shown with each recalled episode: this many said just before and after it in its conversation
+    neighbours: int = Field(default=2, ge=0, le=10)
+    # the most recalled text put in the prompt (estimated tokens: characters / 4)
+    recall_tokens: int = Field(default=1500, ge=50, le=100_000)
+    # retention: the oldest, least important episodes beyond these are deleted (None: kept)
+    max_episodes: int | None = Field(default=None, ge=1)
+    max_age_days: float | None = Field(default=None, gt=0)
 
 
 class SemanticStrategy(Spec):
@@ -69,9 +77,7 @@ class SemanticStrategy(Spec):
 
     kind: Literal["semantic"]
     extractor: str = DEFAULT_EXTRACTOR
-    model: str | None = None
-
-    _ref = field_validator("model")(classmethod(lambda cls, v: _model_ref(v)))
+    model: ModelRef | None = None
 
 
 class StateField(Spec):
@@ -93,11 +99,9 @@ class StateStrategy(Spec):
     spec: str
     fields: list[StateField] = Field(min_length=1)
     max_chars: int = Field(default=4000, ge=100, le=1_000_000)
-    model: str | None = None
+    model: ModelRef | None = None
     # Without any model to fold with, the strategy degrades to a window of this many recent messages.
     tail_messages: int = Field(default=8, ge=1, le=1000)
-
-    _ref = field_validator("model")(classmethod(lambda cls, v: _model_ref(v)))
 
     @model_validator(mode="after")
     def _unique(self) -> StateStrategy:

@@ -9,22 +9,25 @@ from __future__ import annotations
 import re
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from agentd.config.models import AgentSpec
-from agentd.engine.turn import persistent_scope
+from agentd.engine.state import AgentState
+from agentd.engine.status import status_facts
 from agentd.events import InboundEvent, Reply
-from agentd.memory.base import MemoryStrategy
-from agentd.messages import estimate_tokens
-from agentd.store.audit import AuditRecord, insert_audit
-from agentd.store.inbound import record_event
-from agentd.store.runs import RunRecord, insert_run, run_totals
-from agentd.store.transcripts import StoredThread, archive_thread, count_messages, delete_transcript
-
-if TYPE_CHECKING:
-    from agentd.engine.runtime import AgentRuntime
+from agentd.memory.base import Memory, MemoryContext
+from agentd.store.records import AuditRecord, RunRecord, StoredThread
+from agentd.store.writes import (
+    AppendAudit,
+    ArchiveThread,
+    DeleteTranscript,
+    Delivery,
+    InsertRun,
+    RecordDelivery,
+    Write,
+)
 
 _COMMAND_RE = re.compile(r"^/([A-Za-z_]+)(?:@\S+)?(?:\s+(.*))?$", re.S)
 
@@ -41,28 +44,32 @@ def is_command(text: str) -> bool:
     return text.startswith("/") and _COMMAND_RE.match(text.strip()) is not None
 
 
+@dataclass(frozen=True, slots=True)
+class Invocation:
+    """A command and everything it may act on: the agent, its definition, the conversation."""
+
+    state: AgentState
+    ctx: MemoryContext
+    spec: AgentSpec
+    memory: Memory
+    thread: StoredThread
+    event: InboundEvent
+
+
 @dataclass
 class CommandResult:
     text: str
     action: str
     data: dict[str, Any] = field(default_factory=dict)
-    effect: Callable[[Any], object] | None = None  # extra SQL committed with the run and audit rows
+    effects: Sequence[Write[Any]] = ()  # committed with the run and audit rows
     after: Callable[[], None] | None = None  # hot-state change once committed
     run_id: str | None = None  # when the command produced its own run (compaction)
 
 
-Command = Callable[
-    ["AgentRuntime", AgentSpec, MemoryStrategy, StoredThread, InboundEvent], Awaitable[CommandResult]
-]
+Command = Callable[[Invocation], Awaitable[CommandResult]]
 
 
-async def _help(
-    runtime: AgentRuntime,
-    spec: AgentSpec,
-    strategy: MemoryStrategy,
-    thread: StoredThread,
-    event: InboundEvent,
-) -> CommandResult:
+async def _help(inv: Invocation) -> CommandResult:
     lines = [f"/{name} — {what}" for name, what in HELP.items()]
     return CommandResult("Commands:\n" + "\n".join(lines), "help")
 
@@ -70,25 +77,20 @@ async def _help(
 NO_HISTORY = "This agent keeps no conversation history (memory.scope is none), so there is nothing to {what}."
 
 
-async def _compact(
-    runtime: AgentRuntime,
-    spec: AgentSpec,
-    strategy: MemoryStrategy,
-    thread: StoredThread,
-    event: InboundEvent,
-) -> CommandResult:
-    if not strategy.keeps_transcript:
+async def _compact(inv: Invocation) -> CommandResult:
+    memory = inv.memory
+    if not memory.keeps_transcript:
         return CommandResult(NO_HISTORY.format(what="compact"), "compact", {"result": "no_history"})
-    if strategy.kind != "full":
+    if memory.compaction is None:
         # Other strategies bound the context themselves (a window, Σ, a rolling summary) and read
         # the transcript by cursor; compacting it under them could drop messages not yet folded.
         return CommandResult(
-            f"This agent's memory ({strategy.kind}) keeps its context small by itself; /compact applies "
+            f"This agent's memory ({memory.kind}) keeps its context small by itself; /compact applies "
             "to the full transcript only.",
             "compact",
-            {"result": "not_applicable", "strategy": strategy.kind},
+            {"result": "not_applicable", "strategy": memory.kind},
         )
-    outcome = await runtime.compact(thread, reason="command")
+    outcome = await memory.compaction.compact(inv.ctx, inv.thread, "command")
     if outcome.status == "ok":
         text = f"Compacted {outcome.compacted_messages} older messages into a summary; the last two turns are kept verbatim."
     elif outcome.status == "nothing_to_compact":
@@ -98,39 +100,29 @@ async def _compact(
     return CommandResult(text, "compact", {"result": outcome.status}, run_id=outcome.run_id)
 
 
-async def _new(
-    runtime: AgentRuntime,
-    spec: AgentSpec,
-    strategy: MemoryStrategy,
-    thread: StoredThread,
-    event: InboundEvent,
-) -> CommandResult:
-    if not strategy.keeps_transcript:
+async def _new(inv: Invocation) -> CommandResult:
+    thread = inv.thread
+    if not inv.memory.keeps_transcript:
         return CommandResult(NO_HISTORY.format(what="archive"), "new", {"result": "no_history"})
     if thread.id is None:
         return CommandResult("This conversation is already on a fresh thread.", "new", {"result": "empty"})
-    old_id, now = thread.id, time.time()
+    old_id = thread.id
 
     def after() -> None:
-        runtime.threads.put(StoredThread(thread.conversation_key))
+        inv.state.threads.put(StoredThread(thread.conversation_key))
 
     return CommandResult(
         f"Started a new thread. The previous one (thread {old_id}) is archived in the agent's data file.",
         "new",
         {"archived_thread": old_id},
-        effect=lambda conn: archive_thread(conn, old_id, now),
+        effects=[ArchiveThread(old_id, time.time())],
         after=after,
     )
 
 
-async def _reset(
-    runtime: AgentRuntime,
-    spec: AgentSpec,
-    strategy: MemoryStrategy,
-    thread: StoredThread,
-    event: InboundEvent,
-) -> CommandResult:
-    if not strategy.keeps_transcript:
+async def _reset(inv: Invocation) -> CommandResult:
+    thread = inv.thread
+    if not inv.memory.keeps_transcript:
         return CommandResult(NO_HISTORY.format(what="reset"), "reset", {"result": "no_history"})
     if thread.id is None:
         return CommandResult("There is no transcript to delete.", "reset", {"deleted_messages": 0})
@@ -146,19 +138,14 @@ async def _reset(
         "Deleted this conversation's transcript.",
         "reset",
         {"thread": thread_id},
-        effect=lambda conn: delete_transcript(conn, thread_id),
+        effects=[DeleteTranscript(thread_id)],
         after=after,
     )
 
 
-async def _status(
-    runtime: AgentRuntime,
-    spec: AgentSpec,
-    strategy: MemoryStrategy,
-    thread: StoredThread,
-    event: InboundEvent,
-) -> CommandResult:
-    facts = await status_facts(runtime, spec, strategy, thread)
+async def _status(inv: Invocation) -> CommandResult:
+    spec, event = inv.spec, inv.event
+    facts = await status_facts(inv.state, spec, inv.memory, inv.thread)
     ctx = facts["context"]
     size = f"{ctx['tokens']} tokens"
     if ctx["estimated"]:
@@ -178,49 +165,9 @@ async def _status(
         f"out {facts['totals']['output_tokens']}",
     ]
     if spec.memory.persistent:
-        scope = persistent_scope(spec, event.conversation_key, event.user_id)
-        lines.append(f"Persistent memory keys: {len(runtime.memory.keys(scope))}")
+        keys = inv.state.memory_keys(spec, event.conversation_key, event.user_id)
+        lines.append(f"Persistent memory keys: {len(keys)}")
     return CommandResult("\n".join(lines), "status")
-
-
-async def status_facts(
-    runtime: AgentRuntime, spec: AgentSpec, strategy: MemoryStrategy, thread: StoredThread
-) -> dict[str, Any]:
-    key = thread.conversation_key
-    totals, counts = await runtime.store.read(lambda conn: (run_totals(conn, key), count_messages(conn, key)))
-    threshold = getattr(strategy, "compact_at_tokens", None)
-    return {
-        "agent": spec.name,
-        "model": spec.model.name,
-        "small_model": spec.model.small,
-        "offline": spec.model.provider == "offline",
-        "conversation_key": key,
-        "thread_id": thread.id,
-        "memory": {
-            "scope": spec.memory.scope,
-            "persistent": spec.memory.persistent,
-            "strategy": strategy.kind,
-        },
-        "context": {
-            # the last model call's input, or an estimate of what is in view now (after a compaction)
-            "tokens": thread.last_input_tokens
-            if thread.last_input_tokens is not None
-            else estimate_tokens(len(spec.purpose) + thread.chars),
-            "estimated": thread.last_tokens_estimated or thread.last_input_tokens is None,
-            "compact_at_tokens": threshold,
-            "messages": len(thread.messages),
-            "summary": thread.summary is not None,
-        },
-        "stored": counts,
-        "totals": {
-            "message_runs": totals.get("message", {}).get("runs", 0),
-            "compactions": totals.get("compaction", {}).get("runs", 0),
-            "errors": sum(t["errors"] for t in totals.values()),
-            "input_tokens": sum(t["input_tokens"] for t in totals.values()),
-            "output_tokens": sum(t["output_tokens"] for t in totals.values()),
-            "by_trigger": totals,
-        },
-    }
 
 
 COMMANDS: dict[str, Command] = {
@@ -232,13 +179,8 @@ COMMANDS: dict[str, Command] = {
 }
 
 
-async def run_command(
-    runtime: AgentRuntime,
-    spec: AgentSpec,
-    strategy: MemoryStrategy,
-    thread: StoredThread,
-    event: InboundEvent,
-) -> Reply:
+async def run_command(inv: Invocation) -> Reply:
+    event = inv.event
     match = _COMMAND_RE.match(event.text.strip())
     assert match is not None
     name = match.group(1).lower()
@@ -246,12 +188,10 @@ async def run_command(
     command = COMMANDS.get(name)
     if command is None:
         result = CommandResult(
-            f"Unknown command /{name}. " + (await _help(runtime, spec, strategy, thread, event)).text,
-            "unknown",
-            {"command": name},
+            f"Unknown command /{name}. " + (await _help(inv)).text, "unknown", {"command": name}
         )
     else:
-        result = await command(runtime, spec, strategy, thread, event)
+        result = await command(inv)
     run = RunRecord(
         id=uuid.uuid4().hex,
         conversation_key=event.conversation_key,
@@ -259,23 +199,19 @@ async def run_command(
         model=None,
         status="ok",
         started_at=started,
-        thread_id=thread.id,
+        thread_id=inv.thread.id,
         duration_ms=(time.time() - started) * 1000,
     )
     audit = AuditRecord("command", result.action, event.conversation_key, run.id, {**result.data})
     if event.user_id:
         audit.data["user_id"] = event.user_id
     now = time.time()
-
-    def commit(conn):  # type: ignore[no-untyped-def]
-        if result.effect is not None:
-            result.effect(conn)
-        insert_run(conn, run)
-        insert_audit(conn, runtime.name, [audit], now)
-        if event.event_id is not None:
-            record_event(conn, event.channel, event.event_id, event.conversation_key, run.id, now)
-
-    await runtime.store.write(commit)
+    ops: list[Write[Any]] = [*result.effects, InsertRun(run), AppendAudit(inv.state.name, [audit], now)]
+    if event.event_id is not None:
+        ops.append(
+            RecordDelivery(Delivery(event.channel, event.event_id, event.conversation_key), run.id, now)
+        )
+    await inv.state.store.write(*ops)
     if result.after is not None:
         result.after()
     return Reply(text=result.text, conversation_key=event.conversation_key, run_id=result.run_id or run.id)

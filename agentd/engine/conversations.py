@@ -14,8 +14,10 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from agentd.store.db import AgentStore
-from agentd.store.transcripts import StoredThread, load_messages_page, load_thread_header
+from agentd.store.base import Store
+from agentd.store.claims import ThreadMark
+from agentd.store.queries import MessagesPage, ThreadHeader
+from agentd.store.records import StoredThread
 
 
 class ConversationLocks:
@@ -53,14 +55,18 @@ class HotThreads:
 
     PAGE = 500
 
-    def __init__(self, store: AgentStore, capacity: int = 2000):
+    def __init__(self, store: Store, capacity: int = 2000):
         self._store = store
         self._capacity = capacity
         self._threads: OrderedDict[str, StoredThread] = OrderedDict()
         self._loading: dict[str, asyncio.Future[StoredThread]] = {}
 
-    async def get(self, key: str) -> StoredThread:
+    async def get(self, key: str, mark: ThreadMark | None = None) -> StoredThread:
+        """The conversation's thread; with `mark` (a shared store's claim), never a stale copy."""
         thread = self._threads.get(key)
+        if thread is not None and mark is not None and not await self._catch_up(thread, mark):
+            del self._threads[key]
+            thread = None
         if thread is not None:
             self._threads.move_to_end(key)
             return thread
@@ -82,20 +88,39 @@ class HotThreads:
         return thread
 
     async def _load(self, key: str) -> StoredThread:
-        thread = await self._store.read(lambda conn: load_thread_header(conn, key))
+        thread = await self._store.read(ThreadHeader(key))
         if thread.id is None:
             return thread
         thread_id, after = thread.id, 0
         while True:
-            page = await self._store.read(
-                lambda conn, after=after: load_messages_page(conn, thread_id, after, self.PAGE)  # type: ignore[misc]
-            )
+            page = await self._store.read(MessagesPage(thread_id, after, self.PAGE))
             thread.messages.extend(page)
             if len(page) < self.PAGE:
                 break
             after = page[-1].seq
         thread.recount()
         return thread
+
+    async def _catch_up(self, thread: StoredThread, mark: ThreadMark) -> bool:
+        """Bring a cached thread up to where the store stands: its missing tail, fresh layer states.
+        False when only a reload can (another thread is active, or it was compacted or reset)."""
+        if thread.id != mark.thread_id or thread.version != mark.version:
+            return False
+        if thread.layers_version != mark.layers_version:
+            thread.layers.clear()  # read again from the store by each layer on its next use
+            thread.layers_version = mark.layers_version
+        if thread.id is not None and thread.next_seq < mark.next_seq:
+            header, tail = await self._store.read_many(
+                ThreadHeader(thread.conversation_key), MessagesPage(thread.id, thread.next_seq - 1, None)
+            )
+            thread.messages.extend(tail)
+            thread.next_seq = header.next_seq
+            thread.chars += sum(m.message.char_count() for m in tail)
+            thread.last_input_tokens, thread.last_tokens_estimated = (
+                header.last_input_tokens,
+                header.last_tokens_estimated,
+            )
+        return True
 
     def peek(self, key: str) -> StoredThread | None:
         return self._threads.get(key)

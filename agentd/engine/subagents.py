@@ -10,7 +10,9 @@ caller's run (parent_run_id), with:
   every conversation of the caller has its own thread with each sub-agent;
 - the speaker kept: user_id is the caller's, so per-person memory (episodes,
   facts, persistent_scope: user) stays that person's;
-- the slot's memory_override, when set, replacing the sub-agent's strategy.
+- the slot's memory_override, when set, replacing the sub-agent's strategy; which
+  slot a conversation belongs to is read off its key (`slot_override`), so the
+  turn, the inspector and the status all see the same memory.
 
 Delegation is guarded: an agent never calls itself or an agent already above
 it in the chain, and a chain is at most MAX_DEPTH calls deep. The chain is
@@ -22,17 +24,15 @@ from __future__ import annotations
 
 import hashlib
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from agentd.config.models import AgentSpec, SubagentSpec
+from agentd.config.strategies import StrategySpec
+from agentd.engine.peers import Peers
 from agentd.errors import ToolError
 from agentd.events import InboundEvent, is_conversation_key
-from agentd.memory.registry import strategy_for
 from agentd.memory.tooling import Tool, ToolCall, object_schema
 from agentd.providers.base import ToolSpec
-
-if TYPE_CHECKING:
-    from agentd.engine.runtime import AgentRuntime
 
 MAX_DEPTH = 3
 CHANNEL = "agent"
@@ -54,22 +54,40 @@ def subagent_key(caller: str, caller_key: str) -> str:
     return f"{CHANNEL}:{caller}:sha256-{hashlib.sha256(caller_key.encode()).hexdigest()[:40]}"
 
 
-def _description(runtime: AgentRuntime, slot: SubagentSpec) -> str:
+def slot_override(agent: str, conversation_key: str, peers: Peers) -> StrategySpec | None:
+    """The memory_override of the caller's slot that a sub-agent conversation belongs to, if any.
+
+    A sub-agent conversation's key names its caller (`agent:<caller>:...`); the
+    caller's current definition says which memory that slot gives this agent.
+    """
+    channel, _, rest = conversation_key.partition(":")
+    if channel != CHANNEL:
+        return None
+    caller = peers.spec(rest.partition(":")[0])
+    if caller is None:
+        return None
+    for slot in caller.subagents:
+        if slot.agent == agent:
+            return slot.memory_override
+    return None
+
+
+def _description(peers: Peers, slot: SubagentSpec) -> str:
     if slot.description:
         return slot.description
     text = f"Ask the agent '{slot.agent}' to carry out a task; returns its answer."
-    peer = runtime.peers(slot.agent)
-    purpose = peer.spec.purpose.strip().splitlines()[0] if peer is not None and peer.spec.purpose else ""
+    peer = peers.spec(slot.agent)
+    purpose = peer.purpose.strip().splitlines()[0] if peer is not None and peer.purpose else ""
     if purpose:
         text += f" Its purpose: {purpose[:300]}"
     return text
 
 
-def subagent_tools(runtime: AgentRuntime, spec: AgentSpec) -> list[Tool]:
-    return [_tool(runtime, slot) for slot in spec.subagents]
+def subagent_tools(caller: str, spec: AgentSpec, peers: Peers) -> list[Tool]:
+    return [_tool(caller, peers, slot) for slot in spec.subagents]
 
 
-def _tool(runtime: AgentRuntime, slot: SubagentSpec) -> Tool:
+def _tool(caller: str, peers: Peers, slot: SubagentSpec) -> Tool:
     name = slot.agent
 
     async def ask(args: dict[str, Any], call: ToolCall) -> str:
@@ -80,7 +98,7 @@ def _tool(runtime: AgentRuntime, slot: SubagentSpec) -> Tool:
             raise ToolError(f"task is {len(task)} characters; the limit is {TASK_MAX_CHARS}. Shorten it.")
         if task.lstrip().startswith("/"):
             raise ToolError("a task cannot start with '/': sub-agents are not given commands")
-        chain = (*_CALLERS.get(), runtime.name)
+        chain = (*_CALLERS.get(), caller)
         if name in chain:
             raise ToolError(
                 f"refused: {name} is already answering in this chain ({' -> '.join(chain)}); "
@@ -90,26 +108,19 @@ def _tool(runtime: AgentRuntime, slot: SubagentSpec) -> Tool:
             raise ToolError(
                 f"refused: sub-agent calls go at most {MAX_DEPTH} deep ({' -> '.join(chain)} -> {name})"
             )
-        peer = runtime.peers(name)
-        if peer is None or peer.status != "running":
-            state = "is not running" if peer is not None else "does not exist in this daemon"
+        if not peers.running(name):
+            state = "is not running" if peers.spec(name) is not None else "does not exist in this daemon"
             raise ToolError(f"the agent {name!r} {state}; answer without it")
-        sub_spec = peer.spec
-        strategy = (
-            strategy_for(sub_spec, override=slot.memory_override)
-            if slot.memory_override is not None
-            else None
-        )
         event = InboundEvent(
             agent=name,
-            conversation_key=subagent_key(runtime.name, call.conversation_key),
+            conversation_key=subagent_key(caller, call.conversation_key),
             text=task,
             channel=CHANNEL,
             user_id=call.user_id,
         )
         token = _CALLERS.set(chain)
         try:
-            reply = await peer.handle_with(event, sub_spec, strategy, parent_run_id=call.run_id)
+            reply = await peers.delegate(name, event, parent_run_id=call.run_id)
         finally:
             _CALLERS.reset(token)
         if reply.error is not None:
@@ -117,4 +128,4 @@ def _tool(runtime: AgentRuntime, slot: SubagentSpec) -> Tool:
         return reply.text
 
     task = {"type": "string", "description": "what the agent should do, with everything it needs to know"}
-    return Tool(ToolSpec(tool_name(name), _description(runtime, slot), object_schema({"task": task})), ask)
+    return Tool(ToolSpec(tool_name(name), _description(peers, slot), object_schema({"task": task})), ask)

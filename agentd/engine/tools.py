@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from agentd.errors import ToolError
@@ -15,7 +15,7 @@ from agentd.providers.base import ToolSpec
 log = logging.getLogger(__name__)
 
 
-async def run_tool_calls(tools: dict[str, Tool], calls: list[ToolCallPart], context: ToolCall) -> Message:
+async def run_tool_calls(tools: Mapping[str, Tool], calls: list[ToolCallPart], context: ToolCall) -> Message:
     """Run each call in order; a refused or failing call becomes an error result the model can read."""
     results = []
     for call in calls:

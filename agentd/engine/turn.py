@@ -12,65 +12,28 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from typing import TYPE_CHECKING
 
 from agentd.config.models import AgentSpec
-from agentd.engine.tools import memory_tools, run_tool_calls
+from agentd.engine.prompt import build_prompt
+from agentd.engine.state import AgentState
+from agentd.engine.tools import run_tool_calls
 from agentd.errors import OperatorError, ProviderError
 from agentd.events import InboundEvent, Reply
-from agentd.memory.base import MemoryStrategy, TurnInput, speaker_partition
-from agentd.memory.persistent import AGENT_SCOPE, memory_preamble
-from agentd.memory.tooling import Tool, ToolCall
-from agentd.messages import Message, MessageSequence, ToolResultPart, estimate_tokens
+from agentd.memory.base import Memory, MemoryContext, TurnInput
+from agentd.memory.tooling import ToolCall
+from agentd.messages import Message, ToolResultPart, estimate_tokens
 from agentd.providers.base import CompletionRequest
-from agentd.store.inbound import record_event
-from agentd.store.runs import RunRecord, insert_run
-from agentd.store.transcripts import (
-    StoredMessage,
-    StoredThread,
-    append_messages,
-    create_thread,
-    set_thread_usage,
-)
-
-if TYPE_CHECKING:
-    from agentd.engine.runtime import AgentRuntime
+from agentd.store.records import RunRecord, StoredMessage, StoredThread
+from agentd.store.writes import CommitTurn, Delivery
 
 log = logging.getLogger(__name__)
 
 
-def build_system(purpose: str, sections: list[str]) -> str:
-    return "\n\n".join(s for s in (purpose.strip(), *sections) if s)
-
-
-def persistent_scope(spec: AgentSpec, conversation_key: str, user_id: str | None) -> str:
-    """Whose persistent facts a turn reads and writes: the agent's, or only the speaker's."""
-    if spec.memory.persistent_scope == "user":
-        return speaker_partition(conversation_key, user_id)
-    return AGENT_SCOPE
-
-
-def agent_tools(runtime: AgentRuntime, spec: AgentSpec) -> list[Tool]:
-    """The tools every turn of this definition gets (memory tools, sub-agents)."""
-    from agentd.engine.subagents import subagent_tools
-
-    cached = runtime.tools_cache
-    if cached is None or cached[0] is not spec:
-        # Memory tools depend only on the definition: built once per definition, not per turn.
-        built: list[Tool] = []
-        if spec.memory.persistent:
-            built = memory_tools(
-                runtime.memory, lambda call: persistent_scope(spec, call.conversation_key, call.user_id)
-            )
-        cached = runtime.tools_cache = (spec, built)
-    # Sub-agent tools describe peers, which reload on their own: built per turn (none: free).
-    return [*cached[1], *subagent_tools(runtime, spec)] if spec.subagents else cached[1]
-
-
 async def run_turn(
-    runtime: AgentRuntime,
+    state: AgentState,
+    ctx: MemoryContext,
     spec: AgentSpec,
-    strategy: MemoryStrategy,
+    memory: Memory,
     thread: StoredThread,
     event: InboundEvent,
     parent_run_id: str | None = None,
@@ -86,41 +49,36 @@ async def run_turn(
         thread_id=thread.id,
         parent_run_id=parent_run_id,
     )
-    turn = TurnInput(event.conversation_key, event.text, event.user_id)
-    view = await strategy.view(runtime, thread, turn)
-    for note in view.notes:
-        log.info("agent %s run %s: %s", runtime.name, run.id, note)
-    sections = list(view.system_sections)
-    if spec.memory.persistent:
-        scope = persistent_scope(spec, event.conversation_key, event.user_id)
-        sections.append(memory_preamble(runtime.memory.keys(scope)))
-    system = build_system(spec.purpose, sections)
-    tools = {t.spec.name: t for t in [*agent_tools(runtime, spec), *strategy.tools(runtime, thread, turn)]}
-    tool_specs = [t.spec for t in tools.values()]
-    history = (
-        view.messages if isinstance(view.messages, MessageSequence) else MessageSequence(list(view.messages))
+    prompt = await build_prompt(
+        state,
+        ctx,
+        spec,
+        memory,
+        thread,
+        TurnInput(event.conversation_key, event.text, event.user_id, event.sent_at),
     )
-    history_chars = view.chars if view.chars is not None else sum(m.char_count() for m in history)
-    fixed_chars = len(system) + sum(
-        len(t.name) + len(t.description) + len(str(t.parameters)) for t in tool_specs
-    )
+    for note in prompt.notes:
+        log.info("agent %s run %s: %s", state.name, run.id, note)
+    tools, tool_specs, history = prompt.tools, prompt.tool_specs, prompt.history
+    fixed_chars, history_chars = prompt.fixed_chars(), prompt.history_chars
 
-    new: list[Message] = [Message.user(event.text, event.user_id)]
+    new: list[Message] = [Message.user(event.text, event.user_id, event.sent_at)]
     new_chars = new[0].char_count()
     reply_text = ""
     error: str | None = None
     steps = 0
     try:
-        provider, model = runtime.providers.resolve(spec.model.name)
+        provider, model = state.resources.providers.resolve(spec.model.name)
         while True:
             allow_tools = steps < spec.max_tool_steps
             request = CompletionRequest(
                 model=model,
-                system=system,
+                system=prompt.system,
                 messages=history.extended(new),
                 tools=tool_specs if allow_tools else (),
                 temperature=spec.model.temperature,
                 max_output_tokens=spec.model.max_output_tokens,
+                hints=prompt.hints,
             )
             completion = await provider.complete(request)
             run.model_calls += 1
@@ -161,7 +119,7 @@ async def run_turn(
                 reply_text = answer.text or f"(stopped after {spec.max_tool_steps} tool steps)"
                 break
             results = await run_tool_calls(
-                tools, calls, ToolCall(event.conversation_key, run.id, event.user_id)
+                tools, calls, ToolCall(event.conversation_key, run.id, event.user_id, event.sent_at)
             )
             new.append(results)
             new_chars += results.char_count()
@@ -172,48 +130,38 @@ async def run_turn(
         reply_text = (
             f"Sorry, I could not reach the model just now ({e}). Your message is saved; please try again."
         )
-        log.warning("agent %s run %s failed: %s", runtime.name, run.id, e)
+        log.warning("agent %s run %s failed: %s", state.name, run.id, e)
     if not reply_text and error is None:
         reply_text = "(the model returned an empty reply)"
     run.duration_ms = (time.time() - started) * 1000
-    await _commit(runtime, strategy, thread, event, run, new)
+    await _commit(state, memory, thread, event, run, new)
     return Reply(text=reply_text, conversation_key=event.conversation_key, run_id=run.id, error=error)
 
 
 async def _commit(
-    runtime: AgentRuntime,
-    strategy: MemoryStrategy,
+    state: AgentState,
+    memory: Memory,
     thread: StoredThread,
     event: InboundEvent,
     run: RunRecord,
     new: list[Message],
 ) -> None:
-    keep = strategy.keeps_transcript
+    keep = memory.keeps_transcript
     stored = [StoredMessage(thread.next_seq + i, m, run.id) for i, m in enumerate(new)] if keep else []
-    usage = run.last_input_tokens
-    now = time.time()
-    key = event.conversation_key
-
-    def commit(conn):  # type: ignore[no-untyped-def]
-        thread_id = thread.id
-        if keep:
-            if thread_id is None:
-                thread_id = create_thread(conn, key, now)
-            append_messages(conn, thread_id, stored, now)
-            if run.model_calls:
-                set_thread_usage(conn, thread_id, usage, run.tokens_estimated)
-        run.thread_id = thread_id
-        insert_run(conn, run)
-        if event.event_id is not None:
-            record_event(conn, event.channel, event.event_id, key, run.id, now)
-        return thread_id
-
-    thread_id = await runtime.store.write(commit)
+    usage = (run.last_input_tokens, run.tokens_estimated) if run.model_calls else None
+    delivery = (
+        Delivery(event.channel, event.event_id, event.conversation_key)
+        if event.event_id is not None
+        else None
+    )
+    op = CommitTurn(event.conversation_key, thread.id, stored, run, usage, delivery, time.time())
+    [thread_id] = await state.store.write(op)
+    run.thread_id = thread_id
     # Only now, with everything committed, does the hot thread change.
     if keep:
         thread.id = thread_id
         thread.messages.extend(stored)
         thread.next_seq += len(stored)
         thread.chars += sum(m.message.char_count() for m in stored)
-        if run.model_calls:
-            thread.last_input_tokens, thread.last_tokens_estimated = usage, run.tokens_estimated
+        if usage is not None:
+            thread.last_input_tokens, thread.last_tokens_estimated = usage

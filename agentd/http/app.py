@@ -10,9 +10,8 @@ from __future__ import annotations
 import hmac
 import json
 import logging
-from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any
 
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -20,17 +19,11 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from agentd.engine.commands import status_facts
-from agentd.engine.runtime import AgentRuntime
-from agentd.engine.turn import build_system, persistent_scope
+from agentd.engine.agent import Agent
 from agentd.errors import StoreError
 from agentd.events import CONVERSATION_ID_RE, InboundEvent, is_conversation_key
-from agentd.http.inspector import inspect_conversation
+from agentd.http.directory import AgentDirectory
 from agentd.http.ui import add_ui_routes
-from agentd.memory.base import TurnInput
-from agentd.memory.persistent import memory_preamble
-from agentd.messages import MESSAGE_ADAPTER
-from agentd.store.runs import list_runs
 
 log = logging.getLogger(__name__)
 MAX_TEXT = 32_000
@@ -41,33 +34,17 @@ class ApiError(Exception):
         self.status, self.reason, self.extra = status, reason, extra
 
 
-class AgentDirectory(Protocol):
-    """What the daemon exposes to the HTTP layer."""
-
-    token: str | None
-    max_body_bytes: int
-
-    def runtime(self, name: str) -> AgentRuntime | None: ...
-
-    def has_webhook(self, name: str) -> bool: ...
-
-    def describe_agents(self) -> list[dict[str, Any]]: ...
-
-    async def query_audit(
-        self, agent: str | None, kind: str | None, since: float | None, limit: int
-    ) -> list[dict[str, Any]]: ...
-
-    async def audit_auth_failure(self, path: str, reason: str, client: str | None) -> None: ...
-
-    def platform_endpoint(self, path: str) -> Callable[[Request], Awaitable[Any]] | None: ...
-
-
 class MessageIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     conversation_id: str = Field(pattern=CONVERSATION_ID_RE.pattern, description="1-128 of [A-Za-z0-9_.:-]")
     text: str = Field(min_length=1)
     user_id: str | None = Field(default=None, min_length=1, max_length=128)
+    sent_at: datetime | None = Field(
+        default=None,
+        description="when the person sent the message (ISO-8601, UTC when no offset is given, or epoch "
+        "seconds); episodic memories of it carry this time",
+    )
 
 
 class MessageOut(BaseModel):
@@ -142,13 +119,13 @@ def create_app(directory: AgentDirectory) -> FastAPI:
                 f"not a conversation key: {conversation_key!r} (expected <channel>:<id>, e.g. webhook:t-1)",
             )
 
-    def runtime_or_404(agent: str) -> AgentRuntime:
-        runtime = directory.runtime(agent)
-        if runtime is None:
-            raise ApiError(404, f"no agent named {agent!r}")
-        if runtime.status != "running":
-            raise ApiError(503, f"agent {agent!r} is {runtime.status}")
-        return runtime
+    def agent_or_404(name: str) -> Agent:
+        agent = directory.agent(name)
+        if agent is None:
+            raise ApiError(404, f"no agent named {name!r}")
+        if agent.status != "running":
+            raise ApiError(503, f"agent {name!r} is {agent.status}")
+        return agent
 
     @app.get("/healthz", tags=["daemon"])
     async def healthz() -> dict[str, Any]:
@@ -181,7 +158,7 @@ def create_app(directory: AgentDirectory) -> FastAPI:
             message = MessageIn.model_validate(raw)
         except ValidationError as e:
             raise ApiError(422, "invalid request", detail=_reasons(e.errors())) from None
-        runtime = runtime_or_404(agent)
+        target = agent_or_404(agent)
         if not directory.has_webhook(agent):
             raise ApiError(404, f"agent {agent!r} has no webhook channel: add `channels: {{webhook: {{}}}}`")
         event = InboundEvent(
@@ -190,8 +167,9 @@ def create_app(directory: AgentDirectory) -> FastAPI:
             text=message.text,
             channel="webhook",
             user_id=message.user_id,
+            sent_at=_epoch(message.sent_at),
         )
-        reply = await runtime.handle(event)
+        reply = await target.handle(event)
         return MessageOut(
             reply=reply.text, run_id=reply.run_id, conversation_key=reply.conversation_key, error=reply.error
         )
@@ -207,7 +185,7 @@ def create_app(directory: AgentDirectory) -> FastAPI:
         since: str | None = None,
         limit: int = Query(default=100, ge=1, le=1000),
     ) -> dict[str, Any]:
-        if agent is not None and directory.runtime(agent) is None and agent not in _names(directory):
+        if agent is not None and directory.agent(agent) is None and agent not in _names(directory):
             raise ApiError(404, f"no agent named {agent!r}")
         events = await directory.query_audit(agent, kind, parse_since(since), limit)
         return {"events": [{**e, "ts": iso(e["ts"])} for e in events]}
@@ -216,24 +194,16 @@ def create_app(directory: AgentDirectory) -> FastAPI:
     async def runs(
         agent: str, conversation_key: str | None = None, limit: int = Query(default=50, ge=1, le=1000)
     ) -> dict[str, Any]:
-        runtime = runtime_or_404(agent)
-        rows = await runtime.store.read(lambda conn: list_runs(conn, conversation_key, limit))
+        rows = await agent_or_404(agent).runs(conversation_key, limit)
         return {"runs": [_run_out(r) for r in rows]}
 
     @app.get("/agents/{agent}/status", tags=["agents"], dependencies=[Depends(require_token)])
     async def status(
         agent: str, conversation_key: str = Query(min_length=3), user_id: str | None = None
     ) -> dict[str, Any]:
-        runtime = runtime_or_404(agent)
+        target = agent_or_404(agent)
         check_key(conversation_key)
-        spec = runtime.spec
-        strategy = runtime.strategy(spec)
-        thread = await runtime.threads.get(conversation_key)
-        facts = await status_facts(runtime, spec, strategy, thread)
-        if spec.memory.persistent:
-            # the keys that conversation's model sees: with persistent_scope user, only that person's
-            facts["memory_keys"] = runtime.memory.keys(persistent_scope(spec, conversation_key, user_id))
-        return facts
+        return await target.status_of(conversation_key, user_id)
 
     # Before the transcript route below: its `{conversation_key:path}` would take ".../memory" as a key.
     @app.get(
@@ -243,9 +213,9 @@ def create_app(directory: AgentDirectory) -> FastAPI:
     )
     async def conversation_memory(agent: str, conversation_key: str) -> dict[str, Any]:
         """The memory inspector: per layer, what the model will see on the next turn."""
-        runtime = runtime_or_404(agent)
+        target = agent_or_404(agent)
         check_key(conversation_key)
-        return await inspect_conversation(runtime, conversation_key)
+        return await target.inspect(conversation_key)
 
     @app.get(
         "/agents/{agent}/conversations/{conversation_key:path}",
@@ -253,35 +223,9 @@ def create_app(directory: AgentDirectory) -> FastAPI:
         dependencies=[Depends(require_token)],
     )
     async def conversation(agent: str, conversation_key: str) -> dict[str, Any]:
-        runtime = runtime_or_404(agent)
+        target = agent_or_404(agent)
         check_key(conversation_key)
-        spec = runtime.spec
-        strategy = runtime.strategy(spec)
-        thread = await runtime.threads.get(conversation_key)
-        # what the next turn would see; recall is searched with an empty query here
-        view = await strategy.view(runtime, thread, TurnInput(conversation_key, "", None))
-        sections = list(view.system_sections)
-        if spec.memory.persistent:
-            sections.append(
-                memory_preamble(runtime.memory.keys(persistent_scope(spec, conversation_key, None)))
-            )
-        threshold = getattr(strategy, "compact_at_tokens", None)
-        return {
-            "agent": agent,
-            "conversation_key": conversation_key,
-            "thread_id": thread.id,
-            "strategy": strategy.kind,
-            "system": build_system(spec.purpose, sections),
-            "summary": thread.summary,
-            "messages": [
-                MESSAGE_ADAPTER.dump_python(m, mode="json", exclude_none=True) for m in view.messages
-            ],
-            "context": {
-                "tokens": thread.last_input_tokens,
-                "estimated": thread.last_tokens_estimated,
-                "compact_at_tokens": threshold,
-            },
-        }
+        return await target.next_prompt(conversation_key)
 
     async def platform(request: Request) -> Any:
         handler = directory.platform_endpoint(request.url.path)
@@ -343,3 +287,9 @@ def _run_out(run: dict[str, Any]) -> dict[str, Any]:
     out = {k: run[k] for k in keys}
     out["started_at"] = iso(run["started_at"])
     return out
+
+
+def _epoch(value: datetime | None) -> float | None:
+    if value is None:
+        return None
+    return (value if value.tzinfo is not None else value.replace(tzinfo=UTC)).timestamp()

@@ -1,24 +1,32 @@
-"""The memory seam: what the model sees next, the tools a memory offers, and the work after a run.
+"""The memory seam: what the model sees next (`view`), and small optional capabilities.
 
 A strategy is built once per agent definition and is stateless across
 conversations: per-conversation state lives in the hot thread (`thread.layers`,
-a cache) and in the agent's SQLite file (`memory_state`, episodes, facts).
-Everything it does after a run is derived from persisted cursors, so a crash
-or a restart never loses pending memory work: it is simply done next time.
+a cache) and in the agent's store (layer state, episodes, facts). Everything
+it does after a run is derived from persisted cursors, so a crash or a restart
+never loses pending memory work: it is simply done next time.
+
+Every strategy has `view`. The rest are separate protocols a strategy
+implements only when it has them, and the engine checks them by type once per
+definition (`Memory.of`):
+
+    AfterRun      work after a run (compact, fold, extract, summarise, store episodes)
+    OffersTools   tools for the model (save_episode)
+    Compacts      the full transcript, which `/compact` and the threshold apply to
+    Inspectable   what the inspector shows of this memory
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from agentd.memory.tooling import Tool
 from agentd.messages import Message
-from agentd.providers.base import Completion, Embedder
-from agentd.store.db import AgentStore
-from agentd.store.runs import RunRecord
-from agentd.store.transcripts import StoredThread
+from agentd.providers.base import Completion, Embedder, PromptHints
+from agentd.store.base import Store
+from agentd.store.records import RunRecord, StoredThread
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +36,7 @@ class TurnInput:
     conversation_key: str
     text: str
     user_id: str | None
+    sent_at: float | None = None  # when the person sent it, if the channel said
 
 
 def speaker_partition(conversation_key: str, user_id: str | None) -> str:
@@ -49,6 +58,8 @@ class MemoryView:
     chars: int | None = None
     # said once in the run log (e.g. "no embedder configured: nothing recalled")
     notes: Sequence[str] = field(default=())
+    # what the sections hold, as data (a summary, recalled exchanges) for whoever reads the request
+    hints: PromptHints = field(default_factory=PromptHints)
 
 
 @dataclass(slots=True)
@@ -60,13 +71,13 @@ class ModelCall:
 
 
 class MemoryContext(Protocol):
-    """What the engine gives a strategy: the agent's file, models, the embedder, the audit trail."""
+    """What the engine gives a strategy: the agent's store, models, the embedder, the audit trail."""
 
     @property
     def agent(self) -> str: ...
 
     @property
-    def store(self) -> AgentStore: ...
+    def store(self) -> Store: ...
 
     @property
     def embedder(self) -> Embedder | None: ...
@@ -95,8 +106,9 @@ class MemoryContext(Protocol):
         """One model call that is its own run (`trigger`: compaction, summary, fold, extraction).
 
         On success the run row is returned, not written: commit it in the same
-        transaction as what the call produced. On failure the failed run is
-        recorded here and ProviderError (or OperatorError) is raised.
+        transaction as what the call produced (`memory.runs.commit_memory_run`).
+        On failure the failed run is recorded here and ProviderError (or
+        OperatorError) is raised.
         """
         ...
 
@@ -112,10 +124,15 @@ class MemoryContext(Protocol):
 
 
 class MemoryStrategy(Protocol):
-    """How one agent's conversations are remembered."""
+    """How one agent's conversations are remembered: what the model sees for a turn."""
 
     @property
     def kind(self) -> str: ...
+
+    @property
+    def layer(self) -> str:
+        """This strategy's name for its rows (its kind, or "<i>:<kind>" inside a composite)."""
+        ...
 
     @property
     def keeps_transcript(self) -> bool:
@@ -126,35 +143,77 @@ class MemoryStrategy(Protocol):
         """What the model sees for this turn (besides the purpose and the new message)."""
         ...
 
-    def tools(self, ctx: MemoryContext, thread: StoredThread, turn: TurnInput) -> Sequence[Tool]:
-        """Tools this memory offers the model this turn (e.g. save_episode)."""
-        ...
+
+@runtime_checkable
+class AfterRun(Protocol):
+    """Work after a run, done with the conversation's lock held, after the reply went out and
+    before the next message of the conversation loads its history."""
 
     def settle_due(self, thread: StoredThread) -> bool:
         """Cheap check, after every run and before every turn: is after-run work waiting?"""
         ...
 
-    async def settle(self, ctx: MemoryContext, thread: StoredThread, run_id: str | None) -> None:
-        """Do the after-run work (compact, fold, extract, summarise, store episodes).
+    async def settle(self, ctx: MemoryContext, thread: StoredThread, run_id: str | None) -> None: ...
 
-        Called with the conversation's lock held, after the reply went out and
-        before the next message of the conversation loads its history.
-        """
+
+@runtime_checkable
+class OffersTools(Protocol):
+    def tools(self, ctx: MemoryContext, thread: StoredThread, turn: TurnInput) -> Sequence[Tool]:
+        """Tools this memory offers the model this turn (e.g. save_episode)."""
         ...
 
+
+@runtime_checkable
+class Compacts(Protocol):
+    """A memory that replays the whole transcript and compacts it (`/compact`, the threshold)."""
+
+    compact_at_tokens: int | None
+
+    async def compact(self, ctx: MemoryContext, thread: StoredThread, reason: str) -> Any:
+        """Compact the thread now (the caller holds its lock); returns a CompactionOutcome."""
+        ...
+
+
+@runtime_checkable
+class Inspectable(Protocol):
     async def inspect(self, ctx: MemoryContext, thread: StoredThread) -> dict[str, Any]:
         """For the inspector: what this memory will give the model next, with its own details."""
         ...
 
 
-class StrategyDefaults:
-    """What most strategies do for the optional parts of the seam: no tools, no after-run work."""
+@dataclass(frozen=True, slots=True)
+class Memory:
+    """A strategy and the optional capabilities it has, found by type once per definition."""
 
-    def tools(self, ctx: MemoryContext, thread: StoredThread, turn: TurnInput) -> Sequence[Tool]:
-        return ()
+    strategy: MemoryStrategy
+    after_run: AfterRun | None
+    tools: OffersTools | None
+    compaction: Compacts | None
+    inspector: Inspectable | None
+
+    @classmethod
+    def of(cls, strategy: MemoryStrategy) -> Memory:
+        return cls(
+            strategy,
+            strategy if isinstance(strategy, AfterRun) else None,
+            strategy if isinstance(strategy, OffersTools) else None,
+            strategy if isinstance(strategy, Compacts) else None,
+            strategy if isinstance(strategy, Inspectable) else None,
+        )
+
+    @property
+    def kind(self) -> str:
+        return self.strategy.kind
+
+    @property
+    def keeps_transcript(self) -> bool:
+        return self.strategy.keeps_transcript
 
     def settle_due(self, thread: StoredThread) -> bool:
-        return False
+        return self.after_run is not None and self.after_run.settle_due(thread)
 
-    async def settle(self, ctx: MemoryContext, thread: StoredThread, run_id: str | None) -> None:
-        return None
+    async def describe(self, ctx: MemoryContext, thread: StoredThread) -> dict[str, Any]:
+        """What the inspector shows of this memory: its own description, or its kind and layer."""
+        if self.inspector is not None:
+            return await self.inspector.inspect(ctx, thread)
+        return {"kind": self.kind, "layer": self.strategy.layer}

@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from agentd.errors import OperatorError, ProviderError
 from agentd.memory.base import MemoryContext
-from agentd.messages import Message, TextPart, ToolCallPart, ToolResultPart
-from agentd.store.audit import AuditRecord, insert_audit
-from agentd.store.runs import insert_run
-from agentd.store.transcripts import StoredMessage, StoredThread, apply_compaction
+from agentd.memory.runs import commit_memory_run
+from agentd.messages import Message, render_transcript
+from agentd.store.records import AuditRecord, StoredMessage, StoredThread
+from agentd.store.writes import ApplyCompaction
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +38,7 @@ class CompactionOutcome:
     error: str | None = None
 
 
-def verbatim_tail_start(messages: list[StoredMessage], keep_turns: int = KEEP_TURNS) -> int:
+def verbatim_tail_start(messages: Sequence[StoredMessage], keep_turns: int = KEEP_TURNS) -> int:
     """Index where the last `keep_turns` turns begin (a turn starts at a person's message).
 
     Cutting only at the start of a turn means a tool call always stays with its result.
@@ -51,20 +52,10 @@ def verbatim_tail_start(messages: list[StoredMessage], keep_turns: int = KEEP_TU
     return 0
 
 
-def render_for_summary(previous_summary: str | None, older: list[StoredMessage]) -> str:
-    lines = []
-    if previous_summary:
-        lines += ["Summary so far:", previous_summary, "", "Later messages:"]
-    for stored in older:
-        m = stored.message
-        for part in m.parts:
-            if isinstance(part, TextPart):
-                lines.append(f"{m.role}: {part.text}")
-            elif isinstance(part, ToolCallPart):
-                lines.append(f"assistant called {part.name}({part.arguments})")
-            elif isinstance(part, ToolResultPart):
-                lines.append(f"tool {part.name} returned: {part.content}")
-    return "\n".join(lines)
+def render_for_summary(previous_summary: str | None, older: Sequence[StoredMessage]) -> str:
+    """What a summary model reads: the summary so far (if any), then the messages to take in."""
+    text = render_transcript(m.message for m in older)
+    return f"Summary so far:\n{previous_summary}\n\nLater messages:\n{text}" if previous_summary else text
 
 
 async def compact_thread(ctx: MemoryContext, thread: StoredThread, reason: str) -> CompactionOutcome:
@@ -106,13 +97,7 @@ async def compact_thread(ctx: MemoryContext, thread: StoredThread, reason: str) 
         audit = AuditRecord(
             "compaction", "failed", thread.conversation_key, run.id, {"reason": reason, "error": error}
         )
-        now = time.time()
-
-        def record_failure(conn):  # type: ignore[no-untyped-def]
-            insert_run(conn, run)
-            insert_audit(conn, ctx.agent, [audit], now)
-
-        await ctx.store.write(record_failure)
+        await commit_memory_run(ctx, runs=[run], audits=[audit])
         return CompactionOutcome("failed", run.id, error=error)
 
     audit = AuditRecord(
@@ -122,14 +107,8 @@ async def compact_thread(ctx: MemoryContext, thread: StoredThread, reason: str) 
         run.id,
         {"reason": reason, "upto_seq": upto_seq, "messages": len(older), "summary_chars": len(summary)},
     )
-    now = time.time()
-
-    def commit(conn):  # type: ignore[no-untyped-def]
-        apply_compaction(conn, thread_id, upto_seq, summary, run.id, now)
-        insert_run(conn, run)
-        insert_audit(conn, ctx.agent, [audit], now)
-
-    await ctx.store.write(commit)
+    compaction = ApplyCompaction(thread_id, upto_seq, summary, run.id, time.time())
+    await commit_memory_run(ctx, produced=[compaction], runs=[run], audits=[audit])
     thread.summary = summary
     thread.messages = thread.messages[split:]
     thread.last_input_tokens, thread.last_tokens_estimated = None, False

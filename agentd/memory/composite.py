@@ -27,11 +27,12 @@ from typing import Any
 
 from agentd.config.models import MemorySpec
 from agentd.config.strategies import CompositeStrategy
-from agentd.memory.base import MemoryContext, MemoryStrategy, MemoryView, TurnInput
+from agentd.memory.base import Memory, MemoryContext, MemoryView, TurnInput
 from agentd.memory.registry import build_strategy
 from agentd.memory.tooling import Tool
 from agentd.messages import Message
-from agentd.store.transcripts import StoredThread
+from agentd.providers.base import PromptHints
+from agentd.store.records import StoredThread
 
 log = logging.getLogger(__name__)
 
@@ -41,11 +42,13 @@ def merge_views(views: Sequence[MemoryView]) -> MemoryView:
     sections = [s for v in views for s in v.system_sections]
     notes = [n for v in views for n in v.notes]
     messages: Sequence[Message] = ()
+    hints = PromptHints()
     for view in views:
+        hints = hints.merged(view.hints)
         if len(view.messages) > len(messages):
             messages = view.messages
     # passed on as is: a full layer's view is a snapshot over the hot thread, never copied
-    return MemoryView(system_sections=sections, messages=messages, notes=notes)
+    return MemoryView(system_sections=sections, messages=messages, notes=notes, hints=hints)
 
 
 class CompositeMemory:
@@ -53,8 +56,8 @@ class CompositeMemory:
 
     def __init__(self, spec: CompositeStrategy, memory: MemorySpec, layer: str = "composite"):
         self.layer = layer
-        self.layers: list[MemoryStrategy] = [
-            build_strategy(layer_spec, memory, f"{i}:{layer_spec.kind}")
+        self.layers: list[Memory] = [
+            Memory.of(build_strategy(layer_spec, memory, f"{i}:{layer_spec.kind}"))
             for i, layer_spec in enumerate(spec.layers)
         ]
 
@@ -63,12 +66,12 @@ class CompositeMemory:
         return any(layer.keeps_transcript for layer in self.layers)
 
     async def view(self, ctx: MemoryContext, thread: StoredThread, turn: TurnInput) -> MemoryView:
-        return merge_views([await layer.view(ctx, thread, turn) for layer in self.layers])
+        return merge_views([await layer.strategy.view(ctx, thread, turn) for layer in self.layers])
 
     def tools(self, ctx: MemoryContext, thread: StoredThread, turn: TurnInput) -> Sequence[Tool]:
         tools: dict[str, Tool] = {}
         for layer in self.layers:
-            for tool in layer.tools(ctx, thread, turn):
+            for tool in layer.tools.tools(ctx, thread, turn) if layer.tools is not None else ():
                 tools.setdefault(tool.spec.name, tool)
         return list(tools.values())
 
@@ -78,8 +81,8 @@ class CompositeMemory:
     async def settle(self, ctx: MemoryContext, thread: StoredThread, run_id: str | None) -> None:
         for i, layer in enumerate(self.layers):
             try:
-                if layer.settle_due(thread):
-                    await layer.settle(ctx, thread, run_id)
+                if layer.after_run is not None and layer.after_run.settle_due(thread):
+                    await layer.after_run.settle(ctx, thread, run_id)
             except Exception:
                 log.exception(
                     "agent %s: memory layer %s:%s failed after a run of %s; the other layers go on",
@@ -93,5 +96,5 @@ class CompositeMemory:
         return {
             "kind": self.kind,
             "layer": self.layer,
-            "layers": [await layer.inspect(ctx, thread) for layer in self.layers],
+            "layers": [await layer.describe(ctx, thread) for layer in self.layers],
         }

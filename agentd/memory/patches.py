@@ -1,8 +1,7 @@
 """State patches as pure functions: read a model's JSON answer, check a patch, apply it, measure Σ.
 
 Shared by the after-run memory jobs that ask a model for JSON (fold, extraction):
-how their input messages are rendered, how an answer is read, and how a failed
-call is classified.
+how an answer is read, and how a failed call is classified.
 
 A patch holds only the keys that change; `null` deletes a key. It is refused
 as a whole (PatchRefused, whose reason the model is shown on its one retry)
@@ -14,12 +13,11 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from agentd.errors import ProviderError
-from agentd.messages import Message, TextPart, ToolCallPart, ToolResultPart
 
 # A fenced block anywhere in the answer: ```json ... ``` or ``` ... ```.
 _FENCE = re.compile(r"```[A-Za-z0-9_-]*[ \t]*\n?(.*?)```", re.S)
@@ -147,22 +145,3 @@ def _json_type(value: Any) -> str:
     if value is None:
         return "null"
     return "number"
-
-
-def render_messages(messages: Sequence[Message], tool_result_chars: int = TOOL_RESULT_CHARS) -> str:
-    """Messages as plain lines for a memory model to read: who said what, which tools ran."""
-    lines = []
-    for m in messages:
-        for part in m.parts:
-            if isinstance(part, TextPart):
-                lines.append(f"{m.role}: {part.text}")
-            elif isinstance(part, ToolCallPart):
-                arguments = json.dumps(part.arguments, ensure_ascii=False)
-                lines.append(f"assistant called {part.name}({arguments})")
-            elif isinstance(part, ToolResultPart):
-                content = part.content
-                if len(content) > tool_result_chars:
-                    content = content[:tool_result_chars] + f"… ({len(part.content)} characters in all)"
-                failed = " (failed)" if part.is_error else ""
-                lines.append(f"tool {part.name} returned{failed}: {content}")
-    return "\n".join(lines)

@@ -11,10 +11,13 @@ from __future__ import annotations
 import re
 import time
 
+from agentd.config.models import MemorySpec
 from agentd.errors import ToolError
-from agentd.store.audit import AuditRecord, insert_audit
-from agentd.store.db import AgentStore
-from agentd.store.memories import delete_memory, get_memory, memory_keys, upsert_memory
+from agentd.memory.base import speaker_partition
+from agentd.store.base import Store
+from agentd.store.queries import MemoryKeys, MemoryValue
+from agentd.store.records import AuditRecord
+from agentd.store.writes import AppendAudit, DeleteMemory, RowMissing, UpsertMemory
 
 KEY_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 AGENT_SCOPE = ""
@@ -23,6 +26,13 @@ PREAMBLE = (
     "You have persistent memory — facts and preferences that survive across conversations and restarts. "
     "Use recall to read one, list_memories to browse, remember to save or update one, forget to delete one."
 )
+
+
+def persistent_scope(memory: MemorySpec, conversation_key: str, user_id: str | None) -> str:
+    """Whose persistent facts a turn reads and writes: the agent's, or only the speaker's."""
+    if memory.persistent_scope == "user":
+        return speaker_partition(conversation_key, user_id)
+    return AGENT_SCOPE
 
 
 def memory_preamble(keys: list[str]) -> str:
@@ -34,14 +44,21 @@ def memory_preamble(keys: list[str]) -> str:
 class PersistentMemory:
     """One agent's memories table, with the keys of every scope cached in memory."""
 
-    def __init__(self, store: AgentStore, agent: str, max_value_chars: int = 4000):
+    def __init__(self, store: Store, agent: str, max_value_chars: int = 4000):
         self.store = store
         self.agent = agent
         self.max_value_chars = max_value_chars
         self._keys: dict[str, list[str]] = {}
+        self._version: int | None = None  # the store's memories version the keys were read at
 
     async def load(self) -> None:
-        self._keys = await self.store.read(memory_keys)
+        self._keys = await self.store.read(MemoryKeys())
+
+    async def sync(self, version: int) -> None:
+        """Read the keys again when another daemon changed them (a shared store's claim says so)."""
+        if version != self._version:
+            await self.load()
+            self._version = version
 
     def keys(self, scope: str = AGENT_SCOPE) -> list[str]:
         return list(self._keys.get(scope, ()))
@@ -73,12 +90,9 @@ class PersistentMemory:
         data = {"key": key} if not scope else {"key": key, "scope": scope}
         audit = AuditRecord("memory", "remember", conversation_key, run_id, data)
 
-        def commit(conn):  # type: ignore[no-untyped-def]
-            created = upsert_memory(conn, scope, key, value, run_id, now)
-            insert_audit(conn, self.agent, [audit], now)
-            return created
-
-        created = await self.store.write(commit)
+        created, _ = await self.store.write(
+            UpsertMemory(scope, key, value, run_id, now), AppendAudit(self.agent, [audit], now)
+        )
         if created:
             self._keys.setdefault(scope, []).append(key)
             self._keys[scope].sort()
@@ -86,7 +100,7 @@ class PersistentMemory:
 
     async def recall(self, key: object, *, scope: str = AGENT_SCOPE) -> str:
         key = self._check_key(key)
-        value = await self.store.read(lambda conn: get_memory(conn, scope, key))
+        value = await self.store.read(MemoryValue(scope, key))
         if value is None:
             raise ToolError(f"no memory with key {key!r}; keys held: {', '.join(self.keys(scope)) or 'none'}")
         return value
@@ -103,12 +117,12 @@ class PersistentMemory:
         data = {"key": key} if not scope else {"key": key, "scope": scope}
         audit = AuditRecord("memory", "forget", conversation_key, run_id, data)
 
-        def commit(conn):  # type: ignore[no-untyped-def]
-            if not delete_memory(conn, scope, key):
-                raise ToolError(f"no memory with key {key!r}")
-            insert_audit(conn, self.agent, [audit], now)
-
-        await self.store.write(commit)
+        try:
+            await self.store.write(
+                DeleteMemory(scope, key, must_exist=True), AppendAudit(self.agent, [audit], now)
+            )
+        except RowMissing:
+            raise ToolError(f"no memory with key {key!r}") from None
         if key in self._keys.get(scope, []):
             self._keys[scope].remove(key)
         return f"Forgot {key}."

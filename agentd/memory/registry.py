@@ -7,11 +7,11 @@ whole `memory:` block, `layer` a stable name for its rows in memory_state.
 
 from __future__ import annotations
 
-import importlib
+import pkgutil
 from typing import Any
 
 from agentd.config.models import AgentSpec, MemorySpec
-from agentd.memory.base import MemoryStrategy
+from agentd.memory.base import Memory, MemoryStrategy
 from agentd.memory.transcript import FullTranscript, NoHistory
 
 STRATEGY_KINDS: dict[str, str] = {
@@ -27,8 +27,7 @@ STRATEGY_KINDS: dict[str, str] = {
 
 
 def build_strategy(spec: Any, memory: MemorySpec, layer: str | None = None) -> MemoryStrategy:
-    module_name, _, class_name = STRATEGY_KINDS[spec.kind].partition(":")
-    cls = getattr(importlib.import_module(module_name), class_name)
+    cls = pkgutil.resolve_name(STRATEGY_KINDS[spec.kind])
     strategy: MemoryStrategy = cls(spec, memory, layer or spec.kind)
     return strategy
 
@@ -42,3 +41,8 @@ def strategy_for(agent: AgentSpec, override: Any = None) -> MemoryStrategy:
     if memory.scope == "thread":
         return FullTranscript(None, memory)
     return NoHistory()
+
+
+def memory_for(agent: AgentSpec, override: Any = None) -> Memory:
+    """The agent's strategy with its capabilities found (see `Memory`)."""
+    return Memory.of(strategy_for(agent, override))

@@ -30,16 +30,14 @@ from typing import Any
 from agentd.config.models import MemorySpec
 from agentd.config.strategies import SemanticStrategy
 from agentd.errors import OperatorError, ProviderError
-from agentd.memory.base import MemoryContext, MemoryView, StrategyDefaults, TurnInput, speaker_partition
-from agentd.memory.layers import cached_layer_state, cursor_behind, structured_model
-from agentd.memory.patches import PatchRefused, parse_json_answer, rejected_request, render_messages
-from agentd.memory.state import first_unfolded
-from agentd.messages import Message
-from agentd.store.audit import AuditRecord, insert_audit
-from agentd.store.facts import Fact, delete_fact, list_facts, upsert_fact
-from agentd.store.memory_state import LayerState, put_layer_state
-from agentd.store.runs import RunRecord, insert_run
-from agentd.store.transcripts import StoredMessage, StoredThread
+from agentd.memory.base import MemoryContext, MemoryView, TurnInput, speaker_partition
+from agentd.memory.cursor import after_cursor, cursor_behind, layer_state
+from agentd.memory.patches import TOOL_RESULT_CHARS, PatchRefused, parse_json_answer, rejected_request
+from agentd.memory.runs import commit_memory_run, structured_model
+from agentd.messages import Message, render_transcript
+from agentd.store.queries import Facts
+from agentd.store.records import AuditRecord, Fact, LayerState, RunRecord, StoredMessage, StoredThread
+from agentd.store.writes import DeleteFact, UpsertFact, Write
 
 log = logging.getLogger(__name__)
 
@@ -168,7 +166,7 @@ def speaker_groups(
     return groups
 
 
-class SemanticMemory(StrategyDefaults):
+class SemanticMemory:
     """Facts per speaker, extracted after each run; see the module docstring."""
 
     kind = "semantic"
@@ -179,19 +177,12 @@ class SemanticMemory(StrategyDefaults):
         self.layer = layer
         self.instructions = f"{spec.extractor.strip()}\n\n{EXTRACTION_CONTRACT}"
 
-    def model(self, ctx: MemoryContext) -> str | None:
-        """The fold/extraction model; None: there is none that can write structured memory."""
-        return structured_model(ctx, self.spec.model)
-
-    async def layer_state(self, ctx: MemoryContext, thread: StoredThread) -> LayerState:
-        return await cached_layer_state(ctx, thread, self.layer)
-
     # -- what the model sees -----------------------------------------------------------
 
     async def view(self, ctx: MemoryContext, thread: StoredThread, turn: TurnInput) -> MemoryView:
         partition = speaker_partition(turn.conversation_key, turn.user_id)
-        facts = await ctx.store.read(lambda conn: list_facts(conn, partition, SHOWN_FACTS))
-        notes = (NO_MODEL_NOTE,) if self.model(ctx) is None else ()
+        facts = await ctx.store.read(Facts(partition, SHOWN_FACTS))
+        notes = (NO_MODEL_NOTE,) if structured_model(ctx, self.spec.model) is None else ()
         return MemoryView(system_sections=[facts_section(facts)] if facts else [], notes=notes)
 
     # -- extraction --------------------------------------------------------------------
@@ -202,9 +193,9 @@ class SemanticMemory(StrategyDefaults):
     async def settle(self, ctx: MemoryContext, thread: StoredThread, run_id: str | None) -> None:
         if thread.id is None:
             return
-        state = await self.layer_state(ctx, thread)
-        start = first_unfolded(thread.messages, state.upto_seq)
-        model = self.model(ctx)
+        state = await layer_state(ctx, thread, self.layer)
+        start = after_cursor(thread.messages, state.upto_seq)
+        model = structured_model(ctx, self.spec.model)
         if start == len(thread.messages) or model is None:
             return
         for partition, group in speaker_groups(thread.messages, start, thread.conversation_key):
@@ -224,7 +215,7 @@ class SemanticMemory(StrategyDefaults):
         key, thread_id = thread.conversation_key, thread.id
         assert thread_id is not None
         upto_seq = group[-1].seq
-        known = await ctx.store.read(lambda conn: list_facts(conn, partition, SHOWN_FACTS))
+        known = await ctx.store.read(Facts(partition, SHOWN_FACTS))
         try:
             call = await ctx.call_model(
                 trigger="extraction",
@@ -239,7 +230,7 @@ class SemanticMemory(StrategyDefaults):
         except (ProviderError, OperatorError) as e:
             if not rejected_request(e):
                 audit = AuditRecord(AUDIT_KIND, "deferred", key, None, {"error": str(e)})
-                await self.commit(ctx, thread, None, [], [audit], lambda conn, now: None)
+                await commit_memory_run(ctx, audits=[audit])
                 log.warning("agent %s: fact extraction of %s deferred: %s", ctx.agent, key, e)
                 return False
             return await self.refuse(ctx, thread, None, f"the provider rejected the request: {e}", upto_seq)
@@ -259,14 +250,15 @@ class SemanticMemory(StrategyDefaults):
             {"partition": partition, "upto_seq": upto_seq, "written": written, "retracted": retracted},
         )
 
-        def store_facts(conn, now):  # type: ignore[no-untyped-def]
-            for f in facts:
-                if f.value is None:
-                    delete_fact(conn, partition, f.key)
-                else:
-                    upsert_fact(conn, partition, f.key, f.value, f.confidence, f.source, run.id, now)
-
-        await self.commit(ctx, thread, LayerState({}, upto_seq), [run], [audit], store_facts)
+        now = time.time()
+        produced: list[Write[Any]] = [
+            DeleteFact(partition, f.key)
+            if f.value is None
+            else UpsertFact(partition, f.key, f.value, f.confidence, f.source, run.id, now)
+            for f in facts
+        ]
+        cursor = (thread, self.layer, LayerState({}, upto_seq))
+        await commit_memory_run(ctx, produced=produced, cursor=cursor, runs=[run], audits=[audit])
         return True
 
     async def refuse(
@@ -277,48 +269,23 @@ class SemanticMemory(StrategyDefaults):
             AUDIT_KIND, "refused", thread.conversation_key, run.id if run else None, {"reason": reason}
         )
         runs = [run] if run else []
-        await self.commit(ctx, thread, LayerState({}, upto_seq), runs, [audit], lambda conn, now: None)
+        cursor = (thread, self.layer, LayerState({}, upto_seq))
+        await commit_memory_run(ctx, cursor=cursor, runs=runs, audits=[audit])
         log.info("agent %s: fact extraction of %s refused: %s", ctx.agent, thread.conversation_key, reason)
         return True
 
     def extraction_prompt(self, known: Sequence[Fact], group: Sequence[StoredMessage]) -> str:
         facts = "\n".join(f"- {f.key}: {f.value}" for f in known) or "(none yet)"
-        exchange = render_messages([m.message for m in group])
+        exchange = render_transcript((m.message for m in group), TOOL_RESULT_CHARS)
         return (
             f"Facts already known about this person (reuse a key to update it):\n{facts}\n\n"
             f"The exchange:\n{exchange}"
         )
 
-    async def commit(
-        self,
-        ctx: MemoryContext,
-        thread: StoredThread,
-        state: LayerState | None,
-        runs: list[RunRecord],
-        audits: list[AuditRecord],
-        effect: Any,
-    ) -> None:
-        """Facts, cursor, run rows and audit rows in one transaction; the cache follows the commit."""
-        thread_id = thread.id
-        assert thread_id is not None
-        now = time.time()
-
-        def write(conn):  # type: ignore[no-untyped-def]
-            effect(conn, now)
-            if state is not None:
-                put_layer_state(conn, thread_id, self.layer, state, now)
-            for run in runs:
-                insert_run(conn, run)
-            insert_audit(conn, ctx.agent, audits, now)
-
-        await ctx.store.write(write)
-        if state is not None:
-            thread.layers[self.layer] = state
-
     # -- the inspector -----------------------------------------------------------------
 
     async def inspect(self, ctx: MemoryContext, thread: StoredThread) -> dict[str, Any]:
-        state = await self.layer_state(ctx, thread)
+        state = await layer_state(ctx, thread, self.layer)
         key = thread.conversation_key
         partitions = list(
             dict.fromkeys(
@@ -326,16 +293,14 @@ class SemanticMemory(StrategyDefaults):
             )
         )
 
-        def read(conn):  # type: ignore[no-untyped-def]
-            return {p: list_facts(conn, p, SHOWN_FACTS) for p in partitions}
-
-        facts = await ctx.store.read(read)
+        found = await ctx.store.read_many(*(Facts(p, SHOWN_FACTS) for p in partitions))
+        facts: dict[str, list[Fact]] = dict(zip(partitions, found, strict=True))
         return {
             "kind": self.kind,
             "layer": self.layer,
-            "model": self.model(ctx),
+            "model": structured_model(ctx, self.spec.model),
             "upto_seq": state.upto_seq,
-            "not_extracted": len(thread.messages) - first_unfolded(thread.messages, state.upto_seq),
+            "not_extracted": len(thread.messages) - after_cursor(thread.messages, state.upto_seq),
             "facts": {
                 p: [
                     {

@@ -27,28 +27,25 @@ layers of a composite read them); the model just never sees them again.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Sequence
 from typing import Any
 
 from agentd.config.models import MemorySpec
 from agentd.config.strategies import StateStrategy
 from agentd.errors import OperatorError, ProviderError
-from agentd.memory.base import MemoryContext, MemoryView, StrategyDefaults, TurnInput
-from agentd.memory.layers import cached_layer_state, cursor_behind, structured_model
+from agentd.memory.base import MemoryContext, MemoryView, TurnInput
+from agentd.memory.cursor import after_cursor, cursor_behind, layer_state
 from agentd.memory.patches import (
+    TOOL_RESULT_CHARS,
     FoldResult,
     PatchRefused,
     fold_answer,
     rejected_request,
-    render_messages,
     sigma_json,
 )
-from agentd.messages import MESSAGE_ADAPTER, Message
-from agentd.store.audit import AuditRecord, insert_audit
-from agentd.store.memory_state import LayerState, put_layer_state
-from agentd.store.runs import RunRecord, insert_run
-from agentd.store.transcripts import StoredMessage, StoredThread
+from agentd.memory.runs import commit_memory_run, structured_model
+from agentd.messages import MESSAGE_ADAPTER, Message, render_transcript
+from agentd.store.records import AuditRecord, LayerState, RunRecord, StoredMessage, StoredThread
 
 log = logging.getLogger(__name__)
 
@@ -87,14 +84,6 @@ def last_exchange_start(messages: Sequence[StoredMessage]) -> int:
     return 0
 
 
-def first_unfolded(messages: Sequence[StoredMessage], upto_seq: int) -> int:
-    """Index of the first message after the cursor (len(messages) when all are folded)."""
-    i = len(messages)
-    while i > 0 and messages[i - 1].seq > upto_seq:
-        i -= 1
-    return i
-
-
 def keep_tool_pairs(messages: Sequence[StoredMessage], start: int) -> int:
     """Move a cut back so a tool result is never shown without the call it answers."""
     while 0 < start < len(messages) and messages[start].message.role == "tool":
@@ -114,7 +103,7 @@ def dump(stored: Sequence[StoredMessage]) -> list[dict[str, Any]]:
     ]
 
 
-class StateMemory(StrategyDefaults):
+class StateMemory:
     """Σ folded once per run from the messages after its cursor; see the module docstring."""
 
     kind = "state"
@@ -130,15 +119,6 @@ class StateMemory(StrategyDefaults):
             max_chars=spec.max_chars,
         )
 
-    # -- state and model ---------------------------------------------------------------
-
-    def model(self, ctx: MemoryContext) -> str | None:
-        """The fold/extraction model; None: there is none that can write structured memory."""
-        return structured_model(ctx, self.spec.model)
-
-    async def layer_state(self, ctx: MemoryContext, thread: StoredThread) -> LayerState:
-        return await cached_layer_state(ctx, thread, self.layer)
-
     def sigma(self, state: LayerState) -> dict[str, Any]:
         stored = state.data.get("sigma") or {}
         # a field removed from the definition is no longer shown (the next fold drops it)
@@ -147,10 +127,10 @@ class StateMemory(StrategyDefaults):
     # -- what the model sees -----------------------------------------------------------
 
     async def view(self, ctx: MemoryContext, thread: StoredThread, turn: TurnInput) -> MemoryView:
-        state = await self.layer_state(ctx, thread)
+        state = await layer_state(ctx, thread, self.layer)
         sigma = self.sigma(state)
         messages = thread.messages
-        if self.model(ctx) is None:
+        if structured_model(ctx, self.spec.model) is None:
             start = tail_start(messages, self.spec.tail_messages)
             sections = [self.section(sigma, unfolded=0, degraded=True)] if sigma else []
             return MemoryView(
@@ -173,7 +153,7 @@ class StateMemory(StrategyDefaults):
     def shown_from(self, messages: Sequence[StoredMessage], upto_seq: int) -> tuple[int, int]:
         """Where the verbatim messages start (the last exchange, or the queue if it is longer),
         and how many messages are not folded yet."""
-        pending = first_unfolded(messages, upto_seq)
+        pending = after_cursor(messages, upto_seq)
         start = keep_tool_pairs(messages, min(last_exchange_start(messages), pending))
         return start, len(messages) - pending
 
@@ -206,9 +186,9 @@ class StateMemory(StrategyDefaults):
     async def settle(self, ctx: MemoryContext, thread: StoredThread, run_id: str | None) -> None:
         if thread.id is None:
             return
-        state = await self.layer_state(ctx, thread)
-        pending = thread.messages[first_unfolded(thread.messages, state.upto_seq) :]
-        model = self.model(ctx)
+        state = await layer_state(ctx, thread, self.layer)
+        pending = thread.messages[after_cursor(thread.messages, state.upto_seq) :]
+        model = structured_model(ctx, self.spec.model)
         if not pending or model is None:
             return
         await self.fold(ctx, thread, state, pending, model, run_id)
@@ -254,7 +234,7 @@ class StateMemory(StrategyDefaults):
                             {"error": str(e), "attempt": attempt, "pending": len(pending)},
                         )
                     )
-                    await self.commit(ctx, thread_id, None, runs, audits)
+                    await commit_memory_run(ctx, runs=runs, audits=audits)
                     log.warning("agent %s: fold of %s deferred: %s", ctx.agent, key, e)
                     return
                 reason, answer, attempt_run = f"the provider rejected the fold request: {e}", None, None
@@ -269,8 +249,9 @@ class StateMemory(StrategyDefaults):
                 else:
                     audits.append(self.applied(key, attempt_run.id, attempt, pending, result))
                     new_state = LayerState({**state.data, "sigma": result.sigma}, upto_seq)
-                    await self.commit(ctx, thread_id, new_state, runs, audits)
-                    thread.layers[self.layer] = new_state
+                    await commit_memory_run(
+                        ctx, cursor=(thread, self.layer, new_state), runs=runs, audits=audits
+                    )
                     return
             audits.append(
                 AuditRecord(
@@ -303,13 +284,12 @@ class StateMemory(StrategyDefaults):
             )
         )
         new_state = LayerState(dict(state.data), upto_seq)
-        await self.commit(ctx, thread_id, new_state, runs, audits)
-        thread.layers[self.layer] = new_state
+        await commit_memory_run(ctx, cursor=(thread, self.layer, new_state), runs=runs, audits=audits)
         log.warning("agent %s: fold of %s refused twice; %d messages dropped", ctx.agent, key, len(pending))
 
     def fold_prompt(self, sigma: dict[str, Any], pending: Sequence[StoredMessage]) -> str:
         now = sigma_json(sigma) if sigma else "{}"
-        exchange = render_messages([m.message for m in pending])
+        exchange = render_transcript((m.message for m in pending), TOOL_RESULT_CHARS)
         return f"Σ now:\n{now}\n\nMessages since Σ was last updated:\n{exchange}"
 
     @staticmethod
@@ -331,34 +311,14 @@ class StateMemory(StrategyDefaults):
             },
         )
 
-    async def commit(
-        self,
-        ctx: MemoryContext,
-        thread_id: int,
-        state: LayerState | None,
-        runs: list[RunRecord],
-        audits: list[AuditRecord],
-    ) -> None:
-        """Σ and cursor (when they change), the fold runs and their audit rows: one transaction."""
-        now = time.time()
-
-        def write(conn):  # type: ignore[no-untyped-def]
-            if state is not None:
-                put_layer_state(conn, thread_id, self.layer, state, now)
-            for run in runs:
-                insert_run(conn, run)
-            insert_audit(conn, ctx.agent, audits, now)
-
-        await ctx.store.write(write)
-
     # -- the inspector -----------------------------------------------------------------
 
     async def inspect(self, ctx: MemoryContext, thread: StoredThread) -> dict[str, Any]:
-        state = await self.layer_state(ctx, thread)
+        state = await layer_state(ctx, thread, self.layer)
         sigma = self.sigma(state)
-        model = self.model(ctx)
+        model = structured_model(ctx, self.spec.model)
         messages = thread.messages
-        pending = first_unfolded(messages, state.upto_seq)
+        pending = after_cursor(messages, state.upto_seq)
         if model is None:
             start = tail_start(messages, self.spec.tail_messages)
         else:

@@ -26,25 +26,22 @@ can write (an extractive one), so the layer keeps working without a network.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from agentd.config.models import MemorySpec
 from agentd.config.strategies import SummarizedStrategy
 from agentd.errors import OperatorError, ProviderError
-from agentd.memory.base import MemoryContext, MemoryView, StrategyDefaults, TurnInput
+from agentd.memory.base import MemoryContext, MemoryView, TurnInput
 from agentd.memory.compaction import render_for_summary, verbatim_tail_start
+from agentd.memory.cursor import after_cursor, layer_state
+from agentd.memory.runs import commit_memory_run
 from agentd.messages import MESSAGE_ADAPTER, Message
-from agentd.store.audit import AuditRecord, insert_audit
-from agentd.store.memory_state import LayerState, get_layer_state, put_layer_state
-from agentd.store.runs import insert_run
-from agentd.store.transcripts import StoredMessage, StoredThread
+from agentd.providers.base import PromptHints
+from agentd.store.records import AuditRecord, LayerState, StoredMessage, StoredThread
 
 log = logging.getLogger(__name__)
 
-# begins like compaction's heading, which the offline model recognises
 SUMMARY_HEADING = (
     "Summary of the earlier part of this conversation (a rolling summary; the messages since follow):"
 )
@@ -54,30 +51,14 @@ REFRESH_INSTRUCTIONS = (
     "established, the person's preferences and requests, open questions and errors met; drop what "
     "no longer matters. Write plain text, no preamble."
 )
-
-
-@dataclass(slots=True)
-class SummaryState:
-    """This layer's view of one thread, cached in thread.layers[layer]."""
-
-    summary: str | None = None
-    upto_seq: int = 0
-    # the last message seq when a refresh failed: retry only once newer messages arrive
-    failed_at_seq: int | None = None
-
-
-def since(messages: Sequence[StoredMessage], upto_seq: int) -> list[StoredMessage]:
-    """The messages after the cursor (a suffix: messages are in seq order)."""
-    i = len(messages)
-    while i > 0 and messages[i - 1].seq > upto_seq:
-        i -= 1
-    return list(messages[i:])
+# LayerState.transient key: the last message seq when a refresh failed (retry once newer ones arrive)
+FAILED_AT = "failed_at_seq"
 
 
 def foldable(messages: Sequence[StoredMessage], upto_seq: int) -> list[StoredMessage]:
     """The messages after the cursor and before the latest turn: what a refresh folds in."""
-    pending = since(messages, upto_seq)
-    return pending[: verbatim_tail_start(pending, keep_turns=1)]
+    pending = messages[after_cursor(messages, upto_seq) :]
+    return list(pending[: verbatim_tail_start(pending, keep_turns=1)])
 
 
 def count_foldable(messages: Sequence[StoredMessage], upto_seq: int, enough: int) -> int:
@@ -95,7 +76,7 @@ def count_foldable(messages: Sequence[StoredMessage], upto_seq: int, enough: int
     return count
 
 
-class SummarizedMemory(StrategyDefaults):
+class SummarizedMemory:
     kind = "summarized"
     keeps_transcript = True
 
@@ -104,64 +85,46 @@ class SummarizedMemory(StrategyDefaults):
         self.model = spec.model
         self.layer = layer
 
-    # -- state ------------------------------------------------------------------------
-
-    def _cached(self, thread: StoredThread) -> SummaryState | None:
-        state = thread.layers.get(self.layer)
-        return state if isinstance(state, SummaryState) else None
-
-    async def state(self, ctx: MemoryContext, thread: StoredThread) -> SummaryState:
-        cached = self._cached(thread)
-        if cached is not None:
-            return cached
-        state = SummaryState()
-        thread_id = thread.id
-        if thread_id is not None:
-            stored = await ctx.store.read(lambda conn: get_layer_state(conn, thread_id, self.layer))
-            state = SummaryState(stored.data.get("summary"), stored.upto_seq)
-        thread.layers[self.layer] = state
-        return state
-
     def model_ref(self, ctx: MemoryContext) -> str:
         return ctx.memory_model(self.model) or ctx.agent_model(small=True)
 
     # -- the seam ---------------------------------------------------------------------
 
     async def view(self, ctx: MemoryContext, thread: StoredThread, turn: TurnInput) -> MemoryView:
-        state = await self.state(ctx, thread)
+        state = await layer_state(ctx, thread, self.layer)
+        summary = state.data.get("summary")
         sections = []
-        if state.summary:
-            sections.append(f"{SUMMARY_HEADING}\n{state.summary}")
+        if summary:
+            sections.append(f"{SUMMARY_HEADING}\n{summary}")
         if thread.summary:  # a hand-made /compact of the same thread
             sections.append(f"Summary of older turns (compacted):\n{thread.summary}")
-        shown = [m.message for m in since(thread.messages, state.upto_seq)]
+        shown = [m.message for m in thread.messages[after_cursor(thread.messages, state.upto_seq) :]]
         chars = sum(len(s) for s in sections) + sum(m.char_count() for m in shown)
-        return MemoryView(system_sections=sections, messages=shown, chars=chars)
+        hints = PromptHints(summary=bool(sections))
+        return MemoryView(system_sections=sections, messages=shown, chars=chars, hints=hints)
 
     def settle_due(self, thread: StoredThread) -> bool:
-        state = self._cached(thread)
+        state = thread.layers.get(self.layer)
         if state is None:
             # not loaded yet (a restart): settle() loads the cursor and decides
             return len(thread.messages) >= self.every
         if count_foldable(thread.messages, state.upto_seq, self.every) < self.every:
             return False
-        last_seq = thread.messages[-1].seq
-        return state.failed_at_seq is None or last_seq > state.failed_at_seq
+        failed_at = state.transient.get(FAILED_AT)
+        return failed_at is None or thread.messages[-1].seq > failed_at
 
     async def settle(self, ctx: MemoryContext, thread: StoredThread, run_id: str | None) -> None:
-        await self.state(ctx, thread)
+        await layer_state(ctx, thread, self.layer)
         if self.settle_due(thread):
             await self.refresh(ctx, thread)
 
     async def refresh(self, ctx: MemoryContext, thread: StoredThread) -> bool:
         """Fold the pending messages into the summary; True when the summary moved."""
-        state = await self.state(ctx, thread)
-        thread_id = thread.id
+        state = await layer_state(ctx, thread, self.layer)
         chunk = foldable(thread.messages, state.upto_seq)
-        if thread_id is None or not chunk:
+        if thread.id is None or not chunk:
             return False
-        upto_seq = chunk[-1].seq
-        last_seq = thread.messages[-1].seq
+        upto_seq, last_seq = chunk[-1].seq, thread.messages[-1].seq
         model_ref = self.model_ref(ctx)
         key = thread.conversation_key
         try:
@@ -169,14 +132,14 @@ class SummarizedMemory(StrategyDefaults):
                 trigger="summary",
                 model_ref=model_ref,
                 system=REFRESH_INSTRUCTIONS,
-                messages=[Message.user(render_for_summary(state.summary, chunk))],
+                messages=[Message.user(render_for_summary(state.data.get("summary"), chunk))],
                 conversation_key=key,
-                thread_id=thread_id,
+                thread_id=thread.id,
                 purpose="summary",
             )
         except (ProviderError, OperatorError) as e:
             # call_model recorded the failed run; the old summary and cursor stay
-            state.failed_at_seq = last_seq
+            state.transient[FAILED_AT] = last_seq
             await ctx.audit(
                 "summary",
                 "failed",
@@ -187,56 +150,32 @@ class SummarizedMemory(StrategyDefaults):
             return False
         summary = call.completion.message.text.strip()
         run = call.run
-        now = time.time()
         if not summary:
             run.status, run.error = "error", "the model returned an empty summary"
-            failure = AuditRecord(
-                "summary",
-                "failed",
-                key,
-                run.id,
-                {"layer": self.layer, "model": model_ref, "error": run.error},
+            failure = {"layer": self.layer, "model": model_ref, "error": run.error}
+            await commit_memory_run(
+                ctx, runs=[run], audits=[AuditRecord("summary", "failed", key, run.id, failure)]
             )
-
-            def record_failure(conn):  # type: ignore[no-untyped-def]
-                insert_run(conn, run)
-                insert_audit(conn, ctx.agent, [failure], now)
-
-            await ctx.store.write(record_failure)
-            state.failed_at_seq = last_seq
+            state.transient[FAILED_AT] = last_seq
             return False
-
-        audit = AuditRecord(
-            "summary",
-            "ok",
-            key,
-            run.id,
-            {
-                "layer": self.layer,
-                "upto_seq": upto_seq,
-                "messages": len(chunk),
-                "summary_chars": len(summary),
-            },
-        )
-        stored = LayerState({"summary": summary}, upto_seq)
-
-        def commit(conn):  # type: ignore[no-untyped-def]
-            put_layer_state(conn, thread_id, self.layer, stored, now)
-            insert_run(conn, run)
-            insert_audit(conn, ctx.agent, [audit], now)
-
-        await ctx.store.write(commit)
-        # only now, committed, does the cached view move
-        state.summary, state.upto_seq, state.failed_at_seq = summary, upto_seq, None
+        data = {
+            "layer": self.layer,
+            "upto_seq": upto_seq,
+            "messages": len(chunk),
+            "summary_chars": len(summary),
+        }
+        audit = AuditRecord("summary", "ok", key, run.id, data)
+        moved = LayerState({"summary": summary}, upto_seq)
+        await commit_memory_run(ctx, cursor=(thread, self.layer, moved), runs=[run], audits=[audit])
         return True
 
     async def inspect(self, ctx: MemoryContext, thread: StoredThread) -> dict[str, Any]:
-        state = await self.state(ctx, thread)
-        shown = since(thread.messages, state.upto_seq)
+        state = await layer_state(ctx, thread, self.layer)
+        shown = thread.messages[after_cursor(thread.messages, state.upto_seq) :]
         return {
             "kind": self.kind,
             "layer": self.layer,
-            "summary": state.summary,
+            "summary": state.data.get("summary"),
             "upto_seq": state.upto_seq,
             "every": self.every,
             "model": self.model_ref(ctx),

@@ -6,15 +6,16 @@ from typing import Any
 
 from agentd.config.models import MemorySpec
 from agentd.config.strategies import FullStrategy, NoneStrategy
-from agentd.memory.base import MemoryContext, MemoryView, StrategyDefaults, TurnInput
-from agentd.memory.compaction import compact_thread
+from agentd.memory.base import MemoryContext, MemoryView, TurnInput
+from agentd.memory.compaction import CompactionOutcome, compact_thread
 from agentd.messages import MESSAGE_ADAPTER, MessageSequence
-from agentd.store.transcripts import StoredThread
+from agentd.providers.base import PromptHints
+from agentd.store.records import StoredThread
 
 SUMMARY_HEADING = "Summary of the earlier part of this conversation (older turns were compacted):"
 
 
-class NoHistory(StrategyDefaults):
+class NoHistory:
     """none — every run starts blank: the purpose and the new message."""
 
     kind = "none"
@@ -32,7 +33,7 @@ class NoHistory(StrategyDefaults):
         return {"kind": self.kind, "layer": self.layer, "sees": "nothing: every run starts blank"}
 
 
-class FullTranscript(StrategyDefaults):
+class FullTranscript:
     """full (and scope: thread) — the whole transcript, compacted once the context crosses the threshold."""
 
     kind = "full"
@@ -51,7 +52,10 @@ class FullTranscript(StrategyDefaults):
     def current_view(self, thread: StoredThread) -> MemoryView:
         sections = (f"{SUMMARY_HEADING}\n{thread.summary}",) if thread.summary else ()
         return MemoryView(
-            system_sections=sections, messages=MessageSequence(thread.messages), chars=thread.chars
+            system_sections=sections,
+            messages=MessageSequence(thread.messages),
+            chars=thread.chars,
+            hints=PromptHints(summary=thread.summary is not None),
         )
 
     def settle_due(self, thread: StoredThread) -> bool:
@@ -66,6 +70,9 @@ class FullTranscript(StrategyDefaults):
     async def settle(self, ctx: MemoryContext, thread: StoredThread, run_id: str | None) -> None:
         if self.settle_due(thread):
             await compact_thread(ctx, thread, reason="threshold")
+
+    async def compact(self, ctx: MemoryContext, thread: StoredThread, reason: str) -> CompactionOutcome:
+        return await compact_thread(ctx, thread, reason)
 
     async def inspect(self, ctx: MemoryContext, thread: StoredThread) -> dict[str, Any]:
         view = self.current_view(thread)

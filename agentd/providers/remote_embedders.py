@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import math
-import os
 from collections.abc import Sequence
 from typing import Any
 
 import httpx
 
 from agentd.errors import OperatorError, ProviderError
-from agentd.providers.http import Endpoint, post_json, unreadable
+from agentd.providers.http import Endpoint, api_key, post_json, unreadable
 
 OPENAI_KEY_ENV = "OPENAI_API_KEY"
 BATCH_SIZE = 64  # texts per request: well under every server's input limit, few round trips
@@ -160,15 +159,7 @@ class OpenAIEmbedder(_RemoteEmbedder):
     example_model = "text-embedding-3-small"
 
     def _headers(self) -> dict[str, str]:
-        # Read the environment per call so a key exported after startup is picked up.
-        key = self._api_key or os.environ.get(OPENAI_KEY_ENV) or None
-        if key is None:
-            raise ProviderError(
-                f"no API key: set {OPENAI_KEY_ENV} or providers.{self.name}.api_key in agentd.yaml",
-                provider=self.name,
-                model=self.model,
-            )
-        return {"Authorization": f"Bearer {key}"}
+        return {"Authorization": f"Bearer {api_key(self._endpoint, self._api_key, self.model)}"}
 
     def _vectors(self, body: dict[str, Any], count: int) -> list[Any]:
         data = body.get("data")

@@ -1,5 +1,5 @@
-"""Everything SQL: one SQLite file per agent, served by one shared store thread."""
+"""Everything agentd stores, behind one seam: reads and writes as data, backends that speak SQL."""
 
-from agentd.store.db import AgentStore, StoreExecutor
+from agentd.store.base import Store
 
-__all__ = ["AgentStore", "StoreExecutor"]
+__all__ = ["Store"]

@@ -27,7 +27,7 @@ from typing import Any, Literal
 import httpx
 from aiohttp import web
 
-FaultKind = Literal["drop", "502", "500", "429"]
+FaultKind = Literal["drop", "502", "500", "429", "migrate"]
 
 # Values PTB sends as plain strings; everything else in a form body is a JSON string.
 _STRING_FIELDS = frozenset({"text", "url", "secret_token", "action", "parse_mode", "caption", "ip_address"})
@@ -45,6 +45,7 @@ class Call:
 class _Fault:
     kind: FaultKind
     retry_after: int = 1
+    migrate_to: int = 0
 
 
 class FakeTelegram:
@@ -204,15 +205,25 @@ class FakeTelegram:
 
     # -- faults ----------------------------------------------------------------------------------
 
-    def fail(self, method: str, times: int = 1, *, how: FaultKind = "drop", retry_after: int = 1) -> None:
+    def fail(
+        self,
+        method: str,
+        times: int = 1,
+        *,
+        how: FaultKind = "drop",
+        retry_after: int = 1,
+        migrate_to: int = 0,
+    ) -> None:
         """Make the next `times` calls of `method` fail.
 
         ``drop`` closes the connection without a response; ``502``/``500`` answer
         with that status; ``429`` answers Too Many Requests with
-        ``parameters.retry_after``. A held getUpdates long poll fails at once.
+        ``parameters.retry_after``; ``migrate`` answers 400 with
+        ``parameters.migrate_to_chat_id``, as for a group upgraded to the
+        supergroup `migrate_to`. A held getUpdates long poll fails at once.
         """
         for _ in range(times):
-            self._faults[method].append(_Fault(how, retry_after))
+            self._faults[method].append(_Fault(how, retry_after, migrate_to))
         if method == "getUpdates":
             self._wake_pollers.set()
 
@@ -389,6 +400,12 @@ def _fault_response(request: web.Request, fault: _Fault) -> web.Response:
         if request.transport is not None:
             request.transport.close()
         return web.Response(status=500)
+    if fault.kind == "migrate":
+        return _error(
+            400,
+            "Bad Request: group chat was upgraded to a supergroup chat",
+            migrate_to_chat_id=fault.migrate_to,
+        )
     if fault.kind == "429":
         return _error(
             429, f"Too Many Requests: retry after {fault.retry_after}", retry_after=fault.retry_after

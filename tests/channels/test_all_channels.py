@@ -15,15 +15,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import signal
 import socket
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import discord
 import httpx
@@ -33,6 +34,7 @@ from agentd.daemon import Daemon
 from agentd.testing.fake_discord import FakeDiscord
 from agentd.testing.fake_slack import FakeSlack
 from agentd.testing.fake_telegram import FakeTelegram
+from agentd.testing.waiting import wait_until
 
 # PTB 22 warns whenever it builds a RetryAfter unless PTB_TIMEDELTA is set (in-process variant).
 pytestmark = pytest.mark.filterwarnings(
@@ -45,6 +47,8 @@ RELAY = "relay"  # slack (Events API) + telegram (webhook), both on the daemon's
 TELEGRAM_SECRET = "relay-s3cret"
 ALICE = 1111  # Telegram user (and so private chat) id
 GENERAL = "C0GENERAL"  # FakeSlack's default channel
+SLACK_UNSIGNED = "not signed: X-Slack-Request-Timestamp and X-Slack-Signature are required"
+SLACK_NOT_AN_OBJECT = "event_callback whose `event` is not an object"
 ALL_RUNNING = {
     AGENT: dict.fromkeys(["webhook", "discord", "slack", "telegram"], "running"),
     RELAY: dict.fromkeys(["slack", "telegram"], "running"),
@@ -61,16 +65,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-async def wait_until(check: Callable[[], Any], what: str, timeout: float = 10.0) -> Any:
-    """Poll without blocking the loop: the fakes answer the daemon from this same loop."""
-    deadline = time.monotonic() + timeout
-    while not (result := check()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
-    return result
 
 
 @dataclass
@@ -177,7 +171,7 @@ class DaemonUnderTest(Protocol):
         ...
 
     def log(self) -> str:
-        """The daemon's own output, when it has one of its own."""
+        """What the daemon logged: its output as a process, or its log records in-process."""
         ...
 
     async def kill(self) -> None:
@@ -239,6 +233,17 @@ class Subprocess:
             await self.proc.wait()
 
 
+class LogLines(logging.Handler):
+    """Keeps every record's message, so an in-process daemon has a log to check like a subprocess."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(self.format(record))  # with the traceback, if the record carries one
+
+
 class InProcess:
     """The same Daemon in the test's own loop, stopped as its signal handler would stop it."""
 
@@ -247,8 +252,14 @@ class InProcess:
         self.url = f"http://127.0.0.1:{self.port}"
         self.daemon = Daemon(root / "agents", root / "data", port=self.port, reload_interval=0.2)
         self.task: asyncio.Task[None] | None = None
+        self.records = LogLines()
+        self.logger = logging.getLogger("agentd")
+        self.level_before = self.logger.level
 
     async def start(self) -> None:
+        # `agentd run` logs at INFO; make the in-process daemon log the same lines to our handler.
+        self.logger.setLevel(logging.INFO)
+        self.logger.addHandler(self.records)
         self.task = asyncio.create_task(self.daemon.serve(install_signals=False))
 
     async def terminate(self, timeout: float) -> None:
@@ -269,13 +280,15 @@ class InProcess:
         return f"channels not stopped: {left}" if left else ""
 
     def log(self) -> str:
-        return ""  # it logs into pytest's captured output
+        return "\n".join(self.records.lines)
 
     async def kill(self) -> None:
         if self.task is not None and not self.task.done():
             self.task.cancel()
             with contextlib.suppress(BaseException):
                 await self.task
+        self.logger.removeHandler(self.records)
+        self.logger.setLevel(self.level_before)
 
 
 # -- the script ------------------------------------------------------------------------------------
@@ -356,6 +369,18 @@ async def exercise(daemon: DaemonUnderTest, p: Platforms) -> None:
         ).status_code == 401
         wrong_secret = p.telegram_hook.message_update("let me in", user_id=ALICE)
         assert (await p.telegram_hook.deliver_webhook(wrong_secret, secret_token="guess")).status_code == 403
+        # Junk gets a 4xx with a reason, never a 500: verify first, then parse.
+        junk = await client.post(f"/slack/{RELAY}/events", content=b"\xff not json")
+        assert junk.status_code == 401, junk.text
+        assert junk.json()["error"] == SLACK_UNSIGNED
+        body, headers = p.slack_http.signed_request({"type": "event_callback", "event": "not an object"})
+        not_an_event = await client.post(f"/slack/{RELAY}/events", content=body, headers=headers)
+        assert not_an_event.status_code == 400, not_an_event.text
+        assert not_an_event.json()["error"] == SLACK_NOT_AN_OBJECT
+        secret = {"X-Telegram-Bot-Api-Secret-Token": TELEGRAM_SECRET}
+        not_json = await client.post(f"/telegram/{RELAY}", content=b"{nope", headers=secret)
+        assert not_json.status_code == 400, not_json.text
+        assert "not JSON" in not_json.json()["error"]
 
         # A history command from a channel answers about that channel's conversation.
         last_update = p.telegram.send_text("/status", user_id=ALICE)
@@ -400,7 +425,8 @@ async def exercise(daemon: DaemonUnderTest, p: Platforms) -> None:
         (RELAY, "telegram"),
     ]
     for agent, kind in stopped:
-        assert not log or f"agent {agent}: channel {kind} stopped" in log, log
+        assert f"agent {agent}: channel {kind} stopped" in log, log
+    assert "Traceback" not in log, log
     # Nothing the forged requests carried reached an agent.
     assert len(p.slack_http.posts) == 1 and len(p.telegram_hook.sent) == 1
 

@@ -19,6 +19,7 @@ from agentd.config.discord import DiscordSpec
 from agentd.events import InboundEvent, Reply
 from agentd.testing.channel_host import RecordingHost
 from agentd.testing.fake_discord import FakeDiscord
+from agentd.testing.waiting import wait_until
 
 # Fast timings for a fake on loopback: no 2 s wait for guilds, quick retries and reconnects.
 FAST = {
@@ -26,14 +27,6 @@ FAST = {
     "send_retry_delays": (0.05, 0.1),
     "reconnect_backoff": (0.05, 0.2),
 }
-
-
-async def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.01)
 
 
 @dataclass
@@ -369,7 +362,7 @@ async def test_a_reply_that_cannot_be_sent_is_audited_and_the_channel_goes_on(
     assert forbidden["kind"] == "channel" and forbidden["action"] == "send_failed"
     assert forbidden["conversation_key"] == f"discord:{world.general}"
     assert "Forbidden" in forbidden["data"]["error"]
-    assert forbidden["data"]["chunk"] == 1 and forbidden["data"]["chunks"] == 1
+    assert forbidden["data"]["part"] == 1 and forbidden["data"]["parts"] == 1
     assert "DiscordServerError" in flaky["data"]["error"]
     assert [a.status for a in fake.attempts] == [403, 503, 503, 503, 200]
 
@@ -488,7 +481,7 @@ async def test_a_guild_outside_allowed_guilds_is_denied_and_audited(world: World
 async def test_a_user_outside_allowed_users_is_denied_and_audited(world: World, start: Start) -> None:
     fake = world.fake
     _, host, _ = await start(allowed_users=[str(world.alice)])
-    await fake.user_message(world.general, world.bob, "me too", mention_bot=True)
+    denied_id = await fake.user_message(world.general, world.bob, "me too", mention_bot=True)
     await wait_until(lambda: len(host.audits) == 1)
     await fake.dm(world.alice, "just me")
     [sent] = await fake.wait_for_sent(1)
@@ -500,5 +493,7 @@ async def test_a_user_outside_allowed_users_is_denied_and_audited(world: World, 
         "user_id": str(world.bob),
         "reason": "user not in allowed_users",
         "guild_id": str(world.guild),
+        "channel_id": str(world.general),
+        "message_id": str(denied_id),
     }
     assert [e.user_id for e in host.events] == [str(world.alice)]

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from starlette.applications import Starlette
 from starlette.routing import Route
 
@@ -21,6 +19,9 @@ from agentd.config.slack import SlackSpec
 from agentd.events import InboundEvent, Reply
 from agentd.testing.channel_host import RecordingHost
 from agentd.testing.fake_slack import FakeSlack
+from agentd.testing.serving import serve_on_loopback
+from agentd.testing.waiting import wait_until
+from tests.channels.support import assert_refused, errors_logged
 
 GENERAL = "C0GENERAL"
 
@@ -37,15 +38,6 @@ class CountingHost(RecordingHost):
         if reply.duplicate:
             self.duplicates.append(event)
         return reply
-
-
-async def wait_until(check: Callable[[], Any], timeout: float = 5.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (result := check()):
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.01)
-    return result
 
 
 @pytest.fixture
@@ -376,28 +368,12 @@ async def test_stop_is_quick_even_with_a_turn_in_flight(fake: FakeSlack) -> None
 # -- Events API over HTTP ----------------------------------------------------------------------------------
 
 
-class EmbeddedServer(uvicorn.Server):
-    @contextlib.contextmanager
-    def capture_signals(self):  # type: ignore[no-untyped-def]
-        yield  # the test (like the daemon) owns the signals
-
-
 @contextlib.asynccontextmanager
 async def http_app(channel: SlackChannel) -> AsyncIterator[str]:
     """Serve the channel's handle_http on a real uvicorn on loopback; yields the events URL."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
     app = Starlette(routes=[Route(channel.http_path, channel.handle_http, methods=["POST"])])
-    server = EmbeddedServer(uvicorn.Config(app, lifespan="off", ws="none", log_level="warning"))
-    serving = asyncio.create_task(server.serve(sockets=[sock]))
-    try:
-        await wait_until(lambda: server.started or serving.done())
-        yield f"http://127.0.0.1:{port}{channel.http_path}"
-    finally:
-        server.should_exit = True
-        await serving
-        sock.close()
+    async with serve_on_loopback(app) as base_url:
+        yield base_url + channel.http_path
 
 
 def http_spec(fake: FakeSlack) -> SlackSpec:
@@ -432,11 +408,93 @@ async def test_http_bad_signature_or_stale_timestamp_is_401(fake: FakeSlack) -> 
     async with http_channel(fake, host) as (client, url):
         payload = fake.event_callback(fake.mention_event("forged"))
         body, headers = fake.signed_request(payload, secret="not-the-secret")
-        assert (await client.post(url, content=body, headers=headers)).status_code == 401
+        forged = await client.post(url, content=body, headers=headers)
         body, headers = fake.signed_request(payload, timestamp=int(time.time()) - 600)
-        assert (await client.post(url, content=body, headers=headers)).status_code == 401
+        stale = await client.post(url, content=body, headers=headers)
 
+    assert (forged.status_code, stale.status_code) == (401, 401)
+    assert "does not match the signing secret" in forged.json()["error"]
+    assert "X-Slack-Request-Timestamp is more than 300 s from now" in stale.json()["error"]
     assert not host.events and not fake.posts
+
+
+Request = Callable[[FakeSlack], tuple[bytes | AsyncIterator[bytes], dict[str, str]]]
+
+
+def unsigned(body: bytes, **headers: str) -> Request:
+    return lambda fake: (body, headers)
+
+
+def signed(body: dict[str, Any] | bytes) -> Request:
+    return lambda fake: fake.signed_request(body)
+
+
+async def megabytes(n: int) -> AsyncIterator[bytes]:
+    """A body sent in chunks, so it declares no content-length."""
+    for _ in range(n * 16):
+        yield b" " * (1 << 16)
+
+
+# What reaches the Events API URL that is not a good event: each is refused with a 4xx and a reason.
+NOT_AN_EVENT = {
+    "unsigned non-JSON": (unsigned(b"\xff\xfe junk"), 401, "not signed"),
+    "unsigned event": (
+        unsigned(b'{"type": "event_callback"}', **{"Content-Type": "application/json"}),
+        401,
+        "not signed",
+    ),
+    "timestamp not a number": (
+        unsigned(b"{}", **{"X-Slack-Request-Timestamp": "soon", "X-Slack-Signature": "v0=00"}),
+        401,
+        "not a whole number",
+    ),
+    "signed non-UTF-8": (signed(b"\xff\xfe{}"), 400, "not UTF-8"),
+    "signed non-JSON": (signed(b"hello"), 400, "not JSON"),
+    "signed JSON list": (signed(b"[1, 2]"), 400, "not an object (a list)"),
+    "signed, no type": (signed({"token": "t"}), 400, "no string `type`"),
+    "event is a string": (signed({"type": "event_callback", "event": "hi"}), 400, "`event` is not an object"),
+    "event is a list": (signed({"type": "event_callback", "event": [1]}), 400, "`event` is not an object"),
+    "event without type": (signed({"type": "event_callback", "event": {"text": "hi"}}), 400, "event has no"),
+    "challenge missing": (signed({"type": "url_verification"}), 400, "without a string `challenge`"),
+    "too large": (signed(b"{" + b" " * (1 << 20) + b"}"), 413, "the limit is 1048576"),
+    "too large, streamed": (lambda fake: (megabytes(2), {}), 413, "over the limit of 1048576 bytes"),
+}
+
+
+@pytest.mark.parametrize("case", NOT_AN_EVENT, ids=list(NOT_AN_EVENT))
+async def test_http_junk_is_a_4xx_with_a_reason_never_a_500(
+    fake: FakeSlack, case: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    request, status, reason = NOT_AN_EVENT[case]
+    host = RecordingHost()
+    async with http_channel(fake, host) as (client, url):
+        body, headers = request(fake)
+        response = await client.post(url, content=body, headers=headers)
+        # the channel goes on answering good events
+        body, headers = fake.signed_request(fake.event_callback(fake.mention_event("still here")))
+        assert (await client.post(url, content=body, headers=headers)).status_code == 200
+        await fake.wait_for_posts(1)
+
+    assert_refused(response, status, reason)
+    assert [e.text for e in host.events] == ["still here"]
+    assert not errors_logged(caplog)
+
+
+async def test_http_signed_event_with_malformed_fields_is_acknowledged_and_ignored(
+    fake: FakeSlack, caplog: pytest.LogCaptureFixture
+) -> None:
+    host = RecordingHost()
+    async with http_channel(fake, host) as (client, url):
+        for bad in ({"channel": 5}, {"user": {"id": "U1"}}, {"ts": None}, {"channel": ""}):
+            event = fake.mention_event("malformed") | bad
+            body, headers = fake.signed_request(fake.event_callback(event))
+            assert (await client.post(url, content=body, headers=headers)).status_code == 200
+        body, headers = fake.signed_request(fake.event_callback(fake.mention_event("barrier")))
+        await client.post(url, content=body, headers=headers)
+        await fake.wait_for_posts(1)
+
+    assert [e.text for e in host.events] == ["barrier"]
+    assert not errors_logged(caplog)
 
 
 async def test_http_url_verification_is_answered(fake: FakeSlack) -> None:
@@ -467,12 +525,14 @@ async def test_http_retry_from_slack_is_acknowledged_and_answered_once(fake: Fak
     assert len(fake.posts) == 2
 
 
-async def test_http_before_the_channel_runs_is_503(fake: FakeSlack) -> None:
+async def test_http_before_the_channel_runs_is_503_but_forged_is_still_401(fake: FakeSlack) -> None:
     channel = SlackChannel("helper", http_spec(fake))
     async with http_app(channel) as url, httpx.AsyncClient(timeout=5) as client:
         body, headers = fake.signed_request(fake.event_callback(fake.mention_event("early")))
         response = await client.post(url, content=body, headers=headers)
+        forged = await client.post(url, content=body, headers=headers | {"X-Slack-Signature": "v0=00"})
     assert response.status_code == 503
+    assert forged.status_code == 401  # verify first: a stranger learns nothing about our state
 
 
 # -- routing, without a network ------------------------------------------------------------------------------

@@ -4,24 +4,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
+import json
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from starlette.applications import Starlette
-from starlette.routing import Route
 
 from agentd.channels.base import Channel, HttpChannel
-from agentd.channels.common import split_message
+from agentd.channels.splitting import split_message
 from agentd.channels.telegram import MESSAGE_LIMIT, NETWORK_RETRIES, TelegramChannel
 from agentd.config.telegram import TelegramSpec
 from agentd.events import InboundEvent, Reply
 from agentd.testing.channel_host import RecordingHost
 from agentd.testing.fake_telegram import FakeTelegram
+from agentd.testing.serving import serve_on_loopback
+from agentd.testing.waiting import wait_until
+from tests.channels.support import assert_refused, errors_logged
 
 # PTB 22 warns whenever it builds a RetryAfter (a 429) unless PTB_TIMEDELTA is set; the channel handles both types.
 pytestmark = pytest.mark.filterwarnings(
@@ -42,14 +43,6 @@ async def fake() -> AsyncIterator[FakeTelegram]:
 @pytest.fixture
 def host() -> RecordingHost:
     return RecordingHost(agent="bot")
-
-
-async def wait_until(condition: Callable[[], bool], what: str, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
 
 
 def statuses(host: RecordingHost) -> list[str]:
@@ -271,6 +264,23 @@ async def test_a_flood_limit_is_waited_out_and_the_reply_sent(
     assert not host.audits
 
 
+async def test_a_group_upgraded_to_a_supergroup_is_answered_at_its_new_id(
+    fake: FakeTelegram, host: RecordingHost
+) -> None:
+    old_group, supergroup = -4001, -1004001
+    async with running(fake, host, respond_to="all"):
+        fake.fail("sendMessage", how="migrate", migrate_to=supergroup)
+        fake.send_text("hello", chat_id=old_group, chat_type="group", user_id=ALICE)
+        await fake.wait_for_sent(1)
+        fake.send_text("again", chat_id=old_group, chat_type="group", user_id=ALICE)
+        await fake.wait_for_sent(2)
+
+    assert [m["chat_id"] for m in fake.sent] == [supergroup, supergroup]
+    # the refused first try, its resend, and the next reply straight to the new id
+    assert [c["chat_id"] for c in fake.calls_to("sendMessage")] == [old_group, supergroup, supergroup]
+    assert not host.audits
+
+
 async def test_transient_send_failures_are_retried(fake: FakeTelegram, host: RecordingHost) -> None:
     async with running(fake, host):
         fake.fail("sendMessage", 1, how="drop")
@@ -437,45 +447,32 @@ async def test_stop_cancels_a_turn_that_outlasts_the_drain(fake: FakeTelegram) -
 # -- webhook -------------------------------------------------------------------------------------
 
 
-class _EmbeddedServer(uvicorn.Server):
-    @contextlib.contextmanager
-    def capture_signals(self):  # type: ignore[no-untyped-def]
-        yield  # the test process owns its signals
-
-
 @contextlib.asynccontextmanager
 async def webhook_channel(
     fake: FakeTelegram, host: RecordingHost, **fields: Any
 ) -> AsyncIterator[tuple[TelegramChannel, str]]:
     """A channel in webhook mode, its handle_http served by uvicorn on 127.0.0.1 like the daemon does."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    url = f"http://127.0.0.1:{port}/telegram/bot"
-    spec = TelegramSpec(
-        token=fake.token,
-        api_base_url=fake.api_base_url,
-        mode="webhook",
-        secret_token="s3cret-Token_1",
-        webhook_url=url,
-        **fields,
-    )
-    channel = TelegramChannel("bot", spec)
-    assert isinstance(channel, HttpChannel)
-    api = Starlette(routes=[Route(channel.http_path, channel.handle_http, methods=["POST"])])
-    server = _EmbeddedServer(uvicorn.Config(api, lifespan="off", log_level="warning", ws="none"))
-    server_task = asyncio.create_task(server.serve(sockets=[sock]))
-    run_task = asyncio.create_task(channel.run(host))
-    try:
-        await wait_until(lambda: server.started, "uvicorn to start")
-        await wait_until(lambda: host.last_status("telegram") == "running", "the channel to start")
-        yield channel, url
-    finally:
-        await channel.stop()
-        await asyncio.wait_for(run_task, 5.0)
-        server.should_exit = True
-        await asyncio.wait_for(server_task, 5.0)
-        sock.close()
+    api = Starlette()
+    async with serve_on_loopback(api) as base_url:
+        url = f"{base_url}/telegram/bot"
+        spec = TelegramSpec(
+            token=fake.token,
+            api_base_url=fake.api_base_url,
+            mode="webhook",
+            secret_token="s3cret-Token_1",
+            webhook_url=url,
+            **fields,
+        )
+        channel = TelegramChannel("bot", spec)
+        assert isinstance(channel, HttpChannel)
+        api.add_route(channel.http_path, channel.handle_http, methods=["POST"])
+        run_task = asyncio.create_task(channel.run(host))
+        try:
+            await wait_until(lambda: host.last_status("telegram") == "running", "the channel to start")
+            yield channel, url
+        finally:
+            await channel.stop()
+            await asyncio.wait_for(run_task, 5.0)
 
 
 async def test_webhook_registers_with_the_secret_and_answers_a_post(
@@ -507,16 +504,95 @@ async def test_webhook_refuses_a_missing_or_wrong_secret(fake: FakeTelegram, hos
         await fake.wait_for_sent(1)
 
     assert (missing.status_code, wrong.status_code) == (403, 403)
+    assert missing.json() == {"error": "X-Telegram-Bot-Api-Secret-Token is missing or wrong"}
     assert [e.text for e in host.events] == ["the real one"]
 
 
-async def test_webhook_rejects_malformed_json(fake: FakeTelegram, host: RecordingHost) -> None:
-    headers = {"X-Telegram-Bot-Api-Secret-Token": "s3cret-Token_1", "Content-Type": "application/json"}
+SECRET = {"X-Telegram-Bot-Api-Secret-Token": "s3cret-Token_1"}
+A_DATE = {"message_id": 1, "date": 1700000000}
+# What reaches the webhook that is not a good update: each is refused with a 4xx and a reason.
+NOT_AN_UPDATE: dict[str, tuple[bytes, dict[str, str], int, str]] = {
+    "no secret, junk body": (b"\xff junk", {}, 403, "Secret-Token is missing or wrong"),
+    "wrong secret, good update": (
+        json.dumps({"update_id": 1}).encode(),
+        {"X-Telegram-Bot-Api-Secret-Token": "guess"},
+        403,
+        "Secret-Token is missing or wrong",
+    ),
+    "broken JSON": (b'{"update_id": 1, "message": ', SECRET, 400, "not JSON"),
+    "not UTF-8": (b"\xff\xfe{}", SECRET, 400, "not UTF-8"),
+    "JSON list": (b"[1, 2]", SECRET, 400, "not an object (a list)"),
+    "no update_id": (b'{"message": {}}', SECRET, 400, "no integer `update_id`"),
+    "update_id a string": (b'{"update_id": "7"}', SECRET, 400, "no integer `update_id`"),
+    "message a string": (b'{"update_id": 7, "message": "hi"}', SECRET, 400, "not a Telegram update"),
+    "message without a date": (
+        json.dumps(
+            {"update_id": 7, "message": {"message_id": 1, "chat": {"id": 1, "type": "private"}}}
+        ).encode(),
+        SECRET,
+        400,
+        "not a Telegram update",
+    ),
+    "chat a number": (
+        json.dumps({"update_id": 7, "message": A_DATE | {"chat": 5}}).encode(),
+        SECRET,
+        400,
+        "not a Telegram update",
+    ),
+    "too large": (b"{" + b" " * (1 << 20) + b"}", SECRET, 413, "the limit is 1048576"),
+}
+
+
+@pytest.mark.parametrize("case", NOT_AN_UPDATE, ids=list(NOT_AN_UPDATE))
+async def test_webhook_junk_is_a_4xx_with_a_reason_never_a_500(
+    fake: FakeTelegram, host: RecordingHost, case: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    body, headers, status, reason = NOT_AN_UPDATE[case]
     async with webhook_channel(fake, host) as (_, url), httpx.AsyncClient() as client:
-        broken = await client.post(url, content=b'{"update_id": 1, "message": ', headers=headers)
-        not_an_object = await client.post(url, content=b"[1, 2]", headers=headers)
-    assert (broken.status_code, not_an_object.status_code) == (400, 400)
-    assert not host.events
+        response = await client.post(
+            url, content=body, headers=headers | {"Content-Type": "application/json"}
+        )
+        # the bot goes on answering good updates
+        await fake.deliver_webhook(fake.message_update("still here", user_id=ALICE))
+        await fake.wait_for_sent(1)
+
+    assert_refused(response, status, reason)
+    assert [e.text for e in host.events] == ["still here"]
+    assert not errors_logged(caplog)
+
+
+async def test_webhook_update_that_parses_but_makes_no_sense_is_acknowledged_and_ignored(
+    fake: FakeTelegram, host: RecordingHost, caplog: pytest.LogCaptureFixture
+) -> None:
+    text_not_text = fake.message_update("placeholder", user_id=ALICE)
+    text_not_text["message"]["text"] = {"not": "text"}
+    no_chat = fake.message_update("from nowhere", user_id=ALICE)
+    del no_chat["message"]["chat"]
+    async with webhook_channel(fake, host):
+        for odd in (text_not_text, no_chat):
+            assert (await fake.deliver_webhook(odd)).status_code == 200
+        await fake.deliver_webhook(fake.message_update("barrier", user_id=ALICE))
+        await fake.wait_for_sent(1)
+
+    assert [e.text for e in host.events] == ["barrier"]
+    assert not errors_logged(caplog)
+
+
+async def test_webhook_before_the_channel_runs_is_503_but_a_wrong_secret_is_still_403(
+    fake: FakeTelegram,
+) -> None:
+    api = Starlette()
+    async with serve_on_loopback(api) as base_url, httpx.AsyncClient() as client:
+        url = f"{base_url}/telegram/bot"
+        spec = TelegramSpec(token=fake.token, mode="webhook", secret_token="s3cret-Token_1", webhook_url=url)
+        channel = TelegramChannel("bot", spec)
+        api.add_route(channel.http_path, channel.handle_http, methods=["POST"])
+        update = fake.message_update("early", user_id=ALICE)
+        early = await client.post(url, json=update, headers=SECRET)
+        forged = await client.post(url, json=update, headers={"X-Telegram-Bot-Api-Secret-Token": "guess"})
+
+    assert (early.status_code, forged.status_code) == (503, 403)
+    assert early.json() == {"error": "telegram channel not running"}
 
 
 async def test_webhook_redelivery_is_answered_once(fake: FakeTelegram) -> None:

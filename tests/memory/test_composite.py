@@ -9,16 +9,16 @@ import pytest
 
 from agentd.config.models import MemorySpec
 from agentd.config.strategies import CompositeStrategy
-from agentd.engine.runtime import AgentRuntime
+from agentd.engine.agent import Agent
 from agentd.memory.base import MemoryView
 from agentd.memory.composite import CompositeMemory, merge_views
 from agentd.memory.summarized import SummarizedMemory
 from agentd.memory.window import WindowMemory
 from agentd.messages import Message
-from agentd.store.memory_state import get_layer_state
-from agentd.store.transcripts import StoredThread
+from agentd.store.queries import LayerStateOf
+from agentd.store.records import StoredThread
 from agentd.testing.scripted import ScriptedProvider
-from tests.support import Harness, say
+from tests.support import Harness, say, strategy_of
 
 
 def composite_spec(*layers: str) -> str:
@@ -28,7 +28,7 @@ def composite_spec(*layers: str) -> str:
     )
 
 
-async def turns(runtime: AgentRuntime, main: ScriptedProvider, start: int, stop: int) -> None:
+async def turns(runtime: Agent, main: ScriptedProvider, start: int, stop: int) -> None:
     for i in range(start, stop):
         main.reply(f"a{i}")
         await say(runtime)(f"q{i}")
@@ -61,14 +61,14 @@ async def test_window_plus_summarized(harness: Harness) -> None:
         composite_spec("{kind: window, messages: 2}", "{kind: summarized, every: 4, model: sum/s}"),
         providers={"main": main, "sum": summariser},
     )
-    strategy = runtime.strategy(runtime.spec)
+    strategy = strategy_of(runtime)
     assert isinstance(strategy, CompositeMemory) and strategy.keeps_transcript
     summariser.reply("ROLLING SUMMARY")
     await turns(runtime, main, 0, 3)  # the summarized layer folds q0..a1 after the third turn
-    thread = await runtime.threads.get("webhook:c1")
+    thread = await runtime.state.threads.get("webhook:c1")
     thread_id = thread.id
     assert thread_id is not None
-    state = await runtime.store.read(lambda c: get_layer_state(c, thread_id, "1:summarized"))
+    state = await runtime.state.store.read(LayerStateOf(thread_id, "1:summarized"))
     assert (state.data, state.upto_seq) == ({"summary": "ROLLING SUMMARY"}, 4)
 
     await turns(runtime, main, 3, 4)
@@ -80,7 +80,7 @@ async def test_window_plus_summarized(harness: Harness) -> None:
     # window: [q3 a3]; summarized: [q2 a2 q3 a3] — the wider view, not both
     assert texts(main.requests[-1].messages) == ["q2", "a2", "q3", "a3", "q4"]
 
-    described = await strategy.inspect(runtime, thread)
+    described = await strategy.inspect(runtime.context, thread)
     assert described["kind"] == "composite" and described["layer"] == "composite"
     assert [(d["kind"], d["layer"]) for d in described["layers"]] == [
         ("window", "0:window"),
@@ -99,18 +99,20 @@ async def test_window_plus_full_shows_the_whole_transcript_once(harness: Harness
     )
     await turns(runtime, main, 0, 4)
     assert texts(main.requests[-1].messages) == ["q0", "a0", "q1", "a1", "q2", "a2", "q3"]
-    strategy = runtime.strategy(runtime.spec)
-    described = await strategy.inspect(runtime, await runtime.threads.get("webhook:c1"))
+    strategy = strategy_of(runtime)
+    described = await strategy.inspect(runtime.context, await runtime.state.threads.get("webhook:c1"))
     assert [d["kind"] for d in described["layers"]] == ["window", "full"]
 
 
 async def test_no_layer_keeping_a_transcript_means_none_is_kept(harness: Harness) -> None:
     main = ScriptedProvider("main")
     runtime = await harness.runtime(composite_spec("{kind: none}"), providers={"main": main})
-    assert not runtime.strategy(runtime.spec).keeps_transcript
+    assert not strategy_of(runtime).keeps_transcript
     await turns(runtime, main, 0, 2)
     assert texts(main.requests[-1].messages) == ["q1"]
-    assert await runtime.store.read(lambda c: c.execute("SELECT COUNT(*) FROM messages").fetchone()[0]) == 0
+    assert (
+        await runtime.state.store.sql(lambda c: c.execute("SELECT COUNT(*) FROM messages").fetchone()[0]) == 0
+    )
 
 
 async def test_a_failing_layer_does_not_stop_the_others(
@@ -123,9 +125,9 @@ async def test_a_failing_layer_does_not_stop_the_others(
         ),
         providers={"main": main, "sum": summariser},
     )
-    strategy = runtime.strategy(runtime.spec)
+    strategy = strategy_of(runtime)
     assert isinstance(strategy, CompositeMemory)
-    first, second = strategy.layers
+    first, second = (layer.strategy for layer in strategy.layers)
     assert isinstance(first, SummarizedMemory) and isinstance(second, SummarizedMemory)
 
     async def broken(ctx: Any, thread: StoredThread, run_id: str | None) -> None:
@@ -136,10 +138,10 @@ async def test_a_failing_layer_does_not_stop_the_others(
     with caplog.at_level(logging.ERROR, logger="agentd.memory.composite"):
         await turns(runtime, main, 0, 2)
     assert "memory layer 0:summarized failed" in caplog.text
-    thread_id = (await runtime.threads.get("webhook:c1")).id
+    thread_id = (await runtime.state.threads.get("webhook:c1")).id
     assert thread_id is not None
-    states = await runtime.store.read(
-        lambda c: [get_layer_state(c, thread_id, name) for name in ("0:summarized", "1:summarized")]
+    states = await runtime.state.store.read_many(
+        LayerStateOf(thread_id, "0:summarized"), LayerStateOf(thread_id, "1:summarized")
     )
     assert states[0].data == {} and states[1].data == {"summary": "SECOND LAYER SUMMARY"}
 
@@ -149,7 +151,7 @@ def test_layers_are_built_by_the_registry_with_their_own_names() -> None:
         {"kind": "composite", "layers": [{"kind": "window", "messages": 3}, {"kind": "summarized"}]}
     )
     composite = CompositeMemory(spec, MemorySpec())
-    window, summarized = composite.layers
+    window, summarized = (layer.strategy for layer in composite.layers)
     assert isinstance(window, WindowMemory) and window.layer == "0:window" and window.size == 3
     assert isinstance(summarized, SummarizedMemory) and summarized.layer == "1:summarized"
 
@@ -161,9 +163,9 @@ async def test_a_composite_with_episodic_by_registry_name(harness: Harness) -> N
         composite_spec("{kind: window, messages: 2}", "{kind: episodic, write: tool}"),
         providers={"main": main},
     )
-    strategy = runtime.strategy(runtime.spec)
+    strategy = strategy_of(runtime)
     assert isinstance(strategy, CompositeMemory)
-    assert [(layer.kind, getattr(layer, "layer", None)) for layer in strategy.layers] == [
+    assert [(layer.kind, layer.strategy.layer) for layer in strategy.layers] == [
         ("window", "0:window"),
         ("episodic", "1:episodic"),
     ]
@@ -171,5 +173,5 @@ async def test_a_composite_with_episodic_by_registry_name(harness: Harness) -> N
     seen = main.requests[-1]
     assert texts(seen.messages) == ["q1", "a1", "q2"]  # the window's; episodic replays no transcript
     assert "save_episode" in [t.name for t in seen.tools]  # the layers' tools are offered
-    described = await strategy.inspect(runtime, await runtime.threads.get("webhook:c1"))
+    described = await strategy.inspect(runtime.context, await runtime.state.threads.get("webhook:c1"))
     assert [d["kind"] for d in described["layers"]] == ["window", "episodic"]

@@ -12,16 +12,20 @@ import numpy as np
 import pytest
 
 from agentd.config.strategies import EpisodicStrategy
-from agentd.engine.runtime import AgentRuntime
+from agentd.engine.agent import Agent
 from agentd.errors import ProviderError
 from agentd.memory.base import TurnInput
-from agentd.memory.episodic import NO_EMBEDDER, EpisodicMemory, exchanges_of
+from agentd.memory.episode_writes import exchanges_of
+from agentd.memory.episodic import NO_EMBEDDER, EpisodicMemory
+from agentd.memory.keywords import keyword_terms
 from agentd.memory.vectors import IndexCache, IndexedVector, VectorIndex, as_blob, index_cache
 from agentd.messages import Message, ToolCallPart, ToolResultPart
 from agentd.providers.embedders import HashEmbedder
-from agentd.store.episodes import NewEpisode, insert_episodes, keyword_query, keyword_search
-from agentd.store.migrations import migrate
-from agentd.store.transcripts import StoredMessage
+from agentd.store.queries import KeywordSearch
+from agentd.store.records import NewEpisode, StoredMessage
+from agentd.store.sqlite.episodes import fts_match, insert_episodes, keyword_search
+from agentd.store.sqlite.migrations import migrate
+from agentd.store.writes import InsertEpisodes
 from agentd.testing.scripted import ScriptedProvider
 from tests.support import Harness, say
 
@@ -50,22 +54,22 @@ def agent_yaml(strategy: str = "{kind: episodic}") -> str:
 
 async def episodic(
     harness: Harness, strategy: str = "{kind: episodic}", embedder: Any = "hash"
-) -> tuple[AgentRuntime, ScriptedProvider]:
+) -> tuple[Agent, ScriptedProvider]:
     main = ScriptedProvider("main")
-    runtime = await harness.runtime(agent_yaml(strategy), providers={"main": main})
-    runtime.embedder = HashEmbedder(256) if embedder == "hash" else embedder
+    chosen = HashEmbedder(256) if embedder == "hash" else embedder
+    runtime = await harness.runtime(agent_yaml(strategy), providers={"main": main}, embedder=chosen)
     return runtime, main
 
 
-def strategy_of(runtime: AgentRuntime) -> EpisodicMemory:
-    strategy = runtime.strategy(runtime.spec)
+def strategy_of(runtime: Agent) -> EpisodicMemory:
+    strategy = runtime.state.memory_of(runtime.spec, "webhook:c1").strategy
     assert isinstance(strategy, EpisodicMemory)
     return strategy
 
 
-async def episodes(runtime: AgentRuntime) -> list[tuple[str, str, str | None, bool]]:
+async def episodes(runtime: Agent) -> list[tuple[str, str, str | None, bool]]:
     await runtime.drain(5)
-    return await runtime.store.read(
+    return await runtime.state.store.sql(
         lambda c: c.execute(
             "SELECT partition, text, embedder, vector IS NOT NULL FROM episodes ORDER BY id"
         ).fetchall()
@@ -78,9 +82,9 @@ def recalled_section(main: ScriptedProvider) -> str:
     return system[system.index(marker) :] if marker in system else ""
 
 
-async def last_recall(runtime: AgentRuntime, key: str) -> dict[str, Any]:
-    thread = await runtime.threads.get(key)
-    info = await strategy_of(runtime).inspect(runtime, thread)
+async def last_recall(runtime: Agent, key: str) -> dict[str, Any]:
+    thread = await runtime.state.threads.get(key)
+    info = await strategy_of(runtime).inspect(runtime.context, thread)
     return info["last_recall"]
 
 
@@ -93,7 +97,7 @@ FACTS = [
 
 
 async def test_recall_finds_the_right_earlier_exchange_and_shows_no_transcript(harness: Harness) -> None:
-    runtime, main = await episodic(harness)
+    runtime, main = await episodic(harness, "{kind: episodic, neighbours: 0}")  # rank order, nothing around
     talk = say(runtime, "webhook:c1", "u1")
     for fact in FACTS:
         await talk(fact)
@@ -147,7 +151,7 @@ async def test_write_tool_offers_save_episode_and_stores_only_on_call(harness: H
     await talk("Hello there, nice weather today.")
     assert "save_episode" in [t.name for t in main.requests[-1].tools]
     assert await episodes(runtime) == []  # nothing stored on its own
-    assert strategy_of(runtime).settle_due(await runtime.threads.get("webhook:c1")) is False
+    assert strategy_of(runtime).settle_due(await runtime.state.threads.get("webhook:c1")) is False
     main.call("save_episode", text="").reply("could not save")
     await talk("Remember this.")
     assert main.requests[-1].messages[-1].tool_results[0].is_error  # refused, the model reads why
@@ -158,7 +162,7 @@ async def test_write_tool_offers_save_episode_and_stores_only_on_call(harness: H
     assert stored == [("user:u1", "Dana prefers window seats on long flights", "hash/256", True)]
     await talk("Which seat do I like on flights?")
     assert "window seats" in recalled_section(main)
-    audit = await runtime.store.read(lambda c: c.execute("SELECT kind, action FROM audit").fetchall())
+    audit = await runtime.state.store.sql(lambda c: c.execute("SELECT kind, action FROM audit").fetchall())
     assert ("memory", "save_episode") in audit
 
 
@@ -179,9 +183,9 @@ async def test_without_an_embedder_nothing_is_recalled_the_log_says_so_and_episo
         None,
         False,
     )
-    # configure an embedder: the stored episodes are embedded on the next view, then recalled
-    runtime.embedder = HashEmbedder(256)
-    await talk("Which tea do I like best?")
+    # configure an embedder (and restart): the stored episodes are embedded on the next view, then recalled
+    runtime = await harness.restart(runtime, embedder=HashEmbedder(256))
+    await say(runtime, "webhook:c1", "u1")("Which tea do I like best?")
     assert "lapsang souchong" in recalled_section(main)
     assert all(row[2] == "hash/256" and row[3] for row in await episodes(runtime))
 
@@ -219,8 +223,8 @@ async def test_embedder_change_keeps_old_episodes_unsearched_and_recalls_new_one
     runtime, main = await episodic(harness, embedder=HashEmbedder(64))
     talk = say(runtime, "webhook:c1", "u1")
     await talk("My bicycle is a red Bianchi road bike.")
-    await runtime.drain(5)
-    runtime.embedder = HashEmbedder(128)
+    runtime = await harness.restart(runtime, embedder=HashEmbedder(128))
+    talk = say(runtime, "webhook:c1", "u1")
     await talk("What bicycle do I ride?")
     assert "Bianchi" not in main.requests[-1].system  # another embedder's episode: not searched
     await talk("My kayak is a yellow Prijon touring kayak.")
@@ -229,9 +233,9 @@ async def test_embedder_change_keeps_old_episodes_unsearched_and_recalls_new_one
     stored = await episodes(runtime)
     assert stored[0][1].startswith("User: My bicycle") and stored[0][2] == "hash/64"  # never deleted
     assert {row[2] for row in stored[1:]} == {"hash/128"}
-    counts = (await strategy_of(runtime).inspect(runtime, await runtime.threads.get("webhook:c1")))[
-        "episodes"
-    ]
+    counts = (
+        await strategy_of(runtime).inspect(runtime.context, await runtime.state.threads.get("webhook:c1"))
+    )["episodes"]
     assert counts["user:u1"]["embedded_other"] == 1 and counts["user:u1"]["total"] == len(stored)
 
 
@@ -241,8 +245,8 @@ async def test_a_dimension_change_under_the_same_embedder_id_is_skipped_not_cras
     await talk("My boat is called Seagull.")
     await talk("What is my boat called?")  # loads the 32-d index
     assert "Seagull" in recalled_section(main)
-    await runtime.drain(5)
-    runtime.embedder = SwitchableEmbedder(48, ident="remote/model")  # same id, new dimension
+    runtime = await harness.restart(runtime, embedder=SwitchableEmbedder(48, ident="remote/model"))  # same id
+    talk = say(runtime, "webhook:c1", "u1")
     reply = await talk("What is my boat called again?")
     assert reply.error is None and "Seagull" not in main.requests[-1].system
     await talk("My boat's home port is Harwich.")
@@ -282,11 +286,12 @@ async def test_threshold_filters_weak_matches(harness: Harness) -> None:
     await talk("My dentist appointment is on Friday at 3pm with Dr Okafor.")
     await talk("The garden fence needs painting before summer.")
     await runtime.drain(5)
-    thread = await runtime.threads.get("webhook:c1")
+    thread = await runtime.state.threads.get("webhook:c1")
 
     async def recall(threshold: float, text: str) -> list[str]:
-        strategy = EpisodicMemory(EpisodicStrategy(kind="episodic", threshold=threshold), None, "probe")
-        view = await strategy.view(runtime, thread, TurnInput("webhook:c1", text, "u1"))
+        spec = EpisodicStrategy(kind="episodic", threshold=threshold, neighbours=0)
+        strategy = EpisodicMemory(spec, None, "probe")
+        view = await strategy.view(runtime.context, thread, TurnInput("webhook:c1", text, "u1"))
         return list(view.system_sections)
 
     assert await recall(0.0, "Is Friday good for a picnic?")  # a weak, one-word match
@@ -302,13 +307,12 @@ async def test_restart_keeps_episodes_and_rebuilds_the_index_from_the_file(harne
         await talk(fact)
     before = await episodes(runtime)
     runtime = await harness.restart(runtime)
-    runtime.embedder = HashEmbedder(256)
-    main = runtime.providers.resolve("main/m")[0]
+    main = runtime.state.resources.providers.resolve("main/m")[0]
     assert isinstance(main, ScriptedProvider)
-    assert index_cache(runtime.store).peek("user:u1", "hash/256") is None
+    assert index_cache(runtime.state.store).peek("user:u1", "hash/256") is None
     await say(runtime, "webhook:c1", "u1")("What car do I drive?")
     assert "blue Volvo" in recalled_section(main)
-    index = index_cache(runtime.store).peek("user:u1", "hash/256")
+    index = index_cache(runtime.state.store).peek("user:u1", "hash/256")
     assert index is not None and index.size == len(FACTS)
     # the cursor survived too: only the new exchange is added, nothing twice
     after = await episodes(runtime)
@@ -321,12 +325,12 @@ async def test_settle_due_is_a_cursor_check_and_inspect_reports_counts(harness: 
     talk = say(runtime, "webhook:c1", "u1")
     await talk("I keep bees in the back garden.")
     await runtime.drain(5)
-    thread = await runtime.threads.get("webhook:c1")
+    thread = await runtime.state.threads.get("webhook:c1")
     assert strategy.settle_due(thread) is False
     await talk("How many hives should a beginner keep?")
     await runtime.drain(5)
     assert strategy.settle_due(thread) is False
-    info = await strategy.inspect(runtime, thread)
+    info = await strategy.inspect(runtime.context, thread)
     assert info["episodes"] == {
         "user:u1": {"total": 2, "embedded_current": 2, "embedded_other": 0, "pending": 0}
     }
@@ -399,23 +403,25 @@ def test_keyword_search_stays_in_its_partition_and_embedder_and_takes_any_text()
     blob = as_blob([1.0, 0.0])
     insert_episodes(
         conn,
-        [
-            NewEpisode("user:a", "k", "Alice moved to Lisbon", 1.0, embedder="hash/2", vector=blob),
-            NewEpisode("user:a", "k", "Alice moved to Porto", 2.0, embedder="old/2", vector=blob),
-            NewEpisode("user:a", "k", "Alice is moving to Faro", 3.0),  # not embedded yet
-            NewEpisode("user:b", "k", "Alice moved to Lisbon too", 4.0, embedder="hash/2", vector=blob),
-        ],
+        InsertEpisodes(
+            [
+                NewEpisode("user:a", "k", "Alice moved to Lisbon", 1.0, embedder="hash/2", vector=blob),
+                NewEpisode("user:a", "k", "Alice moved to Porto", 2.0, embedder="old/2", vector=blob),
+                NewEpisode("user:a", "k", "Alice is moving to Faro", 3.0),  # not embedded yet
+                NewEpisode("user:b", "k", "Alice moved to Lisbon too", 4.0, embedder="hash/2", vector=blob),
+            ]
+        ),
     )
-    match = keyword_query("Where did Alice move?")
-    assert match == '"alice" OR "move"'
-    found = keyword_search(conn, "user:a", "hash/2", match, 10)
+    terms = keyword_terms("Where did Alice move?")
+    assert terms == ["alice", "move"] and fts_match(terms) == '"alice" OR "move"'
+    found = keyword_search(conn, KeywordSearch("user:a", "hash/2", terms, 10))
     assert sorted(h.text for h in found) == ["Alice is moving to Faro", "Alice moved to Lisbon"]
     assert {h.embedded for h in found} == {True, False}
-    assert len(keyword_search(conn, "user:a", None, match, 10)) == 3  # every embedder
+    assert len(keyword_search(conn, KeywordSearch("user:a", None, terms, 10))) == 3  # every embedder
     # user text never becomes FTS syntax
-    hostile = keyword_query('Alice" OR "x" NEAR(a b) AND * ( ) ^ -col: "')
-    assert hostile is not None and keyword_search(conn, "user:a", "hash/2", hostile, 10)
-    assert keyword_query("what is it?") is None  # nothing topical to search for
+    hostile = keyword_terms('Alice" OR "x" NEAR(a b) AND * ( ) ^ -col: "')
+    assert hostile and keyword_search(conn, KeywordSearch("user:a", "hash/2", hostile, 10))
+    assert keyword_terms("what is it?") == []  # nothing topical to search for
 
 
 def test_keyword_search_finds_a_small_partitions_matches_behind_a_big_one() -> None:
@@ -423,15 +429,17 @@ def test_keyword_search_finds_a_small_partitions_matches_behind_a_big_one() -> N
     migrate(conn)
     crowd = [NewEpisode("user:big", "k", f"otter otter otter note {i}", float(i)) for i in range(40)]
     insert_episodes(
-        conn, [*crowd, NewEpisode("user:small", "k", "a long note that mentions an otter once", 99.0)]
+        conn,
+        InsertEpisodes(
+            [*crowd, NewEpisode("user:small", "k", "a long note that mentions an otter once", 99.0)]
+        ),
     )
-    match = keyword_query("otter")
-    assert match is not None
+    terms = keyword_terms("otter")
     # the table's best matches are all the big partition's; the small one's still comes back
-    assert [h.text for h in keyword_search(conn, "user:small", None, match, 2)] == [
+    assert [h.text for h in keyword_search(conn, KeywordSearch("user:small", None, terms, 2))] == [
         "a long note that mentions an otter once"
     ]
-    big = keyword_search(conn, "user:big", None, match, 5)
+    big = keyword_search(conn, KeywordSearch("user:big", None, terms, 5))
     assert len(big) == 5 and [h.bm25 for h in big] == sorted(h.bm25 for h in big)
 
 

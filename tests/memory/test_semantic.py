@@ -3,21 +3,19 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 from typing import Any
 
 import pytest
 
-from agentd.engine.runtime import AgentRuntime
+from agentd.engine.agent import Agent
 from agentd.memory.base import TurnInput
 from agentd.memory.patches import PatchRefused
 from agentd.memory.semantic import SemanticMemory, parse_facts
-from agentd.store.audit import query_audit
-from agentd.store.db import connect
-from agentd.store.facts import delete_fact, list_facts, upsert_fact
-from agentd.store.migrations import migrate
+from agentd.store.queries import AuditEvents, Facts
+from agentd.store.sqlite import SqliteStore, StoreExecutor
+from agentd.store.writes import DeleteFact, UpsertFact
 from agentd.testing.scripted import ScriptedProvider
-from tests.support import Harness, say
+from tests.support import Harness, say, strategy_of
 
 GROUP = "webhook:group"
 
@@ -35,27 +33,27 @@ def facts(*items: tuple[str, Any, float]) -> str:
     )
 
 
-async def setup(harness: Harness, **kwargs: Any) -> tuple[AgentRuntime, ScriptedProvider, ScriptedProvider]:
+async def setup(harness: Harness, **kwargs: Any) -> tuple[Agent, ScriptedProvider, ScriptedProvider]:
     main, extract = ScriptedProvider("main"), ScriptedProvider("extract")
     runtime = await harness.runtime(agent_yaml(**kwargs), providers={"main": main, "extract": extract})
     return runtime, main, extract
 
 
-async def turn(runtime: AgentRuntime, text: str, user: str | None = "u1", key: str = GROUP) -> None:
+async def turn(runtime: Agent, text: str, user: str | None = "u1", key: str = GROUP) -> None:
     await say(runtime, key, user)(text)
     assert await runtime.drain(5)  # extraction runs after the reply, before the next message
 
 
-async def stored(runtime: AgentRuntime) -> list[tuple[str, str, str, float, float, float]]:
-    return await runtime.store.read(
+async def stored(runtime: Agent) -> list[tuple[str, str, str, float, float, float]]:
+    return await runtime.state.store.sql(
         lambda c: c.execute(
             "SELECT partition, key, value, confidence, created_at, updated_at FROM facts ORDER BY partition, key"
         ).fetchall()
     )
 
 
-async def extraction_audit(runtime: AgentRuntime) -> list[tuple[str, dict[str, Any]]]:
-    rows = await runtime.store.read(lambda c: query_audit(c, kind="extraction"))
+async def extraction_audit(runtime: Agent) -> list[tuple[str, dict[str, Any]]]:
+    rows = await runtime.state.store.read(AuditEvents(kind="extraction"))
     return [(r["action"], r["data"]) for r in rows]
 
 
@@ -99,22 +97,31 @@ def test_parse_facts_contract() -> None:
             parse_facts(answer)
 
 
-def test_facts_upsert_newer_wins_and_keeps_created_at(tmp_path: Any) -> None:
-    conn: sqlite3.Connection = connect(tmp_path / "a.sqlite")
-    migrate(conn)
-    assert upsert_fact(conn, "user:a", "editor", "vim", 0.9, "s1", "r1", 100.0) == "created"
-    assert upsert_fact(conn, "user:a", "editor", "emacs", 0.8, "s2", "r2", 200.0) == "updated"
-    assert upsert_fact(conn, "user:a", "editor", "nano", 0.5, "s0", "r0", 150.0) == "kept"  # a late writer
-    assert upsert_fact(conn, "user:b", "editor", "ed", 1.0, None, None, 120.0) == "created"
-    [fact] = list_facts(conn, "user:a")
-    assert (fact.value, fact.confidence, fact.source, fact.run_id) == ("emacs", 0.8, "s2", "r2")
-    assert (fact.created_at, fact.updated_at) == (100.0, 200.0)
-    upsert_fact(conn, "user:a", "city", "Lyon", 1.0, None, None, 300.0)
-    assert [f.key for f in list_facts(conn, "user:a")] == ["city", "editor"]  # newest first
-    assert [f.key for f in list_facts(conn, "user:a", limit=1)] == ["city"]
-    assert delete_fact(conn, "user:a", "city") and not delete_fact(conn, "user:a", "city")
-    assert [f.value for f in list_facts(conn, "user:b")] == ["ed"]
-    conn.close()
+async def test_facts_upsert_newer_wins_and_keeps_created_at(tmp_path: Any) -> None:
+    executor = StoreExecutor()
+    store = SqliteStore(tmp_path / "a.sqlite", executor)
+    await store.open()
+
+    async def upsert(partition: str, key: str, value: str, *rest: Any) -> str:
+        [outcome] = await store.write(UpsertFact(partition, key, value, *rest))
+        return str(outcome)
+
+    try:
+        assert await upsert("user:a", "editor", "vim", 0.9, "s1", "r1", 100.0) == "created"
+        assert await upsert("user:a", "editor", "emacs", 0.8, "s2", "r2", 200.0) == "updated"
+        assert await upsert("user:a", "editor", "nano", 0.5, "s0", "r0", 150.0) == "kept"  # a late writer
+        assert await upsert("user:b", "editor", "ed", 1.0, None, None, 120.0) == "created"
+        [fact] = await store.read(Facts("user:a"))
+        assert (fact.value, fact.confidence, fact.source, fact.run_id) == ("emacs", 0.8, "s2", "r2")
+        assert (fact.created_at, fact.updated_at) == (100.0, 200.0)
+        await upsert("user:a", "city", "Lyon", 1.0, None, None, 300.0)
+        assert [f.key for f in await store.read(Facts("user:a"))] == ["city", "editor"]  # newest first
+        assert [f.key for f in await store.read(Facts("user:a", limit=1))] == ["city"]
+        assert await store.write(DeleteFact("user:a", "city"), DeleteFact("user:a", "city")) == [True, False]
+        assert [f.value for f in await store.read(Facts("user:b"))] == ["ed"]
+    finally:
+        await store.close()
+        executor.shutdown()
 
 
 # -- extraction after each run ----------------------------------------------------------------
@@ -130,7 +137,7 @@ async def test_facts_are_extracted_after_a_run_and_shown_on_the_next_turn(harnes
     assert request.purpose == "extraction"
     assert request.system.startswith("EXTRACTOR PROMPT: keep durable facts.")
     assert '{"facts": [' in request.system  # the output contract
-    assert prompt(request).endswith("The exchange:\nuser: I always use vim\nassistant: nice")
+    assert prompt(request).endswith("The exchange:\nuser (u1): I always use vim\nassistant: nice")
     assert "(none yet)" in prompt(request)
 
     main.reply("sure")
@@ -144,7 +151,7 @@ async def test_facts_are_extracted_after_a_run_and_shown_on_the_next_turn(harnes
     assert "- editor: vim" in prompt(extract.requests[1])
     assert "I always use vim" not in prompt(extract.requests[1])  # only the new exchange
 
-    runs = await runtime.store.read(
+    runs = await runtime.state.store.sql(
         lambda c: c.execute("SELECT status, model FROM runs WHERE trigger = 'extraction'").fetchall()
     )
     assert runs == [("ok", "extract/m"), ("ok", "extract/m")]
@@ -153,7 +160,7 @@ async def test_facts_are_extracted_after_a_run_and_shown_on_the_next_turn(harnes
         "ok",
         {"partition": "user:u1", "upto_seq": 2, "written": ["editor"], "retracted": []},
     )
-    report = await runtime.strategy(runtime.spec).inspect(runtime, await runtime.threads.get(GROUP))
+    report = await strategy_of(runtime).inspect(runtime.context, await runtime.state.threads.get(GROUP))
     assert [f["value"] for f in report["facts"]["user:u1"]] == ["vim"]
     assert report["not_extracted"] == 0
 
@@ -205,7 +212,7 @@ async def test_one_person_never_sees_another_persons_facts(harness: Harness) -> 
     await turn(runtime, "who am I?", user=None, key="webhook:anon")
     assert "editor" not in main.requests[-1].system
 
-    report = await runtime.strategy(runtime.spec).inspect(runtime, await runtime.threads.get(GROUP))
+    report = await strategy_of(runtime).inspect(runtime.context, await runtime.state.threads.get(GROUP))
     assert set(report["facts"]) == {"user:alice", "user:bob"}
 
 
@@ -245,7 +252,7 @@ async def test_bad_output_is_audited_and_the_cursor_moves_on(harness: Harness) -
     assert await stored(runtime) == []
     [(action, data)] = await extraction_audit(runtime)
     assert action == "refused" and "not valid JSON" in data["reason"]
-    runs = await runtime.store.read(
+    runs = await runtime.state.store.sql(
         lambda c: c.execute("SELECT status, error FROM runs WHERE trigger = 'extraction'").fetchall()
     )
     assert runs[0][0] == "error" and "not valid JSON" in runs[0][1]
@@ -262,7 +269,7 @@ async def test_provider_down_keeps_the_cursor(harness: Harness) -> None:
     await turn(runtime, "I use vim")
     assert await stored(runtime) == []
     assert [a for a, _ in await extraction_audit(runtime)] == ["deferred"]
-    report = await runtime.strategy(runtime.spec).inspect(runtime, await runtime.threads.get(GROUP))
+    report = await strategy_of(runtime).inspect(runtime.context, await runtime.state.threads.get(GROUP))
     assert report["not_extracted"] == 2
 
     # back before the next turn: the kept exchange is extracted then, the new one after the run
@@ -277,7 +284,9 @@ async def test_without_a_model_nothing_is_extracted_and_the_view_says_so(harness
     runtime, _main, extract = await setup(harness, model=None, agent_model="offline")
     await turn(runtime, "I use vim")
     assert extract.requests == [] and await stored(runtime) == []
-    strategy = runtime.strategy(runtime.spec)
+    strategy = strategy_of(runtime)
     assert isinstance(strategy, SemanticMemory)
-    view = await strategy.view(runtime, await runtime.threads.get(GROUP), TurnInput(GROUP, "hi", "u1"))
+    view = await strategy.view(
+        runtime.context, await runtime.state.threads.get(GROUP), TurnInput(GROUP, "hi", "u1")
+    )
     assert any("no model to extract facts" in note for note in view.notes)

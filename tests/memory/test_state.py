@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
-from agentd.engine.runtime import AgentRuntime
-from agentd.errors import ProviderError
+from agentd.config.models import DaemonSpec
+from agentd.engine.agent import Agent
+from agentd.errors import CredentialError, ProviderError
 from agentd.memory.base import TurnInput
 from agentd.memory.patches import (
     PatchRefused,
@@ -20,9 +21,9 @@ from agentd.memory.patches import (
     validate_patch,
 )
 from agentd.memory.state import StateMemory
-from agentd.store.audit import query_audit
+from agentd.store.queries import AuditEvents
 from agentd.testing.scripted import ScriptedProvider
-from tests.support import Harness, say
+from tests.support import Harness, say, strategy_of
 
 FIELDS = ["goal", "working_on", "open"]
 KEY = "webhook:c1"
@@ -55,33 +56,33 @@ def agent_yaml(
 
 async def setup(
     harness: Harness, name: str = "bot", **kwargs: Any
-) -> tuple[AgentRuntime, ScriptedProvider, ScriptedProvider]:
+) -> tuple[Agent, ScriptedProvider, ScriptedProvider]:
     main, fold = ScriptedProvider("main"), ScriptedProvider("fold")
     runtime = await harness.runtime(agent_yaml(**kwargs), name, providers={"main": main, "fold": fold})
     return runtime, main, fold
 
 
-async def turn(runtime: AgentRuntime, text: str, user: str = "u1") -> str:
+async def turn(runtime: Agent, text: str, user: str = "u1") -> str:
     reply = await say(runtime, KEY, user)(text)
     assert await runtime.drain(5)  # the fold runs after the reply, before the next message
     return reply.text
 
 
-async def inspect(runtime: AgentRuntime) -> dict[str, Any]:
-    thread = await runtime.threads.get(KEY)
-    return await runtime.strategy(runtime.spec).inspect(runtime, thread)
+async def inspect(runtime: Agent) -> dict[str, Any]:
+    thread = await runtime.state.threads.get(KEY)
+    return await strategy_of(runtime).inspect(runtime.context, thread)
 
 
-async def fold_runs(runtime: AgentRuntime) -> list[tuple[str, str, str | None]]:
-    return await runtime.store.read(
+async def fold_runs(runtime: Agent) -> list[tuple[str, str, str | None]]:
+    return await runtime.state.store.sql(
         lambda c: c.execute(
             "SELECT status, model, parent_run_id FROM runs WHERE trigger = 'fold' ORDER BY started_at, rowid"
         ).fetchall()
     )
 
 
-async def fold_audit(runtime: AgentRuntime) -> list[tuple[str, dict[str, Any]]]:
-    rows = await runtime.store.read(lambda c: query_audit(c, kind="fold"))
+async def fold_audit(runtime: Agent) -> list[tuple[str, dict[str, Any]]]:
+    rows = await runtime.state.store.read(AuditEvents(kind="fold"))
     return [(r["action"], r["data"]) for r in rows]
 
 
@@ -92,33 +93,82 @@ def texts(request: Any) -> list[str]:
 # -- the pure patch functions ---------------------------------------------------------------
 
 
-def test_patch_functions() -> None:
-    assert parse_json_answer('```json\n{"goal": "x"}\n```') == {"goal": "x"}
-    assert parse_json_answer('Here it is:\n```\n{"goal": "x"}\n```\nDone.') == {"goal": "x"}
-    assert parse_json_answer('  {"open": null} ') == {"open": None}
+@pytest.mark.parametrize(
+    ("answer", "patch"),
+    [
+        ('```json\n{"goal": "x"}\n```', {"goal": "x"}),
+        ('Here it is:\n```\n{"goal": "x"}\n```\nDone.', {"goal": "x"}),
+        ('  {"open": null} ', {"open": None}),
+    ],
+    ids=["fenced", "fenced-inside-prose", "bare-with-null"],
+)
+def test_a_json_answer_is_read_fenced_or_bare(answer: str, patch: dict[str, Any]) -> None:
+    assert parse_json_answer(answer) == patch
+
+
+def test_prose_is_not_a_patch() -> None:
     with pytest.raises(PatchRefused, match="not valid JSON"):
         parse_json_answer("sure, the goal is x")
+
+
+def test_an_empty_fence_is_refused() -> None:
     with pytest.raises(PatchRefused, match="empty"):
         parse_json_answer("```json\n```")
+
+
+def test_a_patch_must_be_an_object() -> None:
     with pytest.raises(PatchRefused, match="not a JSON array"):
         validate_patch([{"goal": "x"}], FIELDS)
+
+
+def test_an_unknown_key_is_refused_naming_the_declared_fields() -> None:
     with pytest.raises(PatchRefused, match=r"unknown key 'mood'.*goal, working_on, open"):
         validate_patch({"goal": "x", "mood": "y"}, FIELDS)
-    result = apply_patch(
-        {"open": "a", "goal": "g", "gone": 1}, {"open": None, "goal": "g", "working_on": [1]}, FIELDS
-    )
-    assert result.sigma == {"goal": "g", "working_on": [1]}  # field order; undeclared key dropped
-    assert result.changed == ("working_on",)  # re-sending an unchanged value is not a change
+
+
+def test_applying_a_patch_keeps_field_order_and_drops_undeclared_keys() -> None:
+    result = apply_patch({"open": "a", "goal": "g", "gone": 1}, {"working_on": [1]}, FIELDS)
+    assert list(result.sigma) == ["goal", "working_on", "open"]
+    assert "gone" not in result.sigma
+
+
+def test_resending_an_unchanged_value_is_not_a_change() -> None:
+    result = apply_patch({"goal": "g"}, {"goal": "g", "working_on": [1]}, FIELDS)
+    assert result.changed == ("working_on",)
+
+
+def test_null_deletes_and_undeclared_keys_count_as_deleted() -> None:
+    result = apply_patch({"open": "a", "goal": "g", "gone": 1}, {"open": None}, FIELDS)
+    assert result.sigma == {"goal": "g"}
     assert result.deleted == ("open", "gone")
+
+
+def test_size_is_the_length_of_compact_json() -> None:
     assert check_size({"goal": "x" * 10}, 100) == len('{"goal":"xxxxxxxxxx"}')
+
+
+def test_a_sigma_over_the_limit_is_refused() -> None:
     with pytest.raises(PatchRefused, match="over the limit of 100"):
         check_size({"goal": "x" * 100}, 100)
-    with pytest.raises(PatchRefused, match="over the limit"):
+
+
+def test_a_fold_answer_that_would_grow_sigma_over_the_limit_is_refused() -> None:
+    with pytest.raises(PatchRefused, match="over the limit of 150"):
         fold_answer('{"goal": "' + "é" * 200 + '"}', {}, FIELDS, 150)
-    down = ProviderError("x", provider="p", model="m", status=None, unreachable=True)
-    assert not rejected_request(down)
-    assert not rejected_request(ProviderError("x", provider="p", model="m", status=503, retryable=True))
-    assert rejected_request(ProviderError("x", provider="p", model="m", status=400))
+
+
+@pytest.mark.parametrize(
+    ("error", "rejected"),
+    [
+        (ProviderError("x", provider="p", model="m", status=None, unreachable=True), False),
+        (ProviderError("x", provider="p", model="m", status=503, retryable=True), False),
+        (CredentialError(provider="p", model="m", key_env="P_API_KEY"), False),
+        (ProviderError("x", provider="p", model="m", status=400), True),
+    ],
+    ids=["unreachable", "503-after-retries", "no-key", "400"],
+)
+def test_only_a_request_the_provider_refused_drops_the_queue(error: Exception, rejected: bool) -> None:
+    assert rejected_request(error) is rejected
 
 
 # -- the fold and what the model sees -------------------------------------------------------
@@ -137,7 +187,7 @@ async def test_the_model_sees_spec_sigma_and_the_last_exchange_never_the_transcr
     assert "Keep what this person is working on" in request.system
     assert "- working_on: the ids in play right now" in request.system
     assert texts(request) == [
-        "Σ now:\n{}\n\nMessages since Σ was last updated:\nuser: I want to ship v2\nassistant: noted"
+        "Σ now:\n{}\n\nMessages since Σ was last updated:\nuser (u1): I want to ship v2\nassistant: noted"
     ]
 
     main.reply("on it")
@@ -309,7 +359,7 @@ async def test_one_fold_per_run_however_many_tool_steps(harness: Harness) -> Non
     assert len(main.requests) == 4  # three tool steps and the answer
     assert len(await fold_runs(runtime)) == 1  # one extra call for the whole run
     folded = texts(fold.requests[0])[0]
-    assert folded.count("assistant called remember(") == 3 and folded.count("tool remember returned") == 3
+    assert folded.count("assistant: -> remember(") == 3 and folded.count("tool: <- remember: Remembered") == 3
 
     main.reply("next")
     fold.reply("{}")
@@ -325,10 +375,10 @@ async def test_without_a_model_state_degrades_to_a_window_of_the_tail(harness: H
     for text in ("hello", "remember colour: blue", "how are you"):
         await turn(runtime, text)
     assert fold.requests == [] and await fold_runs(runtime) == []
-    strategy = runtime.strategy(runtime.spec)
+    strategy = strategy_of(runtime)
     assert isinstance(strategy, StateMemory)
-    thread = await runtime.threads.get(KEY)
-    view = await strategy.view(runtime, thread, TurnInput(KEY, "next", "u1"))
+    thread = await runtime.state.threads.get(KEY)
+    view = await strategy.view(runtime.context, thread, TurnInput(KEY, "next", "u1"))
     assert len(thread.messages) == 8  # hello/reply, remember call+result+reply..., how are you/reply
     assert [m.role for m in view.messages] == ["user", "assistant"]  # the last 2
     assert any("no model to fold with" in n for n in view.notes)
@@ -336,9 +386,9 @@ async def test_without_a_model_state_degrades_to_a_window_of_the_tail(harness: H
 
     # a tail that would start at a tool result starts at its call instead
     strategy2 = StateMemory(strategy.spec.model_copy(update={"tail_messages": 4}), None)
-    view = await strategy2.view(runtime, thread, TurnInput(KEY, "next", "u1"))
+    view = await strategy2.view(runtime.context, thread, TurnInput(KEY, "next", "u1"))
     assert [m.role for m in view.messages] == ["assistant", "tool", "assistant", "user", "assistant"]
-    report = await strategy2.inspect(runtime, thread)
+    report = await strategy2.inspect(runtime.context, thread)
     assert report["degraded"] is True and report["model"] is None
 
 
@@ -353,10 +403,11 @@ async def test_an_explicit_offline_fold_model_also_degrades(harness: Harness) ->
 async def test_fold_model_resolution_order(harness: Harness) -> None:
     providers = {name: ScriptedProvider(name) for name in ("main", "strat", "extractor")}
 
-    async def runtime_with(name: str, strategy_model: str | None, extractor: str | None) -> AgentRuntime:
-        runtime = await harness.runtime(agent_yaml(model=strategy_model), name, providers=providers)
-        runtime.memory_extractor_model = extractor
-        return runtime
+    async def runtime_with(name: str, strategy_model: str | None, extractor: str | None) -> Agent:
+        settings = DaemonSpec(memory_extractor_model=extractor)
+        return await harness.runtime(
+            agent_yaml(model=strategy_model), name, providers=providers, settings=settings
+        )
 
     # the strategy's model wins over agentd.yaml's memory_extractor_model and the agent's model
     first = await runtime_with("first", "strat/m", "extractor/m")

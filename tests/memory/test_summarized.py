@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from agentd.engine.runtime import AgentRuntime
+from agentd.engine.agent import Agent
 from agentd.memory.summarized import SUMMARY_HEADING, SummarizedMemory, count_foldable, foldable
 from agentd.messages import Message, ToolCallPart, ToolResultPart
-from agentd.store.memory_state import get_layer_state
-from agentd.store.transcripts import StoredMessage
+from agentd.store.queries import LayerStateOf
+from agentd.store.records import StoredMessage
 from agentd.testing.scripted import ScriptedProvider
-from tests.support import Harness, say
+from tests.support import Harness, say, strategy_of
 
 
 def summarized_spec(every: int = 4, model: str | None = "sum/s", main: str = "main/m") -> str:
@@ -22,38 +22,38 @@ def summarized_spec(every: int = 4, model: str | None = "sum/s", main: str = "ma
     )
 
 
-async def setup(harness: Harness, every: int = 4) -> tuple[AgentRuntime, ScriptedProvider, ScriptedProvider]:
+async def setup(harness: Harness, every: int = 4) -> tuple[Agent, ScriptedProvider, ScriptedProvider]:
     main, summariser = ScriptedProvider("main"), ScriptedProvider("sum")
     runtime = await harness.runtime(summarized_spec(every), providers={"main": main, "sum": summariser})
     return runtime, main, summariser
 
 
-async def turn(runtime: AgentRuntime, main: ScriptedProvider, i: int) -> None:
+async def turn(runtime: Agent, main: ScriptedProvider, i: int) -> None:
     main.reply(f"a{i}")
     await say(runtime)(f"q{i}")
     await runtime.drain(5)  # the refresh runs in the background after the reply
 
 
-async def runs(runtime: AgentRuntime, trigger: str) -> list[tuple[str, str, str | None]]:
-    return await runtime.store.read(
+async def runs(runtime: Agent, trigger: str) -> list[tuple[str, str, str | None]]:
+    return await runtime.state.store.sql(
         lambda c: c.execute(
             "SELECT model, status, error FROM runs WHERE trigger = ? ORDER BY rowid", (trigger,)
         ).fetchall()
     )
 
 
-async def audit(runtime: AgentRuntime, kind: str = "summary") -> list[tuple[str, dict[str, Any]]]:
-    rows = await runtime.store.read(
+async def audit(runtime: Agent, kind: str = "summary") -> list[tuple[str, dict[str, Any]]]:
+    rows = await runtime.state.store.sql(
         lambda c: c.execute("SELECT action, data FROM audit WHERE kind = ? ORDER BY id", (kind,)).fetchall()
     )
     return [(a, json.loads(d)) for a, d in rows]
 
 
-async def layer_state(runtime: AgentRuntime, layer: str = "summarized") -> tuple[str | None, int]:
-    thread = await runtime.threads.get("webhook:c1")
+async def layer_state(runtime: Agent, layer: str = "summarized") -> tuple[str | None, int]:
+    thread = await runtime.state.threads.get("webhook:c1")
     thread_id = thread.id
     assert thread_id is not None
-    state = await runtime.store.read(lambda c: get_layer_state(c, thread_id, layer))
+    state = await runtime.state.store.read(LayerStateOf(thread_id, layer))
     return state.data.get("summary"), state.upto_seq
 
 
@@ -204,9 +204,9 @@ async def test_inspect(harness: Harness) -> None:
     summariser.reply("INSPECTED")
     for i in range(3):
         await turn(runtime, main, i)
-    strategy = runtime.strategy(runtime.spec)
+    strategy = strategy_of(runtime)
     assert isinstance(strategy, SummarizedMemory)
-    described = await strategy.inspect(runtime, await runtime.threads.get("webhook:c1"))
+    described = await strategy.inspect(runtime.context, await runtime.state.threads.get("webhook:c1"))
     assert {k: described[k] for k in ("kind", "layer", "summary", "upto_seq", "every", "model")} == {
         "kind": "summarized",
         "layer": "summarized",

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from agentd.config.strategies import WindowStrategy
+from agentd.memory.base import AfterRun
 from agentd.memory.window import WindowMemory, window_start
 from agentd.messages import Message, ToolCallPart, ToolResultPart
-from agentd.store.transcripts import StoredMessage
+from agentd.store.records import StoredMessage
 from agentd.testing.scripted import ScriptedProvider
-from tests.support import Harness, say
+from tests.support import Harness, say, strategy_of
 
 
 def window_spec(n: int, persistent: bool = False) -> str:
@@ -98,7 +99,7 @@ async def test_the_model_sees_the_purpose_and_only_the_last_messages(harness: Ha
     assert seen.system.startswith("ALWAYS KEEP THIS PURPOSE")
     assert [m.text for m in seen.messages] == ["q2", "a2", "q3", "a3", "q4"]
     # nothing is deleted: the whole transcript stays in the file
-    count = await runtime.store.read(lambda c: c.execute("SELECT COUNT(*) FROM messages").fetchone()[0])
+    count = await runtime.state.store.sql(lambda c: c.execute("SELECT COUNT(*) FROM messages").fetchone()[0])
     assert count == 10
     # and a restart shows the same window
     runtime = await harness.restart(runtime)
@@ -133,10 +134,10 @@ async def test_inspect_shows_the_window(harness: Harness) -> None:
     for i in range(3):
         model.reply(f"a{i}")
         await say(runtime)(f"q{i}")
-    strategy = runtime.strategy(runtime.spec)
+    strategy = strategy_of(runtime)
     assert isinstance(strategy, WindowMemory)
-    assert not strategy.settle_due(await runtime.threads.get("webhook:c1"))
-    described = await strategy.inspect(runtime, await runtime.threads.get("webhook:c1"))
+    assert not isinstance(strategy, AfterRun)  # a window has no work after a run
+    described = await strategy.inspect(runtime.context, await runtime.state.threads.get("webhook:c1"))
     assert described["kind"] == "window" and described["layer"] == "window"
     assert described["window"] == 2 and described["first_seq"] == 5 and described["out_of_view"] == 4
     assert [m["parts"][0]["text"] for m in described["messages"]] == ["q2", "a2"]

@@ -3,7 +3,7 @@
 import httpx
 import pytest
 
-from agentd.errors import ProviderError
+from agentd.errors import CredentialError, ProviderError
 from agentd.messages import Message, TextPart, ToolCallPart, ToolResultPart
 from agentd.providers.anthropic import AnthropicProvider
 from agentd.providers.base import CompletionRequest, ToolSpec, Usage
@@ -197,7 +197,7 @@ async def test_an_unknown_model_says_to_check_the_model_name(client):
 async def test_missing_api_key_is_a_clear_error_and_nothing_is_sent(fake, client, monkeypatch):
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     with pytest.raises(
-        ProviderError, match=r"no API key: set ANTHROPIC_API_KEY or providers\.anthropic\.api_key"
+        CredentialError, match=r"no API key: set ANTHROPIC_API_KEY or providers\.anthropic\.api_key"
     ):
         await provider(fake, client, api_key=None).complete(ask(Message.user("hi")))
     assert fake.requests == []

@@ -5,7 +5,7 @@ import asyncio
 import httpx
 import pytest
 
-from agentd.errors import ProviderError
+from agentd.errors import CredentialError, OperatorError, ProviderError
 from agentd.messages import Message, TextPart, ToolCallPart, ToolResultPart
 from agentd.providers.base import CompletionRequest, ToolSpec, Usage
 from agentd.providers.openai import OpenAIProvider
@@ -190,8 +190,11 @@ async def test_a_bad_request_carries_the_providers_own_message(fake, client):
 
 async def test_missing_api_key_is_a_clear_error_and_nothing_is_sent(fake, client, monkeypatch):
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    with pytest.raises(ProviderError, match=r"no API key: set OPENAI_API_KEY or providers\.openai\.api_key"):
+    with pytest.raises(
+        CredentialError, match=r"no API key: set OPENAI_API_KEY or providers\.openai\.api_key"
+    ) as caught:
         await provider(fake, client, api_key=None).complete(ask("hi"))
+    assert isinstance(caught.value, OperatorError)  # the operator must act; retrying cannot help
     assert fake.requests == []
 
 

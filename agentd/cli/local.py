@@ -1,0 +1,135 @@
+"""Agents opened in this process by the CLI (`chat`, `inspect`), built exactly as the daemon builds them."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+from agentd.cli.reports import render_inspection
+from agentd.config.folder import find_agent_file
+from agentd.config.loader import parse_agent, parse_daemon
+from agentd.config.models import AgentSpec, DaemonSpec
+from agentd.daemon.resources import Resources
+from agentd.engine.agent import Agent
+from agentd.errors import AgentdError, ConfigError
+from agentd.events import CONVERSATION_ID_RE, InboundEvent, Reply, is_conversation_key
+
+T = TypeVar("T")
+
+
+def settings_of(args: argparse.Namespace) -> DaemonSpec:
+    config = getattr(args, "config", None)
+    return parse_daemon(config if config is not None else args.agents.parent / "agentd.yaml")
+
+
+class FolderPeers:
+    """Other agents as their files define them: enough to know a sub-agent slot's memory; none run here."""
+
+    def __init__(self, agents_dir: Path, default_model: str | None):
+        self._dir = agents_dir
+        self._default_model = default_model
+
+    def spec(self, name: str) -> AgentSpec | None:
+        path = find_agent_file(self._dir, name)
+        if path is None:
+            return None
+        try:
+            return parse_agent(path, default_model=self._default_model)
+        except (OSError, ConfigError):
+            return None
+
+    def running(self, name: str) -> bool:
+        return False
+
+    async def delegate(self, name: str, event: InboundEvent, parent_run_id: str | None) -> Reply:
+        raise LookupError(f"{name} does not run in this process")
+
+
+@asynccontextmanager
+async def local_agent(args: argparse.Namespace, *, readonly: bool = False) -> AsyncIterator[Agent]:
+    """The agent args.agent, opened in-process from the agents folder and agentd.yaml."""
+    path = find_agent_file(args.agents, args.agent)
+    if path is None:
+        raise AgentdError(f"no agent file {args.agents / args.agent}.yaml")
+    settings = settings_of(args)
+    spec = parse_agent(path, default_model=settings.defaults.model)
+    async with Resources(settings, args.data) as resources:
+        agent = await resources.open_agent(
+            spec, FolderPeers(args.agents, settings.defaults.model), readonly=readonly
+        )
+        try:
+            yield agent
+        finally:
+            await agent.drain(30)
+            await agent.close()
+
+
+def run_with_agent(
+    args: argparse.Namespace, job: Callable[[Agent], Awaitable[T]], readonly: bool = False
+) -> T:
+    async def go() -> T:
+        async with local_agent(args, readonly=readonly) as agent:
+            return await job(agent)
+
+    return asyncio.run(go())
+
+
+def cmd_chat(args: argparse.Namespace) -> int:
+    if not CONVERSATION_ID_RE.match(args.session):
+        print("agentd: --session must be 1-128 of [A-Za-z0-9_.:-]", file=sys.stderr)
+        return 2
+    key = f"repl:{args.session}"
+
+    async def talk(agent: Agent) -> None:
+        print(
+            f"agentd chat: {agent.name} ({agent.spec.model.name}), conversation {key}. "
+            "/help for commands, Ctrl-D to quit."
+        )
+        loop = asyncio.get_running_loop()
+        while True:
+            line = await loop.run_in_executor(None, _read_line)
+            if line is None:
+                break
+            if not line.strip():
+                continue
+            reply = await agent.handle(InboundEvent(agent.name, key, line, "repl", user_id="local"))
+            print(reply.text, flush=True)
+
+    run_with_agent(args, talk)
+    return 0
+
+
+def _read_line() -> str | None:
+    try:
+        return input("you> " if sys.stdin.isatty() else "")
+    except EOFError:
+        return None
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    if not is_conversation_key(args.key):
+        print(
+            f"agentd: {args.key!r} is not a conversation key (<channel>:<id>, e.g. webhook:t-1)",
+            file=sys.stderr,
+        )
+        return 2
+    data_file = args.data / f"{args.agent}.sqlite"
+    if find_agent_file(args.agents, args.agent) is not None and not data_file.exists():
+        print(f"agentd: no data file {data_file} (has agent {args.agent!r} run yet?)", file=sys.stderr)
+        return 1
+
+    async def look(agent: Agent) -> dict[str, Any]:
+        return await agent.inspect(args.key)
+
+    inspected = run_with_agent(args, look)
+    if args.json:
+        print(json.dumps(inspected, indent=2, ensure_ascii=False, default=str))
+    else:
+        print(render_inspection(inspected))
+    return 0

@@ -1,0 +1,169 @@
+"""The `agentd` command: thin — parse, call, print."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import sys
+from pathlib import Path
+
+from agentd.cli.local import cmd_chat, cmd_inspect
+from agentd.cli.reports import cmd_audit, cmd_memories, cmd_runs
+from agentd.config.folder import check_agents
+from agentd.errors import AgentdError
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not hasattr(args, "func"):
+        parser.print_help()
+        return 2
+    logging.basicConfig(
+        level=logging.DEBUG if getattr(args, "verbose", False) else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    for noisy in (
+        "httpx",
+        "discord",
+        "telegram",
+        "slack_bolt",
+        "slack_sdk",
+        "aiohttp.access",
+        "uvicorn.access",
+    ):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    try:
+        code: int = args.func(args)
+        return code
+    except AgentdError as e:
+        print(f"agentd: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="agentd", description="A daemon that hosts LLM agents defined in YAML.")
+    sub = p.add_subparsers(metavar="COMMAND")
+
+    def common(sp: argparse.ArgumentParser, data: bool = True) -> None:
+        sp.add_argument(
+            "--agents", type=Path, default=Path("agents"), help="agents folder (default: ./agents)"
+        )
+        if data:
+            sp.add_argument("--data", type=Path, default=Path("data"), help="data folder (default: ./data)")
+
+    run = sub.add_parser("run", help="run the daemon: every agent, its channels and the HTTP API")
+    common(run)
+    run.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help="daemon settings (default: agentd.yaml beside the agents folder)",
+    )
+    run.add_argument("--host", default=None, help="HTTP host (default 127.0.0.1)")
+    run.add_argument("--port", type=int, default=None, help="HTTP port (default 8765)")
+    run.add_argument(
+        "--reload-interval", type=float, default=1.0, help="seconds between checks of the agents folder"
+    )
+    run.add_argument("-v", "--verbose", action="store_true")
+    run.set_defaults(func=cmd_run)
+
+    chat = sub.add_parser("chat", help="talk to an agent in this terminal (conversation key repl:NAME)")
+    chat.add_argument("agent")
+    chat.add_argument("--session", default="local", help="session name (default: local)")
+    common(chat)
+    chat.add_argument("--config", type=Path, default=None)
+    chat.set_defaults(func=cmd_chat)
+
+    check = sub.add_parser("check", help="validate agentd.yaml and the agents as run would; exit 1 on errors")
+    check.add_argument("dir", nargs="?", type=Path, default=Path("agents"), help="agents folder, or one file")
+    check.add_argument("--config", type=Path, default=None)
+    check.set_defaults(func=cmd_check)
+
+    schema = sub.add_parser("schema", help="print the JSON schema of an agent file (or of agentd.yaml)")
+    schema.add_argument("which", nargs="?", choices=["agent", "daemon"], default="agent")
+    schema.set_defaults(func=cmd_schema)
+
+    audit = sub.add_parser("audit", help="print an agent's audit trail")
+    audit.add_argument("agent")
+    audit.add_argument("--kind", default=None)
+    audit.add_argument("--limit", type=int, default=50)
+    audit.add_argument("--json", action="store_true")
+    common(audit)
+    audit.set_defaults(func=cmd_audit)
+
+    runs = sub.add_parser("runs", help="print an agent's runs")
+    runs.add_argument("agent")
+    runs.add_argument("--conversation", default=None, help="only this conversation key")
+    runs.add_argument("--limit", type=int, default=50)
+    runs.add_argument("--json", action="store_true")
+    common(runs)
+    runs.set_defaults(func=cmd_runs)
+
+    memories = sub.add_parser("memories", help="print an agent's persistent memories")
+    memories.add_argument("agent")
+    memories.add_argument("--json", action="store_true")
+    common(memories)
+    memories.set_defaults(func=cmd_memories)
+
+    inspect = sub.add_parser(
+        "inspect", help="print, per memory layer, what an agent's model will see next in a conversation"
+    )
+    inspect.add_argument("agent")
+    inspect.add_argument("key", help="conversation key, e.g. webhook:ticket-7 or repl:local")
+    inspect.add_argument("--json", action="store_true")
+    common(inspect)
+    inspect.add_argument("--config", type=Path, default=None)
+    inspect.set_defaults(func=cmd_inspect)
+    return p
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from agentd.daemon import Daemon
+
+    async def go() -> None:
+        daemon = Daemon(
+            args.agents,
+            args.data,
+            daemon_file=args.config,
+            host=args.host,
+            port=args.port,
+            reload_interval=args.reload_interval,
+        )
+        await daemon.serve()
+
+    asyncio.run(go())
+    return 0
+
+
+def schema_text(which: str) -> str:
+    from agentd.config.models import AgentSpec, DaemonSpec
+
+    schema = (AgentSpec if which == "agent" else DaemonSpec).model_json_schema()
+    if which == "agent":
+        # the name is the file name, never a key in the file
+        schema["properties"].pop("name", None)
+        schema["required"] = [r for r in schema.get("required", []) if r != "name"]
+    return json.dumps(schema, indent=2, sort_keys=True) + "\n"
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    sys.stdout.write(schema_text(args.which))
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from agentd.providers.embedders import check_embedder
+
+    result = check_agents(args.dir, args.config, check_embedder)
+    for error in result.errors:
+        print(error, file=sys.stderr)
+    if result.errors:
+        print(f"{len(result.errors)} file(s) with errors", file=sys.stderr)
+        return 1
+    print(f"ok: {len(result.agents)} agent(s): {', '.join(a.name for a in result.agents) or 'none'}")
+    return 0

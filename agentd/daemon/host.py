@@ -1,0 +1,110 @@
+"""An agent's chat channels: the host each channel gets, and starting and stopping them."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Coroutine
+from typing import Any, Protocol
+
+from agentd.channels.base import Channel
+from agentd.channels.registry import CHANNEL_KINDS, build_channel
+from agentd.config.models import AgentSpec
+from agentd.engine.agent import Agent
+from agentd.events import InboundEvent, Reply
+
+log = logging.getLogger("agentd")
+CHANNEL_STOP_TIMEOUT = 5.0
+Spawn = Callable[[Coroutine[Any, Any, Any]], "asyncio.Task[Any]"]
+
+
+class HasAgent(Protocol):
+    name: str
+    agent: Agent | None
+
+
+class AgentHost:
+    """The ChannelHost a channel of one agent gets: dispatch, audit, status, nothing more."""
+
+    def __init__(self, owner: HasAgent, spawn: Spawn):
+        self._owner = owner
+        self._spawn = spawn
+        self.agent = owner.name
+        self.statuses: dict[str, tuple[str, str | None]] = {}
+
+    async def dispatch(self, event: InboundEvent) -> Reply:
+        agent = self._owner.agent
+        if agent is None or agent.status != "running":
+            raise RuntimeError(f"agent {self.agent} is not running")
+        return await agent.handle(event)
+
+    async def audit(
+        self,
+        kind: str,
+        action: str,
+        *,
+        conversation_key: str | None = None,
+        data: dict[str, Any] | None = None,
+    ) -> None:
+        if self._owner.agent is not None:
+            await self._owner.agent.audit(kind, action, conversation_key=conversation_key, data=data)
+
+    def set_status(self, channel: str, status: str, error: str | None = None) -> None:
+        previous = self.statuses.get(channel)
+        self.statuses[channel] = (status, error)
+        if previous == (status, error):
+            return
+        if status == "failed":
+            log.error("agent %s: channel %s failed: %s", self.agent, channel, error)
+            if self._owner.agent is not None:
+                self._spawn(self.audit("channel", "failed", data={"channel": channel, "error": error}))
+        else:
+            log.info("agent %s: channel %s %s%s", self.agent, channel, status, f" ({error})" if error else "")
+
+
+class AgentChannels:
+    """The running chat channels of one agent (the webhook is served by the HTTP API itself)."""
+
+    def __init__(self, host: AgentHost, spawn: Spawn):
+        self.host = host
+        self._spawn = spawn
+        self.channels: dict[str, Channel] = {}
+        self._tasks: dict[str, asyncio.Task[Any]] = {}
+
+    def start(self, spec: AgentSpec) -> None:
+        for kind in spec.channels.enabled():
+            if kind not in CHANNEL_KINDS:
+                continue
+            try:
+                channel = build_channel(kind, self.host.agent, getattr(spec.channels, kind))
+            except Exception as e:
+                self.host.set_status(kind, "failed", f"cannot start: {e}")
+                continue
+            self.channels[kind] = channel
+            self.host.set_status(kind, "starting")
+            self._tasks[kind] = self._spawn(self._run(kind, channel))
+
+    async def _run(self, kind: str, channel: Channel) -> None:
+        try:
+            await channel.run(self.host)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            # A channel that fails never stops the other channels or agents.
+            self.host.set_status(kind, "failed", str(e) or type(e).__name__)
+            log.exception("agent %s: channel %s stopped with an error", self.host.agent, kind)
+
+    async def stop(self) -> None:
+        for kind, channel in list(self.channels.items()):
+            task = self._tasks.pop(kind, None)
+            try:
+                await asyncio.wait_for(channel.stop(), CHANNEL_STOP_TIMEOUT)
+            except Exception:
+                log.exception("agent %s: channel %s did not stop cleanly", self.host.agent, kind)
+            if task is not None and not task.done():
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
+            self.host.statuses[kind] = ("stopped", None)
+        self.channels.clear()

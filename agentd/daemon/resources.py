@@ -1,0 +1,109 @@
+"""What every agent of one process shares, and the one constructor of a running agent.
+
+`agentd run`, `agentd chat`, `agentd inspect`, the benchmarks and the test
+harness all build agents here, from the same settings (agentd.yaml): the store
+backend, the HTTP client, the providers, the embedder, the memory model
+default. Nothing patches an agent afterwards; a test passes its fakes in.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import socket
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import httpx
+
+from agentd.config.models import AgentSpec, DaemonSpec
+from agentd.engine.agent import Agent
+from agentd.engine.peers import NoPeers, Peers
+from agentd.engine.state import AgentResources
+from agentd.providers.base import Embedder, ModelProvider
+from agentd.providers.embedders import build_embedder
+from agentd.providers.registry import ProviderRegistry
+from agentd.store.base import Store
+from agentd.store.sqlite import SqliteStore, StoreExecutor
+
+DAEMON_STORE = "_daemon"  # daemon-level audit (config, auth); '_' cannot start an agent name
+_FROM_SETTINGS: Any = object()
+
+
+class Resources:
+    """An async context manager: opened once per process, closed after every agent it built."""
+
+    def __init__(
+        self,
+        settings: DaemonSpec,
+        data_dir: Path,
+        *,
+        embedder: Embedder | None = _FROM_SETTINGS,
+        providers: dict[str, ModelProvider] | None = None,
+    ):
+        """`embedder` and `providers` replace what agentd.yaml names (tests and benchmarks pass fakes)."""
+        self.settings = settings
+        self.data_dir = data_dir
+        self._embedder_override = embedder
+        self._provider_overrides = dict(providers or {})
+        self._stack = contextlib.AsyncExitStack()
+        # this process among the daemons that may share a store: recorded on its runs and audit events
+        self.daemon_id = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+        self.executor: StoreExecutor | None = None
+        self.providers: ProviderRegistry | None = None
+        self.embedder: Embedder | None = None
+
+    async def __aenter__(self) -> Resources:
+        executor = StoreExecutor()
+        self._stack.callback(executor.shutdown)
+        client = await self._stack.enter_async_context(httpx.AsyncClient())
+        providers = ProviderRegistry(self.settings.providers, client)
+        for name, provider in self._provider_overrides.items():
+            providers.register(name, provider)
+        self.executor, self.providers = executor, providers
+        if self._embedder_override is not _FROM_SETTINGS:
+            self.embedder = self._embedder_override
+        elif self.settings.embedder:
+            self.embedder = build_embedder(self.settings.embedder, self.settings.providers, client)
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self._stack.aclose()
+
+    def store(self, name: str, *, readonly: bool = False) -> Store:
+        """The store of the agent (or `_daemon`) `name`; not opened yet."""
+        assert self.executor is not None, "Resources used outside `async with`"
+        path = self.data_dir / f"{name}.sqlite"
+        return SqliteStore(
+            path, self.executor, self.settings.store.synchronous, readonly=readonly, daemon=self.daemon_id
+        )
+
+    def agent_resources(self, peers: Peers | None = None) -> AgentResources:
+        assert self.providers is not None, "Resources used outside `async with`"
+        return AgentResources(
+            providers=self.providers,
+            embedder=self.embedder,
+            memory_extractor_model=self.settings.memory_extractor_model,
+            hot_conversations=self.settings.store.hot_conversations,
+            peers=peers if peers is not None else NoPeers(),
+        )
+
+    def build_agent(self, spec: AgentSpec, peers: Peers | None = None, *, readonly: bool = False) -> Agent:
+        """A running agent's parts, not opened yet (`await agent.open()`)."""
+        return Agent(spec, self.store(spec.name, readonly=readonly), self.agent_resources(peers))
+
+    async def open_agent(
+        self, spec: AgentSpec, peers: Peers | None = None, *, readonly: bool = False
+    ) -> Agent:
+        """The one constructor of a running agent: built and opened (its store closed again if opening fails)."""
+        agent = self.build_agent(spec, peers, readonly=readonly)
+        try:
+            await agent.open(readonly=readonly)
+        except BaseException:
+            await agent.close()
+            raise
+        return agent

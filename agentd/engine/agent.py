@@ -1,0 +1,148 @@
+"""One running agent: what the daemon, the HTTP API, the channels' host and the CLI may ask of it.
+
+Inside, the parts are separate: the state (`state.py`), the memory context
+given to strategies (`context.py`), the handling of an event (`handling.py`),
+the prompt (`prompt.py`), the status facts (`status.py`) and the lifecycle
+(`lifecycle.py`). Build one with `agentd.daemon.resources.Resources.open_agent`.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from agentd.config.models import AgentSpec
+from agentd.engine.context import AgentContext
+from agentd.engine.handling import EventHandler
+from agentd.engine.inspect import inspect_conversation, next_prompt
+from agentd.engine.lifecycle import Lifecycle
+from agentd.engine.state import AgentResources, AgentState
+from agentd.engine.status import status_facts
+from agentd.events import InboundEvent, Reply
+from agentd.memory.persistent import persistent_scope
+from agentd.messages import MESSAGE_ADAPTER
+from agentd.store.base import Store
+from agentd.store.queries import AuditEvents, Conversations, MemoryValue, Runs
+from agentd.store.writes import EnsureIdentity, PruneDeliveries
+
+
+class Agent:
+    def __init__(self, spec: AgentSpec, store: Store, resources: AgentResources):
+        # `state` is open to the engine's own parts and to tests; everything else uses the methods.
+        self.state = AgentState(spec, store, resources)
+        self.context = AgentContext(self.state)
+        self.lifecycle = Lifecycle()
+        self._handler = EventHandler(self.state, self.context, self.lifecycle)
+
+    @property
+    def name(self) -> str:
+        return self.state.name
+
+    @property
+    def spec(self) -> AgentSpec:
+        return self.state.spec
+
+    @property
+    def status(self) -> str:
+        return self.lifecycle.status
+
+    @property
+    def store_label(self) -> str:
+        return self.state.store.label
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    async def open(self, *, readonly: bool = False) -> None:
+        """Open (and migrate) the agent's data and load what it keeps in memory; `readonly` writes
+        nothing (the CLI beside a running daemon).
+
+        Raises StoreError (NewerSchema for data from a newer agentd): the caller
+        marks this agent failed and goes on with the others.
+        """
+        store = self.state.store
+        await store.open()
+        if not readonly:
+            await store.write(EnsureIdentity({"agent": self.name, "created_at": str(time.time())}))
+        await self.state.memory.load()
+        self.lifecycle.status = "running"
+
+    async def close(self) -> None:
+        self.lifecycle.status = "stopped"
+        await self.state.store.close()
+
+    def update_spec(self, spec: AgentSpec) -> None:
+        """A hot reload: runs already going finish on the definition they began with."""
+        self.state.update_spec(spec)
+
+    @property
+    def in_flight(self) -> int:
+        return self.lifecycle.in_flight
+
+    async def drain(self, timeout: float | None = None) -> bool:
+        return await self.lifecycle.drain(timeout)
+
+    # -- the one entry point ---------------------------------------------------------------
+
+    async def handle(self, event: InboundEvent, parent_run_id: str | None = None) -> Reply:
+        return await self._handler.handle(event, parent_run_id)
+
+    # -- what the API and the CLI read --------------------------------------------------------
+
+    async def next_prompt(self, conversation_key: str, user_id: str | None = None) -> dict[str, Any]:
+        return await next_prompt(self.state, self.context, conversation_key, user_id)
+
+    async def inspect(self, conversation_key: str) -> dict[str, Any]:
+        return await inspect_conversation(self.state, self.context, conversation_key)
+
+    async def status_of(self, conversation_key: str, user_id: str | None = None) -> dict[str, Any]:
+        spec = self.state.spec
+        memory = self.state.memory_of(spec, conversation_key)
+        thread = await self.state.thread(conversation_key, memory)
+        facts = await status_facts(self.state, spec, memory, thread)
+        if spec.memory.persistent:
+            # the keys that conversation's model sees: with persistent_scope user, only that person's
+            facts["memory_keys"] = self.state.memory_keys(spec, conversation_key, user_id)
+        return facts
+
+    async def transcript(self, conversation_key: str) -> list[dict[str, Any]]:
+        """The active thread's uncompacted messages, as JSON-ready dicts."""
+        thread = await self.state.threads.get(conversation_key)
+        return [
+            MESSAGE_ADAPTER.dump_python(m.message, mode="json", exclude_none=True) for m in thread.messages
+        ]
+
+    def memory_keys(self, conversation_key: str, user_id: str | None) -> list[str]:
+        """The persistent-memory keys the prompt of `user_id` in this conversation lists."""
+        return self.state.memory_keys(self.spec, conversation_key, user_id)
+
+    async def memory_value(self, conversation_key: str, key: str, user_id: str | None) -> str | None:
+        """What `recall key` returns to `user_id` in this conversation (None: no such key in their scope)."""
+        scope = persistent_scope(self.spec.memory, conversation_key, user_id)
+        return await self.state.store.read(MemoryValue(scope, key))
+
+    async def runs(self, conversation_key: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
+        return await self.state.store.read(Runs(conversation_key, limit))
+
+    async def conversations(self, limit: int = 200) -> list[dict[str, Any]]:
+        return await self.state.store.read(Conversations(limit))
+
+    async def audit_events(
+        self, kind: str | None = None, since: float | None = None, limit: int = 100
+    ) -> list[dict[str, Any]]:
+        return await self.state.store.read(AuditEvents(self.name, kind, since, limit))
+
+    async def audit(
+        self,
+        kind: str,
+        action: str,
+        *,
+        conversation_key: str | None = None,
+        run_id: str | None = None,
+        data: dict[str, Any] | None = None,
+    ) -> None:
+        await self.context.audit(kind, action, conversation_key=conversation_key, run_id=run_id, data=data)
+
+    async def prune_deliveries(self, older_than: float) -> int:
+        """Forget platform delivery ids received before `older_than`; returns how many."""
+        [pruned] = await self.state.store.write(PruneDeliveries(older_than))
+        return int(pruned)

@@ -1,0 +1,108 @@
+"""One agent's state: its current definition, its store, hot threads, locks, persistent memory, caches.
+
+`spec` may be swapped by a hot reload; a turn reads it once at its start, so
+in-flight runs finish on the definition they began with.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentd.config.models import AgentSpec
+from agentd.engine.conversations import ConversationLocks, HotThreads
+from agentd.engine.peers import NoPeers, Peers
+from agentd.engine.subagents import slot_override, subagent_tools
+from agentd.engine.tools import memory_tools
+from agentd.memory.base import Memory
+from agentd.memory.persistent import PersistentMemory, persistent_scope
+from agentd.memory.registry import memory_for
+from agentd.memory.tooling import Tool
+from agentd.providers.base import Embedder
+from agentd.providers.registry import ProviderRegistry
+from agentd.store.base import Store
+from agentd.store.claims import Claim
+from agentd.store.records import StoredThread
+
+NO_CLAIM = Claim()
+RECENT_EVENTS = 10_000  # platform deliveries remembered in memory (the store remembers them all)
+MEMORY_CACHE = 64
+
+
+@dataclass
+class AgentResources:
+    """What every agent of one process shares, handed to each by the one constructor."""
+
+    providers: ProviderRegistry
+    embedder: Embedder | None = None
+    memory_extractor_model: str | None = None  # agentd.yaml's default for folds and extraction
+    hot_conversations: int = 2000
+    peers: Peers = field(default_factory=NoPeers)
+
+
+class AgentState:
+    def __init__(self, spec: AgentSpec, store: Store, resources: AgentResources):
+        self.spec = spec
+        self.store = store
+        self.resources = resources
+        self.threads = HotThreads(store, resources.hot_conversations)
+        self.locks = ConversationLocks()
+        self.memory = PersistentMemory(store, spec.name, spec.memory.max_value_chars)
+        # platform deliveries seen lately: (channel, event id), oldest first
+        self.recent_events: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._memories: dict[tuple[int, int], tuple[AgentSpec, Any, Memory]] = {}
+        self._tools: tuple[AgentSpec, list[Tool]] | None = None
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def update_spec(self, spec: AgentSpec) -> None:
+        self.spec = spec
+        self.memory.max_value_chars = spec.memory.max_value_chars
+
+    def memory_of(self, spec: AgentSpec, conversation_key: str) -> Memory:
+        """The memory a conversation gets under `spec`: a sub-agent slot's override when the
+        conversation is one (read off its key), else the definition's own; built once per pair."""
+        override = slot_override(spec.name, conversation_key, self.resources.peers)
+        key = (id(spec), id(override))
+        cached = self._memories.get(key)
+        if cached is not None and cached[0] is spec and cached[1] is override:
+            return cached[2]
+        if len(self._memories) >= MEMORY_CACHE:
+            self._memories.clear()
+        memory = memory_for(spec, override)
+        self._memories[key] = (spec, override, memory)
+        return memory
+
+    async def thread(self, conversation_key: str, memory: Memory, claim: Claim = NO_CLAIM) -> StoredThread:
+        """The conversation's hot thread (checked against the claim's mark on a shared store), or an
+        empty one when the memory keeps no transcript."""
+        if claim.memories_version is not None:
+            await self.memory.sync(claim.memories_version)
+        if not memory.keeps_transcript:
+            return StoredThread(conversation_key)
+        return await self.threads.get(conversation_key, claim.thread)
+
+    def memory_keys(self, spec: AgentSpec, conversation_key: str, user_id: str | None) -> list[str]:
+        """The persistent-memory keys a conversation's model sees (with persistent_scope user: the speaker's)."""
+        return self.memory.keys(persistent_scope(spec.memory, conversation_key, user_id))
+
+    def tools(self, spec: AgentSpec) -> list[Tool]:
+        """The tools every turn of this definition gets (memory tools, sub-agents)."""
+        cached = self._tools
+        if cached is None or cached[0] is not spec:
+            # Memory tools depend only on the definition: built once per definition, not per turn.
+            built: list[Tool] = []
+            if spec.memory.persistent:
+                memory_spec = spec.memory
+                built = memory_tools(
+                    self.memory,
+                    lambda call: persistent_scope(memory_spec, call.conversation_key, call.user_id),
+                )
+            cached = self._tools = (spec, built)
+        if not spec.subagents:
+            return cached[1]
+        # Sub-agent tools describe peers, which reload on their own: built per turn.
+        return [*cached[1], *subagent_tools(spec.name, spec, self.resources.peers)]

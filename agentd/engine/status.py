@@ -1,0 +1,52 @@
+"""The status facts of a conversation: for `/status`, `GET /agents/{agent}/status` and the inspector."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentd.config.models import AgentSpec
+from agentd.engine.state import AgentState
+from agentd.memory.base import Memory
+from agentd.messages import estimate_tokens
+from agentd.store.queries import MessageCounts, RunTotals
+from agentd.store.records import StoredThread
+
+
+async def status_facts(
+    state: AgentState, spec: AgentSpec, memory: Memory, thread: StoredThread
+) -> dict[str, Any]:
+    key = thread.conversation_key
+    totals, counts = await state.store.read_many(RunTotals(key), MessageCounts(key))
+    threshold = memory.compaction.compact_at_tokens if memory.compaction is not None else None
+    return {
+        "agent": spec.name,
+        "model": spec.model.name,
+        "small_model": spec.model.small,
+        "offline": spec.model.provider == "offline",
+        "conversation_key": key,
+        "thread_id": thread.id,
+        "memory": {
+            "scope": spec.memory.scope,
+            "persistent": spec.memory.persistent,
+            "strategy": memory.kind,
+        },
+        "context": {
+            # the last model call's input, or an estimate of what is in view now (after a compaction)
+            "tokens": thread.last_input_tokens
+            if thread.last_input_tokens is not None
+            else estimate_tokens(len(spec.purpose) + thread.chars),
+            "estimated": thread.last_tokens_estimated or thread.last_input_tokens is None,
+            "compact_at_tokens": threshold,
+            "messages": len(thread.messages),
+            "summary": thread.summary is not None,
+        },
+        "stored": counts,
+        "totals": {
+            "message_runs": totals.get("message", {}).get("runs", 0),
+            "compactions": totals.get("compaction", {}).get("runs", 0),
+            "errors": sum(t["errors"] for t in totals.values()),
+            "input_tokens": sum(t["input_tokens"] for t in totals.values()),
+            "output_tokens": sum(t["output_tokens"] for t in totals.values()),
+            "by_trigger": totals,
+        },
+    }

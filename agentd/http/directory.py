@@ -1,0 +1,31 @@
+"""What the daemon exposes to the HTTP layer: one protocol, imported by the API and the /ui/ pages alike."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+from fastapi import Request
+
+from agentd.engine.agent import Agent
+
+
+class AgentDirectory(Protocol):
+    """What the daemon exposes to the HTTP layer."""
+
+    token: str | None
+    max_body_bytes: int
+
+    def agent(self, name: str) -> Agent | None: ...
+
+    def has_webhook(self, name: str) -> bool: ...
+
+    def describe_agents(self) -> list[dict[str, Any]]: ...
+
+    async def query_audit(
+        self, agent: str | None, kind: str | None, since: float | None, limit: int
+    ) -> list[dict[str, Any]]: ...
+
+    async def audit_auth_failure(self, path: str, reason: str, client: str | None) -> None: ...
+
+    def platform_endpoint(self, path: str) -> Callable[[Request], Awaitable[Any]] | None: ...

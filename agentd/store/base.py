@@ -1,0 +1,60 @@
+"""The store seam: what the engine and the memory strategies need from wherever data lives.
+
+One main pair of methods: `read(query)` and `write(*ops)`, where queries
+(`agentd.store.queries`) and writes (`agentd.store.writes`) are plain data. A
+backend (SQLite files today, PostgreSQL for several daemons) maps each to its
+own SQL; nothing above this package ever sees SQL or a connection.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Protocol, TypeVar
+
+from agentd.store.claims import Claim
+from agentd.store.queries import Query
+from agentd.store.writes import Write
+
+T = TypeVar("T")
+
+
+class Store(Protocol):
+    """One agent's data. `label` names it in messages (a file path, a database and agent)."""
+
+    @property
+    def label(self) -> str: ...
+
+    @property
+    def shared(self) -> bool:
+        """True when other daemons write the same data: caches are checked at each claim."""
+        ...
+
+    async def open(self) -> list[str]:
+        """Open (and migrate) the agent's data; returns the migrations applied now.
+
+        Raises StoreError (NewerSchema when written by a newer agentd) when it cannot.
+        """
+        ...
+
+    async def close(self) -> None: ...
+
+    async def read(self, query: Query[T]) -> T:
+        """Answer one query."""
+        ...
+
+    async def read_many(self, *queries: Query[Any]) -> list[Any]:
+        """Answer several queries in one hop, results in order."""
+        ...
+
+    async def write(self, *ops: Write[Any]) -> list[Any]:
+        """Apply the ops in order in one transaction; returns their results in order.
+
+        Returns only once committed. If an op raises, nothing of the batch is kept
+        and the error is raised here.
+        """
+        ...
+
+    def claim(self, conversation_key: str) -> AbstractAsyncContextManager[Claim]:
+        """Take the conversation for one event (see agentd.store.claims); the engine holds its own
+        per-conversation lock first, so a process has at most one claim per conversation at a time."""
+        ...

@@ -1,0 +1,91 @@
+"""The one thread every agent file's SQL runs on, and group commit across files.
+
+Why one thread: on a 2-core machine a thread per connection (aiosqlite's
+model) convoys on the GIL; measured in performance.md, one shared worker is
+the fastest layout. Every connection is used only from that thread, so no
+locks of our own guard it.
+
+Writes are group-committed: each `write(ops)` is queued; the store thread
+takes every batch queued for a file, runs each inside its own SAVEPOINT (a
+failing batch is rolled back alone), and commits once. Under load many turns
+share one commit (and one fsync with synchronous=FULL); a lone turn costs one
+thread hop and one commit. Writes of all files are drained together: one job
+on the store thread commits each waiting file's batches and wakes the event
+loop once for all of them. With a hundred busy files a wake-up per file would
+cost more than the commits themselves (performance.md, G5).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Protocol, TypeVar
+
+T = TypeVar("T")
+Outcome = tuple["asyncio.Future[Any]", Any, "BaseException | None"]
+
+
+class BatchTarget(Protocol):
+    """A file with writes waiting (the SQLite store): its queue, and how to commit what was queued."""
+
+    _pending: list[tuple[Any, asyncio.Future[Any]]]
+    _queued: bool
+    _loop: asyncio.AbstractEventLoop | None
+
+    def _commit_batch(self, batch: list[tuple[Any, asyncio.Future[Any]]]) -> list[Outcome]: ...
+
+
+class StoreExecutor:
+    """The store thread, and the queue of files with writes waiting."""
+
+    def __init__(self) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentd-store")
+        self._lock = threading.Lock()
+        self._dirty: list[BatchTarget] = []
+        self._drain_scheduled = False
+
+    async def call(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+
+    def enqueue_write(self, target: BatchTarget, job: Any, future: asyncio.Future[Any]) -> None:
+        with self._lock:
+            target._pending.append((job, future))
+            if not target._queued:
+                target._queued = True
+                self._dirty.append(target)
+            schedule = not self._drain_scheduled
+            self._drain_scheduled = True
+        if schedule:
+            self._pool.submit(self._drain)
+
+    def _drain(self) -> None:
+        """On the store thread: commit every waiting file's batch, then wake each loop once."""
+        with self._lock:
+            dirty, self._dirty = self._dirty, []
+            self._drain_scheduled = False
+            batches = []
+            for target in dirty:
+                target._queued = False
+                batches.append((target, target._pending))
+                target._pending = []
+        by_loop: dict[asyncio.AbstractEventLoop, list[Outcome]] = {}
+        for target, batch in batches:
+            if batch and target._loop is not None:
+                by_loop.setdefault(target._loop, []).extend(target._commit_batch(batch))
+        for loop, outcomes in by_loop.items():
+            loop.call_soon_threadsafe(_resolve, outcomes)
+
+    def shutdown(self) -> None:
+        self._pool.shutdown(wait=True)
+
+
+def _resolve(outcomes: list[Outcome]) -> None:
+    for future, result, error in outcomes:
+        if future.done():  # the waiting task was cancelled; the write still happened
+            continue
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)

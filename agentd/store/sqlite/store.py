@@ -1,0 +1,213 @@
+"""One agent's SQLite file behind the store seam: queries and writes answered on the store thread."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+from collections.abc import Callable, Sequence
+from contextlib import AbstractAsyncContextManager, nullcontext
+from pathlib import Path
+from typing import Any, TypeVar
+
+from agentd.errors import StoreError
+from agentd.store.claims import Claim
+from agentd.store.queries import Query
+
+# Importing the SQL modules registers their handlers.
+from agentd.store.sqlite import (
+    audit,
+    episodes,
+    facts,
+    identity,
+    inbound,
+    memories,
+    memory_state,
+    runs,
+    transcripts,
+)
+from agentd.store.sqlite.dispatch import apply
+from agentd.store.sqlite.executor import Outcome, StoreExecutor
+from agentd.store.sqlite.migrations import migrate
+from agentd.store.writes import Write, stamped
+
+T = TypeVar("T")
+Batch = Sequence[Write[Any]]
+NO_CLAIM = Claim()
+_SQL_MODULES = (audit, episodes, facts, identity, inbound, memories, memory_state, runs, transcripts)
+
+
+def connect(path: Path, synchronous: str = "normal", *, readonly: bool = False) -> sqlite3.Connection:
+    """Open (creating with mode 0600) and configure one agent file; autocommit mode."""
+    if readonly:
+        conn = sqlite3.connect(
+            f"file:{path}?mode=ro", uri=True, isolation_level=None, check_same_thread=False
+        )
+        conn.execute("PRAGMA busy_timeout=5000")
+        return conn
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.exists():
+        # Create the file ourselves so it is never world-readable, even for a moment.
+        fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o600)
+        os.close(fd)
+    os.chmod(path, 0o600)
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute(f"PRAGMA synchronous={'FULL' if synchronous == 'full' else 'NORMAL'}")
+    conn.execute("PRAGMA busy_timeout=5000")
+    conn.execute("PRAGMA foreign_keys=ON")
+    for suffix in ("-wal", "-shm"):
+        side = path.with_name(path.name + suffix)
+        if side.exists():
+            os.chmod(side, 0o600)
+    return conn
+
+
+class SqliteStore:
+    """The SQLite file of one agent: `read(query)` on the store thread, group-committed `write(*ops)`."""
+
+    def __init__(
+        self,
+        path: Path,
+        executor: StoreExecutor,
+        synchronous: str = "normal",
+        *,
+        readonly: bool = False,
+        daemon: str | None = None,
+    ):
+        self.path = path
+        self.daemon = daemon  # recorded on every run and audit event this store writes
+        self._executor = executor
+        self._synchronous = synchronous
+        self._readonly = readonly
+        self._conn: sqlite3.Connection | None = None
+        # guarded by the executor's lock: batches waiting, and whether this file is queued to drain
+        self._pending: list[tuple[Batch, asyncio.Future[Any]]] = []
+        self._queued = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def label(self) -> str:
+        return str(self.path)
+
+    # One daemon owns a data folder (its lock file says so): nobody else writes this file, so the
+    # process's own per-conversation lock is the whole claim and the caches need no check.
+    shared = False
+
+    def claim(self, conversation_key: str) -> AbstractAsyncContextManager[Claim]:
+        return nullcontext(NO_CLAIM)
+
+    async def open(self) -> list[str]:
+        """Open, configure and migrate the file (read-only: open only); returns the migrations applied now."""
+        self._loop = asyncio.get_running_loop()
+
+        def _open() -> list[str]:
+            try:
+                if self._readonly:
+                    if not self.path.exists():
+                        raise StoreError(f"no data file {self.path}")
+                    self._conn = connect(self.path, readonly=True)
+                    return []
+                self._conn = connect(self.path, self._synchronous)
+                return migrate(self._conn)
+            except sqlite3.Error as e:
+                raise StoreError(f"cannot open {self.path}: {e}") from e
+
+        return await self._executor.call(_open)
+
+    async def close(self) -> None:
+        if self._conn is None:
+            return
+        conn, self._conn = self._conn, None
+
+        def _close() -> None:
+            try:
+                if not self._readonly:
+                    conn.execute("PRAGMA optimize")
+            finally:
+                conn.close()
+
+        await self._executor.call(_close)
+
+    def _require(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise StoreError(f"{self.path} is not open")
+        return self._conn
+
+    async def sql(self, job: Callable[[sqlite3.Connection], T]) -> T:
+        """Run raw SQL against the file on the store thread: for tests and tools, never the product."""
+        return await self.read_with(job)
+
+    async def read_with(self, job: Callable[[sqlite3.Connection], T]) -> T:
+        def _read() -> T:
+            try:
+                return job(self._require())
+            except sqlite3.Error as e:
+                raise StoreError(f"{self.path}: {e}") from e
+
+        return await self._executor.call(_read)
+
+    async def read(self, query: Query[T]) -> T:
+        result: T = await self.read_with(lambda conn: apply(conn, query))
+        return result
+
+    async def read_many(self, *queries: Query[Any]) -> list[Any]:
+        return await self.read_with(lambda conn: [apply(conn, q) for q in queries])
+
+    async def write(self, *ops: Write[Any]) -> list[Any]:
+        """Apply `ops` in one transaction; returns their results once committed (possibly with others)."""
+        if self._readonly:
+            raise StoreError(f"{self.path} is open read-only")
+        loop = self._loop or asyncio.get_running_loop()
+        future: asyncio.Future[list[Any]] = loop.create_future()
+        self._executor.enqueue_write(self, stamped(ops, self.daemon), future)
+        return await future
+
+    def _commit_batch(self, batch: list[tuple[Batch, asyncio.Future[Any]]]) -> list[Outcome]:
+        """On the store thread: each write batch in its own SAVEPOINT (a failing one is rolled back
+        alone) inside one transaction, committed once."""
+        if len(batch) == 1:
+            return [self._commit_one(*batch[0])]
+        outcomes: list[Outcome] = []
+        try:
+            conn = self._require()
+            conn.execute("BEGIN IMMEDIATE")
+            for ops, future in batch:
+                conn.execute("SAVEPOINT job")
+                try:
+                    result = [apply(conn, op) for op in ops]
+                except Exception as e:
+                    conn.execute("ROLLBACK TO job")
+                    conn.execute("RELEASE job")
+                    outcomes.append((future, None, _as_store_error(self.path, e)))
+                else:
+                    conn.execute("RELEASE job")
+                    outcomes.append((future, result, None))
+            conn.execute("COMMIT")
+        except Exception as e:
+            self._rollback()
+            err = _as_store_error(self.path, e)
+            outcomes = [(future, None, err) for _, future in batch]
+        return outcomes
+
+    def _commit_one(self, ops: Batch, future: asyncio.Future[Any]) -> Outcome:
+        """A lone batch needs no savepoint: its transaction is its own."""
+        try:
+            conn = self._require()
+            conn.execute("BEGIN IMMEDIATE")
+            result = [apply(conn, op) for op in ops]
+            conn.execute("COMMIT")
+            return (future, result, None)
+        except Exception as e:
+            self._rollback()
+            return (future, None, _as_store_error(self.path, e))
+
+    def _rollback(self) -> None:
+        if self._conn is not None and self._conn.in_transaction:
+            self._conn.execute("ROLLBACK")
+
+
+def _as_store_error(path: Path, e: Exception) -> Exception:
+    if isinstance(e, sqlite3.Error):
+        return StoreError(f"{path}: {e}")
+    return e

@@ -1,0 +1,38 @@
+"""Serving an ASGI app on 127.0.0.1 inside a test's loop, the way the daemon serves its own."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import uvicorn
+
+from agentd.testing.waiting import wait_until
+
+
+class _Server(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield  # the test process, like the daemon, owns its signals
+
+
+@contextlib.asynccontextmanager
+async def serve_on_loopback(app: Any) -> AsyncIterator[str]:
+    """Serve `app` with uvicorn on a free loopback port until the block ends; yields its base URL."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = _Server(uvicorn.Config(app, lifespan="off", ws="none", log_level="warning"))
+    serving = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        await wait_until(lambda: server.started or serving.done(), "uvicorn to start")
+        if serving.done():
+            serving.result()  # raises what stopped it
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await asyncio.wait_for(serving, 5.0)
+        sock.close()
