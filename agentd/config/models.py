@@ -171,6 +171,21 @@ class StoreSpec(Spec):
     # process loses nothing. FULL: fsync on every commit group.
     synchronous: Literal["normal", "full"] = "normal"
     hot_conversations: int = Field(default=2000, ge=1)
+    # postgresql://user:password@host:port/database puts every agent in one PostgreSQL database that
+    # several daemons may share (AGENTD_STORE_URL says the same); none: one SQLite file per agent
+    url: str | None = None
+    # PostgreSQL: how long a daemon's claim on a conversation outlives its last renewal (it renews a
+    # third of the way through); a daemon killed mid-turn leaves its conversations to others after this
+    lease_s: float = Field(default=15.0, gt=0, le=3600)
+
+    @field_validator("url")
+    @classmethod
+    def _postgres_url(cls, v: str | None) -> str | None:
+        if v is None or not v.strip():
+            return None  # (an empty ${VAR:-}: SQLite)
+        if not re.match(r"^postgres(ql)?://", v):
+            raise ValueError("expected a postgresql:// URL (postgresql://user:password@host:port/database)")
+        return v
 
 
 class DefaultsSpec(Spec):

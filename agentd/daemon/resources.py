@@ -4,6 +4,11 @@
 harness all build agents here, from the same settings (agentd.yaml): the store
 backend, the HTTP client, the providers, the embedder, the memory model
 default. Nothing patches an agent afterwards; a test passes its fakes in.
+
+The store backend: with `store.url` (or AGENTD_STORE_URL) one PostgreSQL
+database holds every agent, the daemon's own audit as agent `_daemon`, and
+several daemons may share it; without, one SQLite file per agent in the data
+folder.
 """
 
 from __future__ import annotations
@@ -27,9 +32,11 @@ from agentd.providers.base import Embedder, ModelProvider
 from agentd.providers.embedders import build_embedder
 from agentd.providers.registry import ProviderRegistry
 from agentd.store.base import Store
+from agentd.store.postgres import PostgresBackend
 from agentd.store.sqlite import SqliteStore, StoreExecutor
 
 DAEMON_STORE = "_daemon"  # daemon-level audit (config, auth); '_' cannot start an agent name
+STORE_URL_ENV = "AGENTD_STORE_URL"  # the store.url setting, when agentd.yaml does not say it
 _FROM_SETTINGS: Any = object()
 
 
@@ -56,22 +63,40 @@ class Resources:
         self.daemon_id = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
         self.breakers = breakers or Breakers()  # per memory model, shared by every agent of the process
         self.executor: StoreExecutor | None = None
+        self.postgres: PostgresBackend | None = None
         self.providers: ProviderRegistry | None = None
         self.embedder: Embedder | None = None
 
+    @property
+    def store_url(self) -> str | None:
+        return self.settings.store.url or os.environ.get(STORE_URL_ENV) or None
+
     async def __aenter__(self) -> Resources:
-        executor = StoreExecutor()
-        self._stack.callback(executor.shutdown)
+        try:
+            await self._open_store()
+        except BaseException:
+            await self._stack.aclose()
+            raise
         client = await self._stack.enter_async_context(httpx.AsyncClient())
         providers = ProviderRegistry(self.settings.providers, client)
         for name, provider in self._provider_overrides.items():
             providers.register(name, provider)
-        self.executor, self.providers = executor, providers
+        self.providers = providers
         if self._embedder_override is not _FROM_SETTINGS:
             self.embedder = self._embedder_override
         elif self.settings.embedder:
             self.embedder = build_embedder(self.settings.embedder, self.settings.providers, client)
         return self
+
+    async def _open_store(self) -> None:
+        url = self.store_url
+        if url is None:
+            executor = StoreExecutor()
+            self._stack.callback(executor.shutdown)
+            self.executor = executor
+            return
+        backend = PostgresBackend(url, daemon=self.daemon_id, lease_s=self.settings.store.lease_s)
+        self.postgres = await self._stack.enter_async_context(backend)
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
@@ -80,6 +105,8 @@ class Resources:
 
     def store(self, name: str, *, readonly: bool = False) -> Store:
         """The store of the agent (or `_daemon`) `name`; not opened yet."""
+        if self.postgres is not None:
+            return self.postgres.store(name, readonly=readonly)
         assert self.executor is not None, "Resources used outside `async with`"
         path = self.data_dir / f"{name}.sqlite"
         return SqliteStore(

@@ -153,6 +153,18 @@ class StoredVector:
 
 
 @dataclass(frozen=True, slots=True)
+class VectorDelta:
+    """What a partition's vectors of one embedder gained and lost after a change number (a shared
+    store's per-partition change counter), and the change it stands at now. `complete` False: the
+    store no longer records deletions that old, so only a reload of the whole partition is exact."""
+
+    change: int
+    added: list[StoredVector]
+    removed: list[int]
+    complete: bool = True
+
+
+@dataclass(frozen=True, slots=True)
 class Pruned:
     """What retention deleted from one partition: the ids (to drop from loaded indexes) and why."""
 

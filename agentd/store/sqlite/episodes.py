@@ -21,9 +21,10 @@ from agentd.store.queries import (
     KeywordSearch,
     NeighbourEpisodes,
     PendingEpisodes,
+    VectorChanges,
     Vectors,
 )
-from agentd.store.records import AuditRecord, Episode, KeywordHit, Pruned, StoredVector
+from agentd.store.records import AuditRecord, Episode, KeywordHit, Pruned, StoredVector, VectorDelta
 from agentd.store.sqlite.audit import insert_audit
 from agentd.store.sqlite.dispatch import handles
 from agentd.store.writes import (
@@ -93,6 +94,13 @@ def load_vectors(conn: sqlite3.Connection, q: Vectors) -> list[StoredVector]:
             (q.partition, q.embedder),
         )
     ]
+
+
+@handles(VectorChanges)
+def vector_changes(conn: sqlite3.Connection, q: VectorChanges) -> VectorDelta:
+    """One owner, one process: its indexes saw every change as it was made. Change 0 lists them all."""
+    added = load_vectors(conn, Vectors(q.partition, q.embedder)) if q.since == 0 else []
+    return VectorDelta(0, added, [])
 
 
 @handles(EpisodesById)
