@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -85,6 +86,16 @@ class StoredThread:
 
     def recount(self) -> None:
         self.chars = len(self.summary or "") + sum(m.message.char_count() for m in self.messages)
+
+    def append(self, messages: Sequence[StoredMessage]) -> None:
+        """Add the committed messages this copy does not hold yet (seq from next_seq on), in order.
+        On a shared store the turn that committed them and a catch-up that read them (the memory
+        work's claim, beside the turn) may both bring the same ones: they are added once."""
+        fresh = [m for m in messages if m.seq >= self.next_seq]
+        if fresh:
+            self.messages.extend(fresh)
+            self.next_seq = fresh[-1].seq + 1
+            self.chars += sum(m.message.char_count() for m in fresh)
 
 
 @dataclass(frozen=True, slots=True)

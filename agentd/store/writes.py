@@ -132,8 +132,9 @@ class ApplyCompaction(Write[int]):
 
 
 @dataclass(frozen=True, slots=True)
-class PutLayerState(Write[None]):
-    """A memory layer's state and cursor for one thread."""
+class PutLayerState(Write[int | None]):
+    """A memory layer's state and cursor for one thread. The result is the thread's layers version
+    after the write on a shared store (see agentd.store.claims.ThreadMark), None on a single-owner one."""
 
     thread_id: int
     layer: str

@@ -7,6 +7,7 @@ layer states reads them again at its next claim.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from agentd.store.postgres.dispatch import Cx, Later, handles
 from agentd.store.queries import LayerStateOf
@@ -30,7 +31,7 @@ def get_layer_state(cx: Cx, q: LayerStateOf) -> Later[LayerState]:
 
 
 @handles(PutLayerState)
-def put_layer_state(cx: Cx, op: PutLayerState) -> None:
+def put_layer_state(cx: Cx, op: PutLayerState) -> Later[int | None]:
     data = json.dumps(op.state.data, separators=(",", ":"))
     cx.run(
         "INSERT INTO memory_state (agent_id, thread_id, layer, data, upto_seq, updated_at)"
@@ -39,7 +40,13 @@ def put_layer_state(cx: Cx, op: PutLayerState) -> None:
         " WHERE memory_state.agent_id = excluded.agent_id",
         (cx.agent_id, op.thread_id, op.layer, data, op.state.upto_seq, op.now),
     )
-    cx.run(
-        "UPDATE threads SET layers_version = layers_version + 1 WHERE id = %s AND agent_id = %s",
+    moved = cx.run(
+        "UPDATE threads SET layers_version = layers_version + 1 WHERE id = %s AND agent_id = %s"
+        " RETURNING layers_version",
         (op.thread_id, cx.agent_id),
     )
+    return Later(lambda: _first(moved.fetchone()))
+
+
+def _first(row: tuple[Any, ...] | None) -> Any:
+    return None if row is None else row[0]
