@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -132,8 +132,12 @@ class ClaimQueue:
         """A try whose caller was cancelled: give its ticket back once the database has answered."""
         if future.cancelled() or future.exception() is not None:
             return
-        self._tickets.discard(future.result().ticket)
-        asyncio.ensure_future(self._release(future.result().ticket))
+        ticket = future.result().ticket
+        self._tickets.discard(ticket)
+        self._executor.submit(lambda conn: conn.execute(RELEASE, (ticket,))).add_done_callback(_logged)
+
+    def _renew(self, tickets: list[int]) -> Callable[[psycopg.Connection[Any]], set[int]]:
+        return lambda conn: {row[0] for row in conn.execute(RENEW, (self.lease_s, tickets))}
 
     async def _renew_forever(self) -> None:
         while True:
@@ -142,9 +146,7 @@ class ClaimQueue:
             if not tickets:
                 continue
             try:
-                alive = await self._executor.call(
-                    lambda conn: {row[0] for row in conn.execute(RENEW, (self.lease_s, tickets))}
-                )
+                alive = await self._executor.call(self._renew(tickets))
             except Exception as e:
                 log.warning("renewing %d conversation lease(s) failed: %s", len(tickets), e)
                 continue
@@ -155,3 +157,8 @@ class ClaimQueue:
                     "%d conversation lease(s) lapsed and were taken over; their writes will be refused",
                     len(lost),
                 )
+
+
+def _logged(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled() and future.exception() is not None:
+        log.warning("releasing a conversation lease failed (it lapses by itself): %s", future.exception())

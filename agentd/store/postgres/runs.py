@@ -86,7 +86,8 @@ def insert_audit(cx: Cx, op: AppendAudit) -> None:
 
 @handles(AuditEvents)
 def query_audit(cx: Cx, q: AuditEvents) -> Later[list[dict[str, Any]]]:
-    clauses, args = ["agent_id = %s"], [cx.agent_id]
+    clauses: list[str] = ["agent_id = %s"]
+    args: list[Any] = [cx.agent_id]
     for column, op, value in (("agent", "=", q.agent), ("kind", "=", q.kind), ("ts", ">=", q.since)):
         if value is not None:
             clauses.append(f"{column} {op} %s")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from agentd.errors import StoreError
 
@@ -27,23 +27,33 @@ from agentd.store.postgres import (
     runs,
     transcripts,
 )
-from agentd.store.postgres.executor import read_batch, write_batch
+from agentd.store.postgres.claims import ClaimQueue
+from agentd.store.postgres.executor import PgExecutor, read_batch, write_batch
 from agentd.store.postgres.inspect import SqliteShaped, run_as_sqlite
 from agentd.store.queries import Query
 from agentd.store.writes import Write, stamped
 
-if TYPE_CHECKING:
-    from agentd.store.postgres.backend import PostgresBackend
-
 T = TypeVar("T")
 _SQL_MODULES = (deliveries, episode_reads, episodes, facts, memories, memory_state, runs, transcripts)
+
+
+class Database(Protocol):
+    """What a store uses of its backend (agentd/store/postgres/backend.py)."""
+
+    label: str
+    daemon: str
+    executor: PgExecutor
+    claims: ClaimQueue
+    applied: list[str]
+
+    async def agent_id(self, name: str, *, create: bool) -> int: ...
 
 
 class PostgresStore:
     # Other daemons write the same rows: the engine checks its caches against each claim.
     shared = True
 
-    def __init__(self, backend: PostgresBackend, agent: str, *, readonly: bool = False):
+    def __init__(self, backend: Database, agent: str, *, readonly: bool = False):
         self.agent = agent
         self.daemon = backend.daemon  # recorded on every run and audit event this store writes
         self._backend = backend
