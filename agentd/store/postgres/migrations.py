@@ -74,7 +74,7 @@ INITIAL: tuple[str, ...] = (
     "CREATE INDEX summaries_by_thread ON summaries (thread_id, id)",
     # n: the order rows were written in (SQLite's rowid), the tie-break among equal start times
     f"""CREATE TABLE runs (
-        id text PRIMARY KEY,
+        id text NOT NULL,
         n bigint GENERATED ALWAYS AS IDENTITY,
         agent_id bigint NOT NULL REFERENCES agents (id),
         conversation_key text {C},
@@ -91,7 +91,8 @@ INITIAL: tuple[str, ...] = (
         duration_ms double precision,
         error text,
         parent_run_id text,
-        daemon text
+        daemon text,
+        PRIMARY KEY (agent_id, id)
     )""",
     "CREATE INDEX runs_by_conversation ON runs (agent_id, conversation_key, started_at, n)",
     "CREATE INDEX runs_by_time ON runs (agent_id, started_at, n)",
