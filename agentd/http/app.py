@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from agentd.engine.agent import Agent
-from agentd.errors import StoreError
+from agentd.errors import LeaseLost, StoreError
 from agentd.events import CONVERSATION_ID_RE, InboundEvent, is_conversation_key
 from agentd.http.directory import AgentDirectory
 from agentd.http.ui import add_ui_routes
@@ -98,6 +98,10 @@ def create_app(directory: AgentDirectory) -> FastAPI:
     @app.exception_handler(StoreError)
     async def _store(request: Request, exc: StoreError) -> JSONResponse:
         log.error("store error on %s: %s", request.url.path, exc)
+        if isinstance(exc, LeaseLost):  # (this daemon stalled; the conversation went on elsewhere)
+            return JSONResponse(
+                {"error": f"{exc}; the message was not answered: send it again"}, status_code=503
+            )
         return JSONResponse({"error": f"the agent's data file is unavailable: {exc}"}, status_code=503)
 
     async def require_token(request: Request) -> None:
