@@ -27,7 +27,11 @@ _SAME_QUEUE = "t.agent_id = p_agent AND t.purpose = p_purpose AND t.conversation
 _QUEUE_KEY = "{agent}::text || '/' || {purpose} || '/' || {key}"
 
 CLAIM_STATEMENTS: tuple[str, ...] = (
-    """CREATE TABLE claim_tickets (
+    # UNLOGGED: tickets are coordination, not data. Taking and giving one back then costs no WAL
+    # flush (a turn pays for one durable commit, its own), and a server crash or a failover empties
+    # the table: every lease is void, and a holder's next write is refused by its fence, never lost
+    # silently.
+    """CREATE UNLOGGED TABLE claim_tickets (
         id bigserial PRIMARY KEY,
         agent_id bigint NOT NULL REFERENCES agents (id),
         conversation_key text COLLATE "C" NOT NULL,
@@ -52,6 +56,7 @@ CLAIM_STATEMENTS: tuple[str, ...] = (
         v_first bigint;
         v_granted boolean;
     BEGIN
+        PERFORM set_config('synchronous_commit', 'off', true);  -- (nothing here needs a WAL flush)
         PERFORM pg_advisory_xact_lock(
             hashtextextended({_QUEUE_KEY.format(agent="p_agent", purpose="p_purpose", key="p_key")}, 0));
         DELETE FROM claim_tickets t
@@ -106,6 +111,7 @@ CLAIM_STATEMENTS: tuple[str, ...] = (
     DECLARE
         v claim_tickets%ROWTYPE;
     BEGIN
+        PERFORM set_config('synchronous_commit', 'off', true);
         SELECT * INTO v FROM claim_tickets t WHERE t.id = p_ticket;
         IF NOT FOUND THEN
             RETURN;  -- dropped already: it expired and another daemon took over

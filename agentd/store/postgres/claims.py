@@ -6,8 +6,12 @@ not granted it waits for a release to be notified (wakeups.py), for the holder's
 (a killed holder), or for its poll, then tries again with the same ticket. Held, it sets
 `current_fence`, so every write batch of the agent made in this context checks the lease first; the
 heartbeat renews every ticket this process holds or waits with, in one statement, a third of the way
-through a lease, so a model call may take longer than a lease. Leaving releases the ticket, also
-when cancelled.
+through a lease, so a model call may take longer than a lease.
+
+Leaving gives the ticket back without waiting for the database: what the claim covered is committed
+(or refused) already, so the reply need not wait for the release's round trip. The release is on its
+way at once (others waiting are notified when it commits); the next claim of the same conversation
+by this process waits for it first, so it never queues behind its own last ticket.
 """
 
 from __future__ import annotations
@@ -21,7 +25,6 @@ from typing import Any
 
 import psycopg
 
-from agentd.errors import StoreError
 from agentd.store.claims import Claim, Fence, ThreadMark, current_fence
 from agentd.store.postgres.claim_sql import CLAIM, RELEASE, RENEW, queue_digest
 from agentd.store.postgres.executor import PgExecutor
@@ -60,21 +63,28 @@ class ClaimQueue:
         self.heartbeat_s = heartbeat_s if heartbeat_s is not None else lease_s / 3
         self.poll_s = min(MAX_POLL_S, lease_s / 3)
         self._tickets: set[int] = set()  # held or waiting: renewed by the heartbeat
+        self._releasing: dict[str, asyncio.Future[Any]] = {}  # by queue digest
         self._heartbeat: asyncio.Task[None] | None = None
 
     def start(self) -> None:
         self._heartbeat = asyncio.create_task(self._renew_forever(), name="agentd-pg-heartbeat")
 
     async def close(self) -> None:
+        """Stop renewing; wait for the releases still on their way."""
         if self._heartbeat is not None:
             self._heartbeat.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._heartbeat
             self._heartbeat = None
+        if self._releasing:
+            await asyncio.wait(list(self._releasing.values()))
 
     @contextlib.asynccontextmanager
     async def claim(self, agent_id: int, agent: str, key: str, purpose: str) -> AsyncIterator[Claim]:
         digest = queue_digest(agent_id, purpose, key)
+        releasing = self._releasing.get(digest)
+        if releasing is not None:
+            await asyncio.wait([releasing])  # (this process's last ticket of the conversation)
         woken = self._wakeups.watch(digest)
         ticket: int | None = None
         try:
@@ -95,21 +105,11 @@ class ClaimQueue:
         finally:
             self._wakeups.unwatch(digest)
             if ticket is not None:
-                self._tickets.discard(ticket)
-                await self._release(ticket)
-
-    async def _release(self, ticket: int) -> None:
-        """Give the lease back. A failure is only logged: what the claim covered is committed (or
-        refused) already, and the ticket lapses by itself when its lease runs out."""
-        release = self._executor.submit(lambda conn: conn.execute(RELEASE, (ticket,)))
-        try:
-            await asyncio.shield(release)  # (cancelled here, the release still runs to its end)
-        except StoreError as e:
-            log.warning("releasing a conversation lease failed (it lapses by itself): %s", e)
+                self._release(digest, ticket)
 
     async def _try(self, agent_id: int, key: str, purpose: str, ticket: int | None) -> Grant:
-        """One try for the lease; the ticket joins the heartbeat as soon as the thread has it, so a
-        try cancelled mid-way leaves nothing that outlives its lease."""
+        """One try for the lease; the ticket joins the heartbeat as soon as the thread has it, and a
+        try cancelled mid-way gives its ticket back once the database has answered."""
         args = (agent_id, key, purpose, self.daemon, self.lease_s, ticket)
 
         def job(conn: psycopg.Connection[Any]) -> Grant:
@@ -121,20 +121,33 @@ class ClaimQueue:
         try:
             grant = await asyncio.shield(future)
         except asyncio.CancelledError:
-            future.add_done_callback(self._release_orphan)
+            digest = queue_digest(agent_id, purpose, key)
+            future.add_done_callback(lambda done: self._release_orphan(digest, done))
             raise
         if ticket is not None and grant.ticket != ticket:
             self._tickets.discard(ticket)
         self._tickets.add(grant.ticket)
         return grant
 
-    def _release_orphan(self, future: asyncio.Future[Grant]) -> None:
-        """A try whose caller was cancelled: give its ticket back once the database has answered."""
-        if future.cancelled() or future.exception() is not None:
-            return
-        ticket = future.result().ticket
+    def _release(self, digest: str, ticket: int) -> None:
+        """Give the ticket back, without waiting. A failure is only logged: the ticket lapses by
+        itself when its lease runs out."""
         self._tickets.discard(ticket)
-        self._executor.submit(lambda conn: conn.execute(RELEASE, (ticket,))).add_done_callback(_logged)
+        future = self._executor.submit(lambda conn: conn.execute(RELEASE, (ticket,)))
+        self._releasing[digest] = future
+        future.add_done_callback(lambda done: self._released(digest, done))
+
+    def _released(self, digest: str, future: asyncio.Future[Any]) -> None:
+        if self._releasing.get(digest) is future:
+            del self._releasing[digest]
+        if not future.cancelled() and future.exception() is not None:
+            log.warning(
+                "giving a conversation lease back failed (it lapses by itself): %s", future.exception()
+            )
+
+    def _release_orphan(self, digest: str, future: asyncio.Future[Grant]) -> None:
+        if not future.cancelled() and future.exception() is None:
+            self._release(digest, future.result().ticket)
 
     def _renew(self, tickets: list[int]) -> Callable[[psycopg.Connection[Any]], set[int]]:
         return lambda conn: {row[0] for row in conn.execute(RENEW, (self.lease_s, tickets))}
@@ -157,8 +170,3 @@ class ClaimQueue:
                     "%d conversation lease(s) lapsed and were taken over; their writes will be refused",
                     len(lost),
                 )
-
-
-def _logged(future: asyncio.Future[Any]) -> None:
-    if not future.cancelled() and future.exception() is not None:
-        log.warning("releasing a conversation lease failed (it lapses by itself): %s", future.exception())

@@ -18,6 +18,7 @@ import psycopg
 
 T = TypeVar("T")
 HANDLERS: dict[type, Callable[[Cx, Any], Any]] = {}
+SEVERAL_STATEMENTS: set[type] = set()
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,16 +42,26 @@ class Later(Generic[T]):
         return self._read()
 
 
-def handles(kind: type) -> Callable[[Callable[[Cx, Any], Any]], Callable[[Cx, Any], Any]]:
-    """Register the decorated function as the PostgreSQL answer to `kind` (a Query or Write class)."""
+def handles(
+    kind: type, *, statements: int = 1
+) -> Callable[[Callable[[Cx, Any], Any]], Callable[[Cx, Any], Any]]:
+    """Register the decorated function as the PostgreSQL answer to `kind` (a Query or Write class);
+    a query answered by more than one statement says so, so its statements share one snapshot."""
 
     def register(fn: Callable[[Cx, Any], Any]) -> Callable[[Cx, Any], Any]:
         if kind in HANDLERS:
             raise RuntimeError(f"two PostgreSQL handlers for {kind.__name__}")
         HANDLERS[kind] = fn
+        if statements > 1:
+            SEVERAL_STATEMENTS.add(kind)
         return fn
 
     return register
+
+
+def one_statement(queries: Sequence[Any]) -> bool:
+    """Whether these queries are answered by a single statement (which needs no transaction of its own)."""
+    return len(queries) == 1 and type(queries[0]) not in SEVERAL_STATEMENTS
 
 
 def apply(cx: Cx, item: Any) -> Any:

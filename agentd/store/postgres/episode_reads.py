@@ -90,7 +90,7 @@ def keyword_search(cx: Cx, q: KeywordSearch) -> Any:
     )
 
 
-@handles(NeighbourEpisodes)
+@handles(NeighbourEpisodes, statements=2)
 def neighbour_episodes(cx: Cx, q: NeighbourEpisodes) -> Later[list[list[Episode]]]:
     pairs = []
     for anchor in q.anchors:

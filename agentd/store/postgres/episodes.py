@@ -114,7 +114,7 @@ def load_vectors(cx: Cx, q: Vectors) -> Later[list[StoredVector]]:
     return Later(lambda: _vectors(cur.fetchall()))
 
 
-@handles(VectorChanges)
+@handles(VectorChanges, statements=3)
 def vector_changes(cx: Cx, q: VectorChanges) -> Later[VectorDelta]:
     scope = (cx.agent_id, q.partition)
     state = cx.run(

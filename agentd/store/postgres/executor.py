@@ -26,7 +26,7 @@ from psycopg.pq import TransactionStatus
 from agentd.errors import StoreError
 from agentd.store.claims import Fence
 from agentd.store.postgres.connection import as_store_error, connect
-from agentd.store.postgres.dispatch import Cx, apply, resolve
+from agentd.store.postgres.dispatch import Cx, apply, one_statement, resolve
 
 T = TypeVar("T")
 DEFAULT_THREADS = 4
@@ -111,12 +111,15 @@ class PgExecutor:
 
 
 def read_batch(conn: psycopg.Connection[Any], agent_id: int, queries: Sequence[Any]) -> list[Any]:
-    """Answer the queries in one round trip and one snapshot."""
+    """Answer the queries in one round trip and one snapshot (a lone statement is its own)."""
     cx = Cx(conn, agent_id)
+    several = not one_statement(queries)
     with conn.pipeline():
-        conn.execute(READ_BEGIN)
+        if several:
+            conn.execute(READ_BEGIN)
         answers = [apply(cx, q) for q in queries]
-        conn.execute("COMMIT")
+        if several:
+            conn.execute("COMMIT")
     return resolve(answers)
 
 

@@ -58,7 +58,7 @@ def load_thread_header(cx: Cx, q: ThreadHeader) -> Later[StoredThread]:
     return Later(lambda: _thread(q.conversation_key, cur.fetchone()))
 
 
-@handles(ActiveThread)
+@handles(ActiveThread, statements=2)
 def load_active_thread(cx: Cx, q: ActiveThread) -> Later[StoredThread]:
     header = cx.run(_HEADER, (cx.agent_id, q.conversation_key))
     messages = cx.run(_ACTIVE_MESSAGES, (cx.agent_id, q.conversation_key))
