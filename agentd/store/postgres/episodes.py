@@ -120,7 +120,10 @@ def vector_changes(cx: Cx, q: VectorChanges) -> Later[VectorDelta]:
     state = cx.run(
         "SELECT change, horizon FROM episode_partitions WHERE agent_id = %s AND partition = %s", scope
     )
-    added = cx.run(_VECTORS + " AND change > %s ORDER BY id", (*scope, q.embedder, q.since))
+    if q.since == 0:
+        added = cx.run(_VECTORS + " ORDER BY id", (*scope, q.embedder))
+    else:  # (ordered by change, the planner takes the index on it to find the few rows past `since`)
+        added = cx.run(_VECTORS + " AND change > %s ORDER BY change", (*scope, q.embedder, q.since))
     removed = cx.run(
         "SELECT DISTINCT episode_id FROM episode_deletions WHERE agent_id = %s AND partition = %s"
         " AND change > %s ORDER BY episode_id",
@@ -129,7 +132,7 @@ def vector_changes(cx: Cx, q: VectorChanges) -> Later[VectorDelta]:
 
     def read() -> VectorDelta:
         change, horizon = cur_row if (cur_row := state.fetchone()) is not None else (0, 0)
-        rows, gone = added.fetchall(), [row[0] for row in removed.fetchall()]
+        rows, gone = sorted(added.fetchall()), [row[0] for row in removed.fetchall()]  # (rows: in id order)
         if q.since == 0:
             return VectorDelta(change, _vectors(rows), [])
         if q.since < horizon:
