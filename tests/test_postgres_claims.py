@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -46,6 +47,36 @@ async def hold(store: PostgresStore, order: list[str], name: str, release: async
         order.append(name)
         await release.wait()
         return claim
+
+
+@dataclass
+class Queue:
+    """`a` holds the conversation until `gate` is set; `b` waits behind it."""
+
+    order: list[str]
+    gate: asyncio.Event
+    holder: asyncio.Task[Claim]
+    waiter: asyncio.Task[Claim]
+
+    async def let_go(self) -> None:
+        self.gate.set()
+        await self.holder
+        await wait_until(lambda: self.order == ["a", "b"], "b to have it after a", 10)
+
+    async def stop_waiter(self) -> None:
+        self.waiter.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.waiter
+
+
+async def queue(a: PostgresStore, b: PostgresStore) -> Queue:
+    order: list[str] = []
+    gate = asyncio.Event()
+    holder = asyncio.create_task(hold(a, order, "a", gate))
+    await wait_until(lambda: order == ["a"], "a to hold the conversation", 10)
+    waiter = asyncio.create_task(hold(b, order, "b", asyncio.Event()))
+    await wait_until(lambda: queued(b) == 1, "b to take its ticket", 10)
+    return Queue(order, gate, holder, waiter)
 
 
 def run(run_id: str) -> RunRecord:
@@ -98,18 +129,9 @@ async def test_a_release_wakes_the_next_daemon_at_once(daemon: Daemons) -> None:
     a, b = await daemon("a"), await daemon("b")
     b._backend.claims.poll_s = 60  # type: ignore[attr-defined]  # only the notification can wake it in time
     await wait_until(lambda: b._backend.wakeups.listening.is_set(), "b to listen", 10)  # type: ignore[attr-defined]
-    order: list[str] = []
-    gate = asyncio.Event()
-    holder = asyncio.create_task(hold(a, order, "a", gate))
-    await wait_until(lambda: order == ["a"], "a to hold it", 10)
-    waiter = asyncio.create_task(hold(b, order, "b", asyncio.Event()))
-    await wait_until(lambda: queued(b) == 1, "b to wait", 10)
-    gate.set()
-    await holder
-    await wait_until(lambda: order == ["a", "b"], "b to be woken by a's release", 10)
-    waiter.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await waiter
+    waiting = await queue(a, b)
+    await waiting.let_go()
+    await waiting.stop_waiter()
 
 
 async def test_a_holder_that_stops_renewing_is_taken_over_and_its_writes_refused(daemon: Daemons) -> None:
@@ -141,19 +163,11 @@ async def test_a_holder_that_stops_renewing_is_taken_over_and_its_writes_refused
 
 async def test_a_renewed_lease_outlives_its_length(daemon: Daemons) -> None:
     a, b = await daemon("a", lease_s=0.6), await daemon("b", lease_s=0.6)
-    order: list[str] = []
-    gate = asyncio.Event()
-    holder = asyncio.create_task(hold(a, order, "a", gate))
-    await wait_until(lambda: order == ["a"], "a to hold it", 10)
-    waiter = asyncio.create_task(hold(b, order, "b", asyncio.Event()))
+    waiting = await queue(a, b)
     await asyncio.sleep(2.0)  # three leases long: a's heartbeat keeps it
-    assert order == ["a"]
-    gate.set()
-    await holder
-    await wait_until(lambda: order == ["a", "b"], "b after a's release", 10)
-    waiter.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await waiter
+    assert waiting.order == ["a"]
+    await waiting.let_go()
+    await waiting.stop_waiter()
 
 
 async def test_a_write_inside_a_claim_held_past_its_lease_still_commits_when_nobody_took_it(
@@ -168,18 +182,11 @@ async def test_a_write_inside_a_claim_held_past_its_lease_still_commits_when_nob
 
 async def test_a_waiter_that_gives_up_does_not_block_the_queue(daemon: Daemons) -> None:
     a, b, c = await daemon("a"), await daemon("b"), await daemon("c")
-    order: list[str] = []
-    gate = asyncio.Event()
-    holder = asyncio.create_task(hold(a, order, "a", gate))
-    await wait_until(lambda: order == ["a"], "a to hold it", 10)
-    quitter = asyncio.create_task(hold(b, order, "b", asyncio.Event()))
-    await wait_until(lambda: queued(b) == 1, "b to wait", 10)
-    quitter.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await quitter
+    waiting = await queue(a, b)
+    await waiting.stop_waiter()
     await wait_until(lambda: queued(b) == 0, "b's ticket to be given back", 10)
-    gate.set()
-    await holder
+    waiting.gate.set()
+    await waiting.holder
     started = time.monotonic()
     async with c.claim(KEY):
         assert time.monotonic() - started < 5  # not behind b's abandoned ticket (a lease is 15 s)

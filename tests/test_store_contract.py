@@ -49,6 +49,7 @@ from agentd.store.queries import (
 )
 from agentd.store.records import AuditRecord, LayerState, NewEpisode, RunRecord, StoredMessage
 from agentd.store.sqlite import SqliteStore, StoreExecutor
+from agentd.store.sqlite.dispatch import HANDLERS as SQLITE_HANDLERS
 from agentd.store.writes import (
     AppendAudit,
     ApplyCompaction,
@@ -141,7 +142,8 @@ VEC = b"\x00\x00\x80?" * 4  # float32 [1, 1, 1, 1]
 # -- the seam is complete --------------------------------------------------------------------
 
 
-def test_every_query_and_write_has_a_postgres_handler() -> None:
+@pytest.mark.parametrize("handlers", [SQLITE_HANDLERS, PG_HANDLERS], ids=["sqlite", "postgres"])
+def test_every_query_and_write_has_a_handler(handlers: dict[type, Any]) -> None:
     kinds = [
         obj
         for module in (queries, writes)
@@ -149,7 +151,7 @@ def test_every_query_and_write_has_a_postgres_handler() -> None:
         if isinstance(obj, type) and issubclass(obj, Query | Write) and obj not in (Query, Write)
     ]
     assert len(kinds) > 30
-    assert [k.__name__ for k in kinds if k not in PG_HANDLERS] == []
+    assert [k.__name__ for k in kinds if k not in handlers] == []
 
 
 # -- threads and messages ----------------------------------------------------------------------

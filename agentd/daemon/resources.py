@@ -19,7 +19,7 @@ import secrets
 import socket
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -28,12 +28,15 @@ from agentd.engine.agent import Agent
 from agentd.engine.breakers import Breakers
 from agentd.engine.peers import NoPeers, Peers
 from agentd.engine.state import AgentResources
+from agentd.errors import OperatorError
 from agentd.providers.base import Embedder, ModelProvider
 from agentd.providers.embedders import build_embedder
 from agentd.providers.registry import ProviderRegistry
 from agentd.store.base import Store
-from agentd.store.postgres import PostgresBackend
 from agentd.store.sqlite import SqliteStore, StoreExecutor
+
+if TYPE_CHECKING:  # (imported when a store.url is set: psycopg is an optional extra)
+    from agentd.store.postgres import PostgresBackend
 
 DAEMON_STORE = "_daemon"  # daemon-level audit (config, auth); '_' cannot start an agent name
 STORE_URL_ENV = "AGENTD_STORE_URL"  # the store.url setting, when agentd.yaml does not say it
@@ -95,6 +98,13 @@ class Resources:
             self._stack.callback(executor.shutdown)
             self.executor = executor
             return
+        try:
+            from agentd.store.postgres import PostgresBackend
+        except ImportError as e:
+            raise OperatorError(
+                f"store.url names a PostgreSQL database, but its driver is not installed ({e}): "
+                "pip install 'agentd[postgres]'"
+            ) from None
         backend = PostgresBackend(url, daemon=self.daemon_id, lease_s=self.settings.store.lease_s)
         self.postgres = await self._stack.enter_async_context(backend)
 

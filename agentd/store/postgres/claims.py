@@ -28,7 +28,7 @@ import psycopg
 from agentd.store.claims import Claim, Fence, ThreadMark, current_fence
 from agentd.store.postgres.claim_sql import CLAIM, RELEASE, RENEW, queue_digest
 from agentd.store.postgres.executor import PgExecutor
-from agentd.store.postgres.wakeups import Wakeups
+from agentd.store.postgres.wakeups import Wakeups, stopped
 
 log = logging.getLogger(__name__)
 MAX_POLL_S = 1.0  # a waiting claim tries again at least this often (a lost notification costs this)
@@ -71,11 +71,8 @@ class ClaimQueue:
 
     async def close(self) -> None:
         """Stop renewing; wait for the releases still on their way."""
-        if self._heartbeat is not None:
-            self._heartbeat.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._heartbeat
-            self._heartbeat = None
+        await stopped(self._heartbeat)
+        self._heartbeat = None
         if self._releasing:
             await asyncio.wait(list(self._releasing.values()))
 

@@ -34,11 +34,8 @@ class Wakeups:
         self._task = asyncio.create_task(self._listen(), name="agentd-pg-listen")
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await stopped(self._task)
+        self._task = None
 
     def watch(self, digest: str) -> asyncio.Event:
         event, watchers = self._watched.get(digest, (asyncio.Event(), 0))
@@ -76,3 +73,11 @@ class Wakeups:
                     with contextlib.suppress(psycopg.Error):
                         await conn.close()
             await asyncio.sleep(RECONNECT_AFTER_S)
+
+
+async def stopped(task: asyncio.Task[None] | None) -> None:
+    """Cancel a background task of the backend and wait until it has ended."""
+    if task is not None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
