@@ -530,8 +530,8 @@ async def test_retention_by_age_then_by_count_is_audited_with_counts(store: Stor
     left = await store.read(EpisodesById(ids))
     assert sorted(e.text for e in left.values()) == ["ancient elsewhere", "major", "old but major"]
     audit = await store.read(AuditEvents(kind="memory"))
-    assert [(a["action"], a["data"], a["ts"], a["agent"]) for a in audit] == [
-        ("prune_episodes", {"partition": "p", "by_age": 1, "by_count": 2}, T0 + 10, "bot")
+    assert [(a["action"], a["data"], a["ts"], a["agent"], a["daemon"]) for a in audit] == [
+        ("prune_episodes", {"partition": "p", "by_age": 1, "by_count": 2}, T0 + 10, "bot", "d1")
     ]
     nothing = await one(store, PruneEpisodes("bot", "p", 5, None, T0 + 11))
     assert (nothing.ids, nothing.by_age, nothing.by_count) == ([], 0, 0)
@@ -545,9 +545,10 @@ async def test_one_persons_episodes_are_deleted_on_request(store: Store) -> None
     assert await one(store, DeletePartitionEpisodes("bot", "user:u1", "admin", T0)) == 2
     assert await store.read(EpisodePartitions()) == ["user:u2"]
     [event] = await store.read(AuditEvents(kind="memory"))
-    assert (event["action"], event["data"]) == (
+    assert (event["action"], event["data"], event["daemon"]) == (
         "delete_episodes",
         {"partition": "user:u1", "deleted": 2, "by": "admin"},
+        "d1",
     )
 
 

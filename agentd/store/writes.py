@@ -77,12 +77,13 @@ class AppendAudit(Write[None]):
 
 
 def stamped(ops: Sequence[Write[Any]], daemon: str | None) -> list[Write[Any]]:
-    """The ops with the writing daemon recorded on every run row and audit event."""
+    """The ops with the writing daemon recorded on every run row and audit event (also the audit
+    rows that retention and erasure write)."""
     if daemon is None:
         return list(ops)
     out: list[Write[Any]] = []
     for op in ops:
-        if isinstance(op, AppendAudit):
+        if isinstance(op, AppendAudit | PruneEpisodes | DeletePartitionEpisodes):
             op = replace(op, daemon=daemon)
         elif isinstance(op, InsertRun | CommitTurn):
             op.run.daemon = daemon
@@ -213,6 +214,7 @@ class PruneEpisodes(Write[Pruned]):
     max_episodes: int | None
     older_than: float | None
     ts: float
+    daemon: str | None = None  # stamped on its audit row by the store that writes it
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,3 +226,4 @@ class DeletePartitionEpisodes(Write[int]):
     partition: str
     by: str
     ts: float
+    daemon: str | None = None  # stamped on its audit row by the store that writes it

@@ -185,7 +185,10 @@ def prune_episodes(cx: Cx, op: PruneEpisodes) -> Pruned:
         _forget(cx, op.partition, aged + extra)
         data = {"partition": op.partition, "by_age": len(aged), "by_count": len(extra)}
         insert_audit(
-            cx, AppendAudit(op.agent, [AuditRecord("memory", "prune_episodes", None, None, data)], op.ts)
+            cx,
+            AppendAudit(
+                op.agent, [AuditRecord("memory", "prune_episodes", None, None, data)], op.ts, op.daemon
+            ),
         )
     return Pruned(aged + extra, len(aged), len(extra))
 
@@ -205,6 +208,7 @@ def delete_partition(cx: Cx, op: DeletePartitionEpisodes) -> int:
     cx.run("DELETE FROM episode_deletions WHERE agent_id = %s AND partition = %s", scope)
     data = {"partition": op.partition, "deleted": deleted, "by": op.by}
     insert_audit(
-        cx, AppendAudit(op.agent, [AuditRecord("memory", "delete_episodes", None, None, data)], op.ts)
+        cx,
+        AppendAudit(op.agent, [AuditRecord("memory", "delete_episodes", None, None, data)], op.ts, op.daemon),
     )
     return deleted

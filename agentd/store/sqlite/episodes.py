@@ -270,7 +270,7 @@ def prune_episodes(conn: sqlite3.Connection, op: PruneEpisodes) -> Pruned:
     if aged or extra:
         data = {"partition": op.partition, "by_age": len(aged), "by_count": len(extra)}
         record = AuditRecord("memory", "prune_episodes", None, None, data)
-        insert_audit(conn, AppendAudit(op.agent, [record], op.ts))
+        insert_audit(conn, AppendAudit(op.agent, [record], op.ts, op.daemon))
     return Pruned(aged + extra, len(aged), len(extra))
 
 
@@ -279,7 +279,8 @@ def delete_partition(conn: sqlite3.Connection, op: DeletePartitionEpisodes) -> i
     deleted: int = conn.execute("DELETE FROM episodes WHERE partition = ?", (op.partition,)).rowcount
     data = {"partition": op.partition, "deleted": deleted, "by": op.by}
     insert_audit(
-        conn, AppendAudit(op.agent, [AuditRecord("memory", "delete_episodes", None, None, data)], op.ts)
+        conn,
+        AppendAudit(op.agent, [AuditRecord("memory", "delete_episodes", None, None, data)], op.ts, op.daemon),
     )
     return deleted
 
