@@ -178,7 +178,7 @@ INITIAL: tuple[str, ...] = (
         words tsvector GENERATED ALWAYS AS (to_tsvector('english'::regconfig, text)) STORED
     )""",
     "CREATE INDEX episodes_by_partition ON episodes (agent_id, partition, embedder, id)",
-    "CREATE INDEX episodes_by_change ON episodes (agent_id, partition, change)",
+    "CREATE INDEX episodes_by_change ON episodes (agent_id, partition, embedder, change)",
     "CREATE INDEX episodes_by_age ON episodes (agent_id, partition, created_at)",
     "CREATE INDEX episodes_by_conversation ON episodes (agent_id, conversation_key)",
     "CREATE INDEX episodes_unembedded ON episodes (agent_id, partition, id) WHERE vector IS NULL",
