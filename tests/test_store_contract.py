@@ -179,6 +179,13 @@ async def test_a_turn_makes_the_thread_then_appends_to_it(store: Store) -> None:
     assert [r["thread_id"] for r in await store.read(Runs(KEY))] == [thread_id, thread_id]
 
 
+async def test_a_long_turn_keeps_every_message_in_order(store: Store) -> None:
+    texts = [f"step {i}" for i in range(12)]  # (a turn with many tool steps)
+    thread_id = await one(store, turn(None, 1, *texts))
+    assert [m.message.text for m in (await store.read(ActiveThread(KEY))).messages] == texts
+    assert (await store.read(ThreadHeader(KEY))).next_seq == 13 and thread_id is not None
+
+
 async def test_a_turn_without_messages_records_its_run_only(store: Store) -> None:
     no_messages = CommitTurn(KEY, None, [], run("r0"), None, None, T0)
     assert await store.write(no_messages) == [None]

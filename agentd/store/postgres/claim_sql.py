@@ -53,16 +53,22 @@ CLAIM_STATEMENTS: tuple[str, ...] = (
         v_now timestamptz := clock_timestamp();
         v_until timestamptz := clock_timestamp() + p_lease * interval '1 second';
         v_holder_until timestamptz;
+        v_oldest timestamptz;
         v_first bigint;
         v_granted boolean;
     BEGIN
         PERFORM set_config('synchronous_commit', 'off', true);  -- (nothing here needs a WAL flush)
         PERFORM pg_advisory_xact_lock(
             hashtextextended({_QUEUE_KEY.format(agent="p_agent", purpose="p_purpose", key="p_key")}, 0));
-        DELETE FROM claim_tickets t
-         WHERE {_SAME_QUEUE} AND t.expires_at < v_now AND t.id IS DISTINCT FROM p_ticket;
-        SELECT max(t.expires_at) FILTER (WHERE t.granted), min(t.id) INTO v_holder_until, v_first
+        SELECT max(t.expires_at) FILTER (WHERE t.granted), min(t.id), min(t.expires_at)
+          INTO v_holder_until, v_first, v_oldest
           FROM claim_tickets t WHERE {_SAME_QUEUE} AND t.id IS DISTINCT FROM p_ticket;
+        IF v_oldest < v_now THEN  -- (only when some ticket lapsed: the common case has none)
+            DELETE FROM claim_tickets t
+             WHERE {_SAME_QUEUE} AND t.expires_at < v_now AND t.id IS DISTINCT FROM p_ticket;
+            SELECT max(t.expires_at) FILTER (WHERE t.granted), min(t.id) INTO v_holder_until, v_first
+              FROM claim_tickets t WHERE {_SAME_QUEUE} AND t.id IS DISTINCT FROM p_ticket;
+        END IF;
         IF p_ticket IS NOT NULL THEN
             UPDATE claim_tickets t
                SET expires_at = v_until,

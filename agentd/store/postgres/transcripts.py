@@ -8,6 +8,7 @@ cached copy only misses a tail or must be read again.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from agentd.messages import dump_message, load_message
@@ -89,23 +90,7 @@ def commit_turn(cx: Cx, op: CommitTurn) -> int | None:
             ).fetchone()
             assert found is not None
             thread_id = found[0]
-        ms = op.messages
-        cx.run(
-            "INSERT INTO messages (agent_id, thread_id, seq, role, user_id, body, run_id, created_at)"
-            " SELECT %s, %s, x.seq, x.role, x.user_id, x.body, x.run_id, %s"
-            " FROM unnest(%s::integer[], %s::text[], %s::text[], %s::text[], %s::text[])"
-            " AS x(seq, role, user_id, body, run_id)",
-            (
-                cx.agent_id,
-                thread_id,
-                op.now,
-                [m.seq for m in ms],
-                [m.message.role for m in ms],
-                [m.message.user_id for m in ms],
-                [dump_message(m.message) for m in ms],
-                [m.run_id for m in ms],
-            ),
-        )
+        insert_messages(cx, thread_id, op.messages, op.now)
         if op.usage is not None:
             cx.run(
                 "UPDATE threads SET last_input_tokens = %s, last_tokens_estimated = %s"
@@ -117,6 +102,27 @@ def commit_turn(cx: Cx, op: CommitTurn) -> int | None:
         d = op.delivery
         record_delivery(cx, d.channel, d.event_id, d.conversation_key, op.run.id, op.now)
     return thread_id
+
+
+_MESSAGE_COLUMNS = "INSERT INTO messages (agent_id, thread_id, seq, role, user_id, body, run_id, created_at)"
+FEW_MESSAGES = 8  # a turn's: one VALUES row each (cheaper to send than arrays); more go as arrays
+
+
+def insert_messages(cx: Cx, thread_id: int | None, ms: Sequence[StoredMessage], now: float) -> None:
+    rows = [(m.seq, m.message.role, m.message.user_id, dump_message(m.message), m.run_id) for m in ms]
+    if len(rows) <= FEW_MESSAGES:
+        values = ", ".join(["(%s, %s, %s, %s, %s, %s, %s, %s)"] * len(rows))
+        cx.run(
+            f"{_MESSAGE_COLUMNS} VALUES {values}",
+            [v for r in rows for v in (cx.agent_id, thread_id, *r, now)],
+        )
+        return
+    cx.run(
+        f"{_MESSAGE_COLUMNS} SELECT %s, %s, x.seq, x.role, x.user_id, x.body, x.run_id, %s"
+        " FROM unnest(%s::integer[], %s::text[], %s::text[], %s::text[], %s::text[])"
+        " AS x(seq, role, user_id, body, run_id)",
+        (cx.agent_id, thread_id, now, *(list(column) for column in zip(*rows, strict=True))),
+    )
 
 
 @handles(ApplyCompaction)
