@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from agentd.errors import StoreError
 from agentd.messages import Message
 from agentd.store import queries, writes
 from agentd.store.base import Store
@@ -364,6 +365,18 @@ async def test_a_refusing_op_rolls_its_whole_batch_back(store: Store) -> None:
     keys, runs, header = await store.read_many(MemoryKeys(), Runs(), ThreadHeader(KEY))
     assert (keys, runs, header.id) == ({}, [], None)
     assert await store.write(UpsertMemory("", "k", "v", None, T0)) == [True]  # and the store still works
+
+
+async def test_a_batch_that_fails_keeps_nothing_of_what_it_had_sent(store: Store) -> None:
+    await store.write(InsertRun(run("taken")))
+    with pytest.raises(StoreError):  # the database refuses the second op: a duplicate run id
+        await store.write(UpsertMemory("", "first", "v", None, T0), InsertRun(run("taken")))
+    with pytest.raises(StoreError):  # the driver refuses the second op before sending it
+        await store.write(
+            UpsertMemory("", "first", "v", None, T0), UpsertMemory("", "bad", object(), None, T0)
+        )  # type: ignore[arg-type]
+    assert await store.read(MemoryKeys()) == {}
+    assert [r["id"] for r in await store.read(Runs())] == ["taken"]
 
 
 async def test_identity_keeps_the_first_value_of_each_key(store: Store) -> None:

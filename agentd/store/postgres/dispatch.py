@@ -19,6 +19,7 @@ import psycopg
 T = TypeVar("T")
 HANDLERS: dict[type, Callable[[Cx, Any], Any]] = {}
 SEVERAL_STATEMENTS: set[type] = set()
+READS_MIDWAY: dict[type, Callable[[Any], bool]] = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,10 +44,13 @@ class Later(Generic[T]):
 
 
 def handles(
-    kind: type, *, statements: int = 1
+    kind: type, *, statements: int = 1, reads_midway: Callable[[Any], bool] | None = None
 ) -> Callable[[Callable[[Cx, Any], Any]], Callable[[Cx, Any], Any]]:
-    """Register the decorated function as the PostgreSQL answer to `kind` (a Query or Write class);
-    a query answered by more than one statement says so, so its statements share one snapshot."""
+    """Register the decorated function as the PostgreSQL answer to `kind` (a Query or Write class).
+
+    A query answered by more than one statement says so (they then share one snapshot); a write
+    that reads a row before its batch is over says when (`reads_midway(op)`): its batch is then an
+    explicit transaction, since reading ends the implicit one a pipeline otherwise is."""
 
     def register(fn: Callable[[Cx, Any], Any]) -> Callable[[Cx, Any], Any]:
         if kind in HANDLERS:
@@ -54,9 +58,16 @@ def handles(
         HANDLERS[kind] = fn
         if statements > 1:
             SEVERAL_STATEMENTS.add(kind)
+        if reads_midway is not None:
+            READS_MIDWAY[kind] = reads_midway
         return fn
 
     return register
+
+
+def reads_midway(ops: Sequence[Any]) -> bool:
+    """Whether any of these writes reads a row before the batch's statements are all sent."""
+    return any(check(op) for op in ops if (check := READS_MIDWAY.get(type(op))) is not None)
 
 
 def one_statement(queries: Sequence[Any]) -> bool:

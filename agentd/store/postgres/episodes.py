@@ -160,7 +160,7 @@ def _forget(cx: Cx, partition: str, ids: Sequence[int]) -> None:
     )
 
 
-@handles(PruneEpisodes)
+@handles(PruneEpisodes, reads_midway=lambda op: True)
 def prune_episodes(cx: Cx, op: PruneEpisodes) -> Pruned:
     """As on SQLite: by age, then the least important (the oldest among equals) past max_episodes.
     The deleted ids are read before the batch goes on (its audit row says how many): a round trip."""
@@ -193,7 +193,7 @@ def prune_episodes(cx: Cx, op: PruneEpisodes) -> Pruned:
     return Pruned(aged + extra, len(aged), len(extra))
 
 
-@handles(DeletePartitionEpisodes)
+@handles(DeletePartitionEpisodes, reads_midway=lambda op: True)
 def delete_partition(cx: Cx, op: DeletePartitionEpisodes) -> int:
     """Every episode of one partition; an index of it from before reloads (the horizon moves past it)."""
     scope = (cx.agent_id, op.partition)

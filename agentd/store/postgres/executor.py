@@ -15,6 +15,7 @@ rolled back before its thread takes the next job; a broken one is dropped and re
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -26,7 +27,7 @@ from psycopg.pq import TransactionStatus
 from agentd.errors import StoreError
 from agentd.store.claims import Fence
 from agentd.store.postgres.connection import as_store_error, connect
-from agentd.store.postgres.dispatch import Cx, apply, one_statement, resolve
+from agentd.store.postgres.dispatch import Cx, apply, one_statement, reads_midway, resolve
 
 T = TypeVar("T")
 DEFAULT_THREADS = 4
@@ -126,13 +127,27 @@ def read_batch(conn: psycopg.Connection[Any], agent_id: int, queries: Sequence[A
 def write_batch(
     conn: psycopg.Connection[Any], agent_id: int, ops: Sequence[Any], fence: Fence | None
 ) -> list[Any]:
-    """Apply the ops in one transaction, the fence checked first; one round trip unless an op reads."""
+    """Apply the ops in one transaction, the fence checked first; one round trip unless an op reads.
+
+    Statements pipelined up to one sync run as one implicit transaction (an error in any rolls them
+    all back), so a batch that reads nothing before its end needs no BEGIN and COMMIT; one that does
+    (reading syncs) is an explicit transaction. An op that refuses, or a bug, queues a ROLLBACK so
+    what is already sent never commits with the sync.
+    """
     cx = Cx(conn, agent_id)
+    explicit = reads_midway(ops)
     with conn.pipeline():
-        conn.execute("BEGIN")
-        if fence is not None:
-            # Locks the lease's row (FOR KEY SHARE) until COMMIT: a takeover waits for this batch.
-            conn.execute(CHECK_FENCE, (fence.token, agent_id, fence.conversation_key))
-        answers = [apply(cx, op) for op in ops]
-        conn.execute("COMMIT")
+        if explicit:
+            conn.execute("BEGIN")
+        try:
+            if fence is not None:
+                # Locks the lease's row (FOR KEY SHARE) to the end: a takeover waits for this batch.
+                conn.execute(CHECK_FENCE, (fence.token, agent_id, fence.conversation_key))
+            answers = [apply(cx, op) for op in ops]
+        except BaseException:
+            with contextlib.suppress(psycopg.Error):
+                conn.execute("ROLLBACK")
+            raise
+        if explicit:
+            conn.execute("COMMIT")
     return resolve(answers)

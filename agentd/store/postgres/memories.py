@@ -29,7 +29,7 @@ def upsert_memory(cx: Cx, op: UpsertMemory) -> Later[bool]:
     return Later(lambda: bool(_first(cur.fetchone())))
 
 
-@handles(DeleteMemory)
+@handles(DeleteMemory, reads_midway=lambda op: op.must_exist)
 def delete_memory(cx: Cx, op: DeleteMemory) -> Any:
     cur = cx.run(
         "DELETE FROM memories WHERE agent_id = %s AND scope = %s AND key = %s RETURNING 1",

@@ -79,7 +79,7 @@ def load_messages_page(cx: Cx, q: MessagesPage) -> Later[list[StoredMessage]]:
     return Later(lambda: _messages(cur.fetchall()))
 
 
-@handles(CommitTurn)
+@handles(CommitTurn, reads_midway=lambda op: op.thread_id is None and bool(op.messages))
 def commit_turn(cx: Cx, op: CommitTurn) -> int | None:
     thread_id = op.thread_id
     if op.messages:
