@@ -15,11 +15,13 @@ from typing import Any
 
 import psycopg
 
+from agentd.backoff import backoff_delays
 from agentd.store.postgres.claim_sql import NOTIFY_CHANNEL
 from agentd.store.postgres.connection import connect_async
 
 log = logging.getLogger(__name__)
-RECONNECT_AFTER_S = 1.0
+RECONNECT_AFTER_S = 1.0  # then doubling, up to
+MAX_RECONNECT_AFTER_S = 30.0
 
 
 class Wakeups:
@@ -55,12 +57,14 @@ class Wakeups:
             watched[0].set()
 
     async def _listen(self) -> None:
+        delays = backoff_delays(RECONNECT_AFTER_S, MAX_RECONNECT_AFTER_S)
         while True:
             conn: psycopg.AsyncConnection[Any] | None = None
             try:
                 conn = await connect_async(self._url)
                 await conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
                 self.listening.set()
+                delays = backoff_delays(RECONNECT_AFTER_S, MAX_RECONNECT_AFTER_S)  # (connected: start over)
                 async for note in conn.notifies():
                     self._wake(note.payload)
             except psycopg.Error as e:
@@ -72,7 +76,7 @@ class Wakeups:
                 if conn is not None:
                     with contextlib.suppress(psycopg.Error):
                         await conn.close()
-            await asyncio.sleep(RECONNECT_AFTER_S)
+            await asyncio.sleep(next(delays))
 
 
 async def stopped(task: asyncio.Task[None] | None) -> None:
