@@ -214,6 +214,9 @@ class Daemon:
     def describe_agents(self) -> list[dict[str, Any]]:
         return self.fleet.describe()
 
+    def describe_daemon(self) -> dict[str, Any]:
+        return {"agents": len(self.fleet.entries), **self.resources.stats()}
+
     async def query_audit(
         self, agent: str | None, kind: str | None, since: float | None, limit: int
     ) -> list[dict[str, Any]]:

@@ -36,20 +36,28 @@ class EventHandler:
         if event.event_id is not None and await self._is_duplicate(event):
             return Reply(text="", conversation_key=event.conversation_key, duplicate=True)
         spec = self._state.spec  # read once: a reload mid-run does not change this run
-        return await self._run(event, spec, parent_run_id)
+        try:
+            return await self._run(event, spec, parent_run_id)
+        except BaseException:
+            # not answered (say, its file could not be opened): a redelivery must be answered
+            if event.event_id is not None:
+                self._state.recent_events.pop((event.channel, event.event_id), None)
+            raise
 
     async def _run(self, event: InboundEvent, spec: AgentSpec, parent_run_id: str | None) -> Reply:
         state, key = self._state, event.conversation_key
         memory = state.memory_of(spec, key)
         with self._lifecycle.busy():
             async with state.locks.hold(key):
-                thread = await state.thread(key, memory)
+                thread = await state.thread(key, memory, self._ctx)
                 if memory.settle_due(thread):
                     await self._settle(memory, thread, None)
                 if is_command(event.text):
-                    return await run_command(Invocation(state, self._ctx, spec, memory, thread, event))
-                reply = await run_turn(state, self._ctx, spec, memory, thread, event, parent_run_id)
-            if memory.settle_due(thread):
+                    reply = await run_command(Invocation(state, self._ctx, spec, memory, thread, event))
+                else:
+                    reply = await run_turn(state, self._ctx, spec, memory, thread, event, parent_run_id)
+                await state.trim(key, memory, self._ctx)
+            if not is_command(event.text) and memory.settle_due(thread):
                 self._lifecycle.spawn(self._settle_later(key, memory, reply.run_id))
             return reply
 
@@ -80,3 +88,4 @@ class EventHandler:
             thread = self._state.threads.peek(key) if memory.keeps_transcript else None
             if thread is not None and memory.settle_due(thread):
                 await self._settle(memory, thread, run_id)
+                await self._state.trim(key, memory, self._ctx)

@@ -12,10 +12,11 @@ from typing import Any
 
 from agentd.config.models import AgentSpec
 from agentd.engine.conversations import ConversationLocks, HotThreads
+from agentd.engine.hot_cache import HotBudget
 from agentd.engine.peers import NoPeers, Peers
 from agentd.engine.subagents import slot_override, subagent_tools
 from agentd.engine.tools import memory_tools
-from agentd.memory.base import Memory
+from agentd.memory.base import Memory, MemoryContext
 from agentd.memory.persistent import PersistentMemory, persistent_scope
 from agentd.memory.registry import memory_for
 from agentd.memory.tooling import Tool
@@ -26,6 +27,7 @@ from agentd.store.records import StoredThread
 
 RECENT_EVENTS = 10_000  # platform deliveries remembered in memory (the store remembers them all)
 MEMORY_CACHE = 64
+DEFAULT_HOT_BYTES = 512 * 2**20  # store.hot_cache_mb's default
 
 
 @dataclass
@@ -35,7 +37,8 @@ class AgentResources:
     providers: ProviderRegistry
     embedder: Embedder | None = None
     memory_extractor_model: str | None = None  # agentd.yaml's default for folds and extraction
-    hot_conversations: int = 2000
+    # one byte budget for every agent's hot threads (store.hot_cache_mb)
+    hot_budget: HotBudget = field(default_factory=lambda: HotBudget(DEFAULT_HOT_BYTES))
     peers: Peers = field(default_factory=NoPeers)
 
 
@@ -44,8 +47,8 @@ class AgentState:
         self.spec = spec
         self.store = store
         self.resources = resources
-        self.threads = HotThreads(store, resources.hot_conversations)
         self.locks = ConversationLocks()
+        self.threads = HotThreads(store, resources.hot_budget, self.locks.held)
         self.memory = PersistentMemory(store, spec.name, spec.memory.max_value_chars)
         # platform deliveries seen lately: (channel, event id), oldest first
         self.recent_events: OrderedDict[tuple[str, str], None] = OrderedDict()
@@ -74,11 +77,17 @@ class AgentState:
         self._memories[key] = (spec, override, memory)
         return memory
 
-    async def thread(self, conversation_key: str, memory: Memory) -> StoredThread:
-        """The conversation's hot thread, or an empty one when the memory keeps no transcript."""
+    async def thread(self, conversation_key: str, memory: Memory, ctx: MemoryContext) -> StoredThread:
+        """The conversation's hot thread (holding what `memory` reads), or an empty one when the
+        memory keeps no transcript."""
         if not memory.keeps_transcript:
             return StoredThread(conversation_key)
-        return await self.threads.get(conversation_key)
+        return await self.threads.get(conversation_key, lambda t: memory.tail_from(ctx, t))
+
+    async def trim(self, conversation_key: str, memory: Memory, ctx: MemoryContext) -> None:
+        """After a turn or after-run work: the hot thread keeps only what `memory` reads."""
+        if memory.keeps_transcript:
+            await self.threads.trim(conversation_key, lambda t: memory.tail_from(ctx, t))
 
     def memory_keys(self, spec: AgentSpec, conversation_key: str, user_id: str | None) -> list[str]:
         """The persistent-memory keys a conversation's model sees (with persistent_scope user: the speaker's)."""

@@ -119,7 +119,8 @@ def create_app(directory: AgentDirectory) -> FastAPI:
         if agent is None:
             raise ApiError(404, f"no agent named {name!r}")
         if agent.status != "running":
-            raise ApiError(503, f"agent {name!r} is {agent.status}")
+            reason = agent.lifecycle.last_error
+            raise ApiError(503, f"agent {name!r} is {agent.status}" + (f": {reason}" if reason else ""))
         return agent
 
     @app.get("/healthz", tags=["daemon"])
@@ -170,7 +171,8 @@ def create_app(directory: AgentDirectory) -> FastAPI:
 
     @app.get("/agents", tags=["agents"], dependencies=[Depends(require_token)])
     async def agents() -> dict[str, Any]:
-        return {"agents": directory.describe_agents()}
+        """Every agent, and what the daemon holds for all of them (open files, hot threads' memory)."""
+        return {"daemon": directory.describe_daemon(), "agents": directory.describe_agents()}
 
     @app.get("/audit", tags=["daemon"], dependencies=[Depends(require_token)])
     async def audit(
