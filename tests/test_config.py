@@ -125,6 +125,14 @@ def test_env_interpolation_and_defaults() -> None:
     assert spec.model.name == "openai/x"
 
 
+def test_an_unquoted_variable_reads_as_if_its_value_were_written_there() -> None:
+    # both YAML parsers (libyaml's first, the pure-Python one for errors) must agree on this
+    env = {"X": "123"}
+    assert parse_agent(Path("a.yaml"), text='purpose: "${X}"\n', env=env).purpose == "123"
+    with pytest.raises(ConfigError, match=r"a.yaml:1:10: purpose: input should be a valid string"):
+        parse_agent(Path("a.yaml"), text="purpose: ${X}\n", env=env)
+
+
 def test_bad_agent_name_from_the_file_name() -> None:
     msg = problem("purpose: hi\n", name="My Agent")
     assert "agents/My Agent.yaml" in msg and "must match [a-z0-9][a-z0-9_-]*" in msg

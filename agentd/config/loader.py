@@ -62,9 +62,24 @@ def _interpolate(text: str, file: str, mark: tuple[int, int], env: Mapping[str, 
     return _ENV_RE.sub(sub, text)
 
 
+# libyaml's parser composes the same nodes with the same marks ~15x faster (18 µs for a small agent
+# file instead of 280: most of a 10,000-agent start). Its error messages differ from the pure-Python
+# parser's, so a file it refuses is parsed again by the pure one, whose message is the one reported.
+_FAST_LOADER: Any = getattr(yaml, "CSafeLoader", None)
+
+
+def _compose(text: str) -> yaml.Node | None:
+    if _FAST_LOADER is not None:
+        try:
+            return yaml.compose(text, Loader=_FAST_LOADER)
+        except yaml.YAMLError:
+            pass
+    return yaml.compose(text, Loader=yaml.SafeLoader)
+
+
 def _to_python(file: str, text: str, env: Mapping[str, str]) -> _Located:
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        root = _compose(text)
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         line, col = (mark.line + 1, mark.column + 1) if mark else (None, None)
@@ -73,7 +88,7 @@ def _to_python(file: str, text: str, env: Mapping[str, str]) -> _Located:
     except yaml.YAMLError as e:
         raise ConfigError([ConfigProblem(file, None, None, f"invalid YAML: {e}")]) from None
 
-    constructor = yaml.SafeLoader("")
+    constructor = yaml.constructor.SafeConstructor()
     marks: dict[Loc, tuple[int, int]] = {}
     key_marks: dict[Loc, tuple[int, int]] = {}
 
@@ -98,7 +113,8 @@ def _to_python(file: str, text: str, env: Mapping[str, str]) -> _Located:
         if isinstance(value, str) and "${" in value:
             value = _interpolate(value, file, marks[loc], env)
             # An unquoted `${PORT}` should behave as if the number had been written.
-            if getattr(node, "style", None) is None and value != "":
+            # (a plain scalar's style is None from the pure-Python parser, '' from libyaml's)
+            if not getattr(node, "style", None) and value != "":
                 resolved = yaml.safe_load(value)
                 if isinstance(resolved, int | float | bool):
                     value = resolved
