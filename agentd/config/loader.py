@@ -121,6 +121,9 @@ def _to_python(file: str, text: str, env: Mapping[str, str]) -> _Located:
         return value
 
     data = {} if root is None else walk(root, ())
+    # walk's closure refers to itself: a cycle holding the whole node tree until a full collection.
+    # Breaking it frees the tree now (10,000 agent files at a start made the collector ~40% of it).
+    del walk
     return _Located(data, marks, key_marks)
 
 
