@@ -68,7 +68,9 @@ async def test_a_hot_thread_holds_only_the_tail_its_memory_reads_and_sees_the_sa
         hot = await agent.state.thread(KEY, memory, agent.context)
         whole = await agent.state.store.read(ActiveThread(KEY))
         assert len(hot.messages) < len(whole.messages) // 2
-        assert [m.seq for m in hot.messages] == [m.seq for m in whole.messages][len(whole.messages) - len(hot.messages) :]
+        assert [m.seq for m in hot.messages] == [m.seq for m in whole.messages][
+            len(whole.messages) - len(hot.messages) :
+        ]
         assert hot.chars == sum(m.message.char_count() for m in hot.messages)
         # what the model would see from the tail is what it would see from the whole transcript
         assert await prompt_over(agent, hot) == await prompt_over(agent, whole)

@@ -52,7 +52,9 @@ async def test_at_most_the_cap_of_files_is_open_and_a_closed_one_reopens_intact(
             assert executor.files.stats()["open"] <= 3
             assert descriptors_under(tmp_path) <= 3 * 3
         for i, store in enumerate(stores):  # in the same order: each was closed again since
-            assert await store.sql(lambda c: c.execute("SELECT value FROM memories").fetchall()) == [(f"v{i}",)]
+            assert await store.sql(lambda c: c.execute("SELECT value FROM memories").fetchall()) == [
+                (f"v{i}",)
+            ]
         stats = executor.files.stats()
         assert stats["open"] == 3 and stats["opened"] == 20 and stats["closed_lru"] == 17
     finally:
