@@ -33,10 +33,10 @@ class EventHandler:
 
     async def handle(self, event: InboundEvent, parent_run_id: str | None = None) -> Reply:
         """Answer one event with the current definition; a platform redelivery is answered once."""
-        if event.event_id is not None and await self._is_duplicate(event):
-            return Reply(text="", conversation_key=event.conversation_key, duplicate=True)
         spec = self._state.spec  # read once: a reload mid-run does not change this run
         try:
+            if event.event_id is not None and await self._is_duplicate(event):
+                return Reply(text="", conversation_key=event.conversation_key, duplicate=True)
             return await self._run(event, spec, parent_run_id)
         except BaseException:
             # not answered (say, its file could not be opened): a redelivery must be answered
