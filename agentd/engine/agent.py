@@ -178,13 +178,19 @@ class Agent:
     async def audit_events(
         self, kind: str | None = None, since: float | None = None, limit: int = 100
     ) -> list[dict[str, Any]]:
+        """The agent's audit events. Read for the daemon-wide trail too, so without `ready`: reading
+        needs no identity row or memory keys, and never creates a file that was never written."""
         store = self.state.store
         if self._data == "failed":
             return []  # its data cannot be read (the daemon's own trail says why)
         if self._data == "unopened" and isinstance(store, KnowsIfAbsent) and store.absent():
-            return []  # never used, nothing stored: the daemon-wide audit trail must not create files
-        await self.ready()
-        return await store.read(AuditEvents(self.name, kind, since, limit))
+            return []
+        try:
+            return await store.read(AuditEvents(self.name, kind, since, limit))
+        except NewerSchema as e:
+            self._data = "failed"
+            await self.lifecycle.fail(str(e))
+            return []
 
     async def audit(
         self,
