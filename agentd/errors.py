@@ -6,6 +6,7 @@
     │   └── CredentialError    a provider needs a key that is not set
     └── RuntimeFault           something outside our control failed; retrying may help
         ├── ProviderError      a model provider failed (names provider, model, fix)
+        ├── ModelPaused        a memory model that keeps failing is left alone for a while
         └── StoreError         the agent's data could not be read or written
             └── NewerSchema    the data was written by a newer agentd: upgrade agentd
 
@@ -99,6 +100,15 @@ class ProviderError(RuntimeFault):
         # timeout): memory work that can wait keeps its queue for the next turn.
         self.unreachable = unreachable
         super().__init__(f"provider {provider} (model {model}): {message}")
+
+
+class ModelPaused(RuntimeFault):
+    """A memory model's breaker is open: no call was made; the work is retried in `retry_in` seconds."""
+
+    def __init__(self, message: str, *, model: str, retry_in: float):
+        self.model = model
+        self.retry_in = retry_in
+        super().__init__(message)
 
 
 class StoreError(RuntimeFault):

@@ -26,7 +26,9 @@ class InboundEvent:
 
     `event_id` is the platform's id for this delivery (message id, Slack event
     id, Telegram update id): two events with the same (channel, event_id) are
-    the same message delivered twice and are answered once.
+    the same message delivered twice and are answered once. `sent_at` is when
+    the person sent it (epoch seconds), when the platform says: memories made
+    of the message carry that time instead of the time it was processed.
     """
 
     agent: str
@@ -36,6 +38,7 @@ class InboundEvent:
     user_id: str | None = None
     event_id: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    sent_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

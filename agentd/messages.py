@@ -55,10 +55,12 @@ class Message(BaseModel):
     role: Role
     parts: tuple[Part, ...]
     user_id: str | None = None
+    # when the person sent it (epoch seconds), if the channel said; memories of it carry this time
+    sent_at: float | None = None
 
     @classmethod
-    def user(cls, text: str, user_id: str | None = None) -> Message:
-        return cls(role="user", parts=(TextPart(text=text),), user_id=user_id)
+    def user(cls, text: str, user_id: str | None = None, sent_at: float | None = None) -> Message:
+        return cls(role="user", parts=(TextPart(text=text),), user_id=user_id, sent_at=sent_at)
 
     @classmethod
     def assistant(cls, text: str) -> Message:

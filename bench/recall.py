@@ -24,7 +24,7 @@ embedder cannot win by word overlap alone.
 
 Methods, all on the same store, index and embedder (hash/384):
 - vector:  cosine over the in-memory float32 index only (agentd.memory.vectors)
-- keyword: FTS5 bm25 order only (agentd.store.episodes.keyword_search)
+- keyword: FTS5 bm25 order only (the store's KeywordSearch)
 - hybrid:  what agentd recalls with (agentd.memory.episodic.recall_episodes): a normalised
            blend of cosine with an FTS5 keyword score (coverage + relative bm25)
 - rrf:     reciprocal rank fusion (k=60) of the vector and bm25 rankings, for comparison
@@ -52,11 +52,15 @@ from typing import Any
 
 import numpy as np
 
-from agentd.memory.episodic import Weights, load_index, recall_episodes
+from agentd.memory.keywords import keyword_terms
+from agentd.memory.recall import Weights, load_index, recall_episodes
 from agentd.memory.vectors import as_blob, index_cache, top_k
 from agentd.providers.embedders import HashEmbedder
-from agentd.store.db import AgentStore, StoreExecutor
-from agentd.store.episodes import NewEpisode, get_episodes, insert_episodes, keyword_query, keyword_search
+from agentd.store.base import Store
+from agentd.store.queries import EpisodesById, KeywordSearch
+from agentd.store.records import NewEpisode
+from agentd.store.sqlite import SqliteStore, StoreExecutor
+from agentd.store.writes import InsertEpisodes
 
 RESULTS = Path(__file__).resolve().parent / "results"
 PARTITION = "user:bench"
@@ -232,50 +236,43 @@ def dataset(size: int, questions: int, seed: int = 4) -> tuple[list[str], list[Q
 # -- methods ------------------------------------------------------------------------------
 
 
-async def vector_method(store: AgentStore, embedder: HashEmbedder, q: str) -> list[int]:
+async def vector_method(store: Store, embedder: HashEmbedder, q: str) -> list[int]:
     recall = await recall_episodes(store, embedder, PARTITION, q, Weights(top_k=K), time.time(), "vector")
     return [r.scored.id for r in recall.episodes]
 
 
-async def keyword_method(store: AgentStore, embedder: HashEmbedder, q: str) -> list[int]:
-    match = keyword_query(q)
-    if match is None:
+async def keyword_method(store: Store, embedder: HashEmbedder, q: str) -> list[int]:
+    terms = keyword_terms(q)
+    if not terms:
         return []
-
-    def look(conn: Any) -> list[int]:
-        ids = [h.id for h in keyword_search(conn, PARTITION, embedder.id, match, K)]
-        get_episodes(conn, ids)  # the texts, as a recall must return them
-        return ids
-
-    return await store.read(look)
+    # the hits carry their texts, as a recall must return them
+    return [h.id for h in await store.read(KeywordSearch(PARTITION, embedder.id, terms, K))]
 
 
-async def hybrid_method(store: AgentStore, embedder: HashEmbedder, q: str) -> list[int]:
+async def hybrid_method(store: Store, embedder: HashEmbedder, q: str) -> list[int]:
     recall = await recall_episodes(store, embedder, PARTITION, q, Weights(top_k=K), time.time())
     return [r.scored.id for r in recall.episodes]
 
 
-async def rrf_method(store: AgentStore, embedder: HashEmbedder, q: str) -> list[int]:
+async def rrf_method(store: Store, embedder: HashEmbedder, q: str) -> list[int]:
     """Reciprocal rank fusion of the vector ranking and the bm25 ranking (top 50 of each)."""
     index = await load_index(store, PARTITION, embedder.id)
     query = (await embedder.embed([q]))[0]
     vector_ranked = [i for i, _ in top_k(index.ids, index.cosines(query), 50)]
-    match = keyword_query(q)
+    terms = keyword_terms(q)
     keyword_ranked = (
-        [h.id for h in await store.read(lambda c: keyword_search(c, PARTITION, embedder.id, match, 50))]
-        if match
-        else []
+        [h.id for h in await store.read(KeywordSearch(PARTITION, embedder.id, terms, 50))] if terms else []
     )
     fused: dict[int, float] = {}
     for ranking in (vector_ranked, keyword_ranked):
         for rank, episode_id in enumerate(ranking):
             fused[episode_id] = fused.get(episode_id, 0.0) + 1.0 / (RRF_K + rank + 1)
     best = sorted(fused, key=lambda i: fused[i], reverse=True)[:K]
-    await store.read(lambda c: get_episodes(c, best))
+    await store.read(EpisodesById(best))
     return best
 
 
-METHODS: dict[str, Callable[[AgentStore, HashEmbedder, str], Awaitable[list[int]]]] = {
+METHODS: dict[str, Callable[[Store, HashEmbedder, str], Awaitable[list[int]]]] = {
     "vector": vector_method,
     "keyword": keyword_method,
     "hybrid": hybrid_method,
@@ -296,7 +293,7 @@ async def one_size(size: int, n_questions: int, folder: Path, executor: StoreExe
     t0 = time.perf_counter()
     vectors = [as_blob(embedder.embed_one(t)) for t in texts]
     embed_s = time.perf_counter() - t0
-    store = AgentStore(folder / f"recall-{size}.sqlite", executor)
+    store = SqliteStore(folder / f"recall-{size}.sqlite", executor)
     await store.open()
     base = time.time() - size * 60.0
     rows = [
@@ -304,7 +301,7 @@ async def one_size(size: int, n_questions: int, folder: Path, executor: StoreExe
         for i, (t, v) in enumerate(zip(texts, vectors, strict=True))
     ]
     t0 = time.perf_counter()
-    ids = await store.write(lambda conn: insert_episodes(conn, rows))  # one transaction
+    (ids,) = await store.write(InsertEpisodes(rows))  # one transaction
     insert_s = time.perf_counter() - t0
     assert ids == list(range(1, size + 1))
     t0 = time.perf_counter()

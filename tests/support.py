@@ -14,6 +14,7 @@ from agentd.config.models import AgentSpec, DaemonSpec
 from agentd.daemon import Daemon
 from agentd.daemon.resources import _FROM_SETTINGS, Resources
 from agentd.engine.agent import Agent
+from agentd.engine.breakers import Breakers
 from agentd.engine.peers import Peers
 from agentd.events import InboundEvent, Reply
 from agentd.http.app import create_app
@@ -56,7 +57,11 @@ class Harness:
         embedder: Any,
         peers: Peers | None,
     ) -> Agent:
-        resources = Resources(settings, self.data, embedder=embedder, providers=providers)
+        # Memory models that fail are tried again at the next chance here (no pause): the tests of
+        # memory strategies pin down their retry logic; tests/test_breakers.py tests the pauses.
+        resources = Resources(
+            settings, self.data, embedder=embedder, providers=providers, breakers=Breakers(first_pause_s=0)
+        )
         await self._stack.enter_async_context(resources)
         agent = await resources.open_agent(spec, peers)
         self._built[id(agent)] = (settings, providers, embedder, peers)

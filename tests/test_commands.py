@@ -60,7 +60,8 @@ async def test_status_reports_context_and_totals(harness: Harness) -> None:
     assert "Agent: bot" in text and "Model: scripted/m" in text
     assert "Conversation: webhook:c1 (thread 1)" in text
     assert "Context: 1234 tokens of 5000 before compaction" in text
-    assert "Runs: 1 messages, 0 compactions, 0 errors; tokens in 1234, out 7" in text
+    assert "Runs: 1 message, 0 compactions, 0 errors; tokens in 1234, out 7" in text
+    assert "Memory: full (scope thread, persistent memory off)" in text  # not a Python dict
 
 
 async def test_status_says_when_the_model_is_offline(harness: Harness) -> None:

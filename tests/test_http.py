@@ -67,6 +67,14 @@ async def test_a_message_gets_a_reply(api: httpx.AsyncClient) -> None:
     assert "I see 2 earlier messages" in r.json()["reply"]
 
 
+async def test_a_message_may_say_when_it_was_sent(api: httpx.AsyncClient) -> None:
+    for conversation_id, sent_at in (("t-z", "2023-05-08T13:56:00Z"), ("t-naive", "2023-05-08T13:56:00")):
+        r = await post(api, {"conversation_id": conversation_id, "text": "hello", "sent_at": sent_at})
+        assert r.status_code == 200, r.text
+        stored = (await api.get(f"/agents/assistant/conversations/webhook:{conversation_id}")).json()
+        assert stored["messages"][0]["sent_at"] == 1683554160.0  # UTC when no offset is given
+
+
 async def test_commands_run_over_http(api: httpx.AsyncClient) -> None:
     r = await post(api, {"conversation_id": "t-1", "text": "/status"})
     assert r.status_code == 200 and r.json()["reply"].startswith("Agent: assistant")
@@ -85,6 +93,7 @@ async def test_commands_run_over_http(api: httpx.AsyncClient) -> None:
         ({"conversation_id": "a", "text": 5}, 422, "text"),
         ({"conversation_id": "a", "text": "hi", "extra": 1}, 422, "extra"),
         ({"conversation_id": "a", "text": "x" * 32001}, 413, "limit is 32000"),
+        ({"conversation_id": "a", "text": "hi", "sent_at": "yesterday"}, 422, "sent_at"),
     ],
     ids=[
         "malformed",
@@ -97,6 +106,7 @@ async def test_commands_run_over_http(api: httpx.AsyncClient) -> None:
         "text-type",
         "extra",
         "oversize",
+        "bad-sent-at",
     ],
 )
 async def test_bad_message_bodies(api: httpx.AsyncClient, body: object, status: int, reason: str) -> None:

@@ -55,6 +55,21 @@ class EpisodicStrategy(Spec):
     threshold: float = Field(default=0.0, ge=0.0, le=1.0)
     half_life_days: float | None = Field(default=None, gt=0)
     write: Literal["always", "tool"] = "always"
+    # ranking: the share of relevance that is cosine (the rest is the keyword score)
+    vector_weight: float = Field(default=0.5, ge=0.0, le=1.0)
+    # how far an episode that ends by asking ("...?") ranks below one that says something
+    question_weight: float = Field(default=0.8, ge=0.0, le=1.0)
+    # when the message names a date, how far episodes said at other times rank below those said then
+    date_weight: float = Field(default=0.5, ge=0.0, le=1.0)
+    # how strongly the top k avoid repeating one another (0: pure relevance order)
+    diversity: float = Field(default=0.0, ge=0.0, le=1.0)
+    # shown with each recalled episode: this many said just before and after it in its conversation
+    neighbours: int = Field(default=2, ge=0, le=10)
+    # the most recalled text put in the prompt (estimated tokens: characters / 4)
+    recall_tokens: int = Field(default=1500, ge=50, le=100_000)
+    # retention: the oldest, least important episodes beyond these are deleted (None: kept)
+    max_episodes: int | None = Field(default=None, ge=1)
+    max_age_days: float | None = Field(default=None, gt=0)
 
 
 class SemanticStrategy(Spec):

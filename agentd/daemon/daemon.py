@@ -39,6 +39,7 @@ from agentd.daemon.resources import _FROM_SETTINGS, DAEMON_STORE, Resources
 from agentd.daemon.server import EmbeddedServer, bind, url
 from agentd.daemon.watcher import FolderWatcher
 from agentd.engine.agent import Agent
+from agentd.engine.breakers import Breakers
 from agentd.errors import OperatorError
 from agentd.http.app import create_app
 from agentd.providers.base import Embedder, ModelProvider
@@ -62,6 +63,7 @@ class Daemon:
         reload_interval: float = 1.0,
         embedder: Embedder | None = _FROM_SETTINGS,
         providers: dict[str, ModelProvider] | None = None,
+        breakers: Breakers | None = None,
     ):
         self.agents_dir = agents_dir
         self.data_dir = data_dir
@@ -77,7 +79,9 @@ class Daemon:
                 "(every request then needs Authorization: Bearer <token>), or bind to 127.0.0.1"
             )
         self.reload_interval = reload_interval
-        self.resources = Resources(self.settings, data_dir, embedder=embedder, providers=providers)
+        self.resources = Resources(
+            self.settings, data_dir, embedder=embedder, providers=providers, breakers=breakers
+        )
         self.watcher = FolderWatcher(agents_dir)
         self.fleet = Fleet(self.resources, self.daemon_audit, self.spawn)
         self.daemon_store: Store | None = None
@@ -244,6 +248,9 @@ class Daemon:
 
     def describe_daemon(self) -> dict[str, Any]:
         return {"agents": len(self.fleet.entries), **self.resources.stats()}
+
+    def memory_models(self) -> dict[str, dict[str, Any]]:
+        return self.resources.breakers.describe()
 
     async def query_audit(
         self, agent: str | None, kind: str | None, since: float | None, limit: int

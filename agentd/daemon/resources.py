@@ -9,6 +9,9 @@ default. Nothing patches an agent afterwards; a test passes its fakes in.
 from __future__ import annotations
 
 import contextlib
+import os
+import secrets
+import socket
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -17,6 +20,7 @@ import httpx
 
 from agentd.config.models import AgentSpec, DaemonSpec
 from agentd.engine.agent import Agent
+from agentd.engine.breakers import Breakers
 from agentd.engine.hot_cache import HotBudget
 from agentd.engine.peers import NoPeers, Peers
 from agentd.engine.state import AgentResources
@@ -40,13 +44,18 @@ class Resources:
         *,
         embedder: Embedder | None = _FROM_SETTINGS,
         providers: dict[str, ModelProvider] | None = None,
+        breakers: Breakers | None = None,
     ):
-        """`embedder` and `providers` replace what agentd.yaml names (tests and benchmarks pass fakes)."""
+        """`embedder` and `providers` replace what agentd.yaml names (tests and benchmarks pass fakes);
+        `breakers` the memory models' breakers (tests pass ones with their own pauses)."""
         self.settings = settings
         self.data_dir = data_dir
         self._embedder_override = embedder
         self._provider_overrides = dict(providers or {})
         self._stack = contextlib.AsyncExitStack()
+        # this process among the daemons that may share a store: recorded on its runs and audit events
+        self.daemon_id = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+        self.breakers = breakers or Breakers()  # per memory model, shared by every agent of the process
         self.executor: StoreExecutor | None = None
         self.providers: ProviderRegistry | None = None
         self.embedder: Embedder | None = None
@@ -76,7 +85,9 @@ class Resources:
         """The store of the agent (or `_daemon`) `name`; not opened yet."""
         assert self.executor is not None, "Resources used outside `async with`"
         path = self.data_dir / f"{name}.sqlite"
-        return SqliteStore(path, self.executor, self.settings.store.synchronous, readonly=readonly)
+        return SqliteStore(
+            path, self.executor, self.settings.store.synchronous, readonly=readonly, daemon=self.daemon_id
+        )
 
     def agent_resources(self, peers: Peers | None = None) -> AgentResources:
         assert self.providers is not None, "Resources used outside `async with`"
@@ -86,6 +97,7 @@ class Resources:
             memory_extractor_model=self.settings.memory_extractor_model,
             hot_budget=self.hot_budget,
             peers=peers if peers is not None else NoPeers(),
+            breakers=self.breakers,
         )
 
     def stats(self) -> dict[str, Any]:

@@ -104,6 +104,7 @@ class Agent:
     async def close(self) -> None:
         self.lifecycle.status = "stopped"
         self.state.threads.close()
+        self.lifecycle.cancel_later()  # work waiting for a paused model is redone after a restart
         await self.state.store.close()
 
     def update_spec(self, spec: AgentSpec) -> None:

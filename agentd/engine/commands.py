@@ -151,23 +151,35 @@ async def _status(inv: Invocation) -> CommandResult:
     if ctx["estimated"]:
         size += " (estimated)"
     threshold = ctx["compact_at_tokens"]
+    memory, totals = facts["memory"], facts["totals"]
     lines = [
         f"Agent: {facts['agent']}",
         f"Model: {facts['model']}"
         + (" (offline: the built-in model, no network)" if facts["offline"] else ""),
         f"Conversation: {facts['conversation_key']} (thread {facts['thread_id'] or 'not started'})",
-        f"Memory: {facts['memory']}",
+        f"Memory: {memory['strategy']} (scope {memory['scope']}, persistent memory "
+        f"{'on' if memory['persistent'] else 'off'})",
         f"Messages in view: {ctx['messages']}" + (" plus a summary of older turns" if ctx["summary"] else ""),
         f"Context: {size}"
         + (f" of {threshold} before compaction" if threshold else " (auto-compaction off)"),
-        f"Runs: {facts['totals']['message_runs']} messages, {facts['totals']['compactions']} compactions, "
-        f"{facts['totals']['errors']} errors; tokens in {facts['totals']['input_tokens']}, "
-        f"out {facts['totals']['output_tokens']}",
+        f"Runs: {counted(totals['message_runs'], 'message')}, {counted(totals['compactions'], 'compaction')}, "
+        f"{counted(totals['errors'], 'error')}; tokens in {totals['input_tokens']}, "
+        f"out {totals['output_tokens']}",
     ]
     if spec.memory.persistent:
         keys = inv.state.memory_keys(spec, event.conversation_key, event.user_id)
         lines.append(f"Persistent memory keys: {len(keys)}")
+    for ref, breaker in facts["memory_models"].items():
+        if breaker["state"] == "open":
+            lines.append(
+                f"Memory model {ref}: paused after {counted(breaker['failures'], 'failure')}, "
+                f"retrying in {breaker['retry_in_s']:g} s; the chat goes on ({breaker['last_error']})"
+            )
     return CommandResult("\n".join(lines), "status")
+
+
+def counted(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 COMMANDS: dict[str, Command] = {

@@ -74,15 +74,19 @@ class AgentContext:
             thread_id=thread_id,
             parent_run_id=parent_run_id,
         )
+        breakers = self._state.resources.breakers
+        breakers.check(model_ref)  # a model that keeps failing is not called again until its pause ends
         try:
             provider, model = self._state.resources.providers.resolve(model_ref)
             request = CompletionRequest(model=model, system=system, messages=messages, purpose=purpose)
             completion = await provider.complete(request)
         except (ProviderError, OperatorError) as e:
+            breakers.failed(model_ref, e)
             run.status, run.error = "error", str(e)
             run.duration_ms = (time.time() - run.started_at) * 1000
             await self.store.write(InsertRun(run))
             raise
+        breakers.succeeded(model_ref)
         run.model_calls = 1
         run.duration_ms = (time.time() - run.started_at) * 1000
         if completion.usage is not None:

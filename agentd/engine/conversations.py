@@ -16,6 +16,7 @@ from contextlib import asynccontextmanager
 
 from agentd.engine.hot_cache import HotBudget
 from agentd.store.base import Store
+from agentd.store.claims import ThreadMark
 from agentd.store.queries import MessagesPage, ThreadHeader
 from agentd.store.records import StoredThread
 
@@ -80,9 +81,14 @@ class HotThreads:
         self._partial: set[str] = set()  # threads holding only a tail: older messages are in the store
         self._loading: dict[str, asyncio.Future[StoredThread]] = {}
 
-    async def get(self, key: str, tail: Tail | None = None) -> StoredThread:
-        """The conversation's hot thread, holding at least what `tail` says (None: every message)."""
+    async def get(self, key: str, tail: Tail | None = None, mark: ThreadMark | None = None) -> StoredThread:
+        """The conversation's hot thread, holding at least what `tail` says (None: every message);
+        with `mark` (a shared store's claim), never a stale copy."""
         thread = self._threads.get(key)
+        if thread is not None and mark is not None and not await self._catch_up(thread, mark):
+            self._budget.release(self, key)
+            self.drop(key)
+            thread = None
         if thread is not None and not await self._short(key, thread, tail):
             self._budget.hits += 1
             self._budget.charge(self, key, thread)
@@ -160,6 +166,27 @@ class HotThreads:
         thread.chars -= sum(m.message.char_count() for m in messages[:cut])
         thread.messages = messages[cut:]  # a new list, as above
         self._partial.add(key)
+
+    async def _catch_up(self, thread: StoredThread, mark: ThreadMark) -> bool:
+        """Bring a cached thread up to where the store stands: its missing tail, fresh layer states.
+        False when only a reload can (another thread is active, or it was compacted or reset)."""
+        if thread.id != mark.thread_id or thread.version != mark.version:
+            return False
+        if thread.layers_version != mark.layers_version:
+            thread.layers.clear()  # read again from the store by each layer on its next use
+            thread.layers_version = mark.layers_version
+        if thread.id is not None and thread.next_seq < mark.next_seq:
+            header, tail = await self._store.read_many(
+                ThreadHeader(thread.conversation_key), MessagesPage(thread.id, thread.next_seq - 1, None)
+            )
+            thread.messages.extend(tail)
+            thread.next_seq = header.next_seq
+            thread.chars += sum(m.message.char_count() for m in tail)
+            thread.last_input_tokens, thread.last_tokens_estimated = (
+                header.last_input_tokens,
+                header.last_tokens_estimated,
+            )
+        return True
 
     def peek(self, key: str) -> StoredThread | None:
         return self._threads.get(key)

@@ -1,7 +1,8 @@
 """Handling one event: de-duplication, per-conversation order, the command or turn, after-run work.
 
 Events of a conversation run one at a time, in arrival order (a FIFO lock per
-conversation key); different conversations run concurrently. After-run memory
+conversation key, then the store's claim on it: a lease when several daemons
+share the store); different conversations run concurrently. After-run memory
 work that is due runs before the next event of the conversation loads its
 history: in the background right after the reply, and again at the start of
 the next event if it did not finish (say, after a restart).
@@ -17,6 +18,7 @@ from agentd.engine.context import AgentContext
 from agentd.engine.lifecycle import Lifecycle
 from agentd.engine.state import RECENT_EVENTS, AgentState
 from agentd.engine.turn import run_turn
+from agentd.errors import ModelPaused
 from agentd.events import InboundEvent, Reply
 from agentd.memory.base import Memory
 from agentd.store.queries import DeliverySeen
@@ -30,6 +32,7 @@ class EventHandler:
         self._state = state
         self._ctx = ctx
         self._lifecycle = lifecycle
+        self._waiting: set[str] = set()  # conversations with after-run work queued beside them
 
     async def handle(self, event: InboundEvent, parent_run_id: str | None = None) -> Reply:
         """Answer one event with the current definition; a platform redelivery is answered once."""
@@ -48,17 +51,24 @@ class EventHandler:
         state, key = self._state, event.conversation_key
         memory = state.memory_of(spec, key)
         with self._lifecycle.busy():
-            async with state.locks.hold(key):
-                thread = await state.thread(key, memory, self._ctx)
+            async with state.locks.hold(key), state.store.claim(key) as claim:
+                if state.store.shared and event.event_id is not None:
+                    # another daemon may have answered this delivery while we waited for the claim
+                    if await state.store.read(DeliverySeen(event.channel, event.event_id)):
+                        return Reply(text="", conversation_key=key, duplicate=True)
+                thread = await state.thread(key, memory, self._ctx, claim)
                 if memory.settle_due(thread):
-                    await self._settle(memory, thread, None)
+                    if memory.settles_first:
+                        await self._settle(key, memory, thread, None)
+                    else:
+                        self._after_run(key, memory, None)  # left over (a restart, a paused model)
                 if is_command(event.text):
                     reply = await run_command(Invocation(state, self._ctx, spec, memory, thread, event))
                 else:
                     reply = await run_turn(state, self._ctx, spec, memory, thread, event, parent_run_id)
                 await state.trim(key, memory, self._ctx)
             if not is_command(event.text) and memory.settle_due(thread):
-                self._lifecycle.spawn(self._settle_later(key, memory, reply.run_id))
+                self._after_run(key, memory, reply.run_id)
             return reply
 
     async def _is_duplicate(self, event: InboundEvent) -> bool:
@@ -72,20 +82,46 @@ class EventHandler:
             recent.popitem(last=False)
         return await self._state.store.read(DeliverySeen(*marker))
 
-    async def _settle(self, memory: Memory, thread: StoredThread, run_id: str | None) -> None:
+    async def _settle(self, key: str, memory: Memory, thread: StoredThread, run_id: str | None) -> None:
+        """Run the due after-run work once (the caller holds the right lock); a paused model's work is
+        queued again for when the pause ends."""
         assert memory.after_run is not None
         try:
             await memory.after_run.settle(self._ctx, thread, run_id)
+        except ModelPaused as paused:
+            self._after_run(key, memory, None, paused.retry_in)
         except Exception:
             # After-run work is derived from persisted cursors: whatever failed is retried next time.
             log.exception(
                 "agent %s: memory work after a run of %s failed", self._state.name, thread.conversation_key
             )
 
-    async def _settle_later(self, key: str, memory: Memory, run_id: str | None) -> None:
-        """After a run: do the memory work before the next message of the conversation loads."""
-        async with self._state.locks.hold(key):
-            thread = self._state.threads.peek(key) if memory.keeps_transcript else None
+    def _after_run(self, key: str, memory: Memory, run_id: str | None, delay: float = 0.0) -> None:
+        """Queue the conversation's after-run work (once: a queued job does all that is due then);
+        with a delay (a paused model), queue it when the delay is over. A delayed job is not in
+        flight until then: draining never waits for a pause, and a restart redoes the work anyway."""
+        if delay > 0:
+            self._lifecycle.later(delay, lambda: self._after_run(key, memory, run_id))
+        elif key not in self._waiting:
+            self._waiting.add(key)
+            self._lifecycle.spawn(self._after_run_job(key, memory, run_id))
+
+    async def _after_run_job(self, key: str, memory: Memory, run_id: str | None) -> None:
+        """After-run work in the conversation's order.
+
+        Work that must precede the next turn (`Memory.settles_first`) takes the conversation's own
+        lock, so the next message waits for it; all other work takes the conversation's memory lock
+        and runs beside the turns, which never wait for it.
+        """
+        state = self._state
+        first = memory.settles_first
+        locks, purpose = (state.locks, "turn") if first else (state.memory_locks, "memory")
+        async with locks.hold(key), state.store.claim(key, purpose=purpose) as claim:
+            self._waiting.discard(key)  # from here on, new work queues a job behind this one
+            if state.store.shared:
+                thread: StoredThread | None = await state.thread(key, memory, self._ctx, claim)
+            else:
+                thread = state.threads.peek(key) if memory.keeps_transcript else None
             if thread is not None and memory.settle_due(thread):
-                await self._settle(memory, thread, run_id)
+                await self._settle(key, memory, thread, run_id)
                 await self._state.trim(key, memory, self._ctx)

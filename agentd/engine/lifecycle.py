@@ -18,6 +18,7 @@ class Lifecycle:
         self._idle = asyncio.Event()
         self._idle.set()
         self._background: set[asyncio.Task[Any]] = set()
+        self._timers: set[asyncio.TimerHandle] = set()
         # told when the agent fails after it started (its data found written by a newer agentd)
         self.on_fail: Callable[[str], Awaitable[None]] | None = None
 
@@ -61,6 +62,21 @@ class Lifecycle:
             self._leave()
 
         task.add_done_callback(done)
+
+    def later(self, delay: float, callback: Callable[[], None]) -> None:
+        """Call `callback` after `delay` seconds, unless the agent stops first (`cancel_later`)."""
+
+        def fire() -> None:
+            self._timers.discard(handle)
+            callback()
+
+        handle = asyncio.get_running_loop().call_later(delay, fire)
+        self._timers.add(handle)
+
+    def cancel_later(self) -> None:
+        for handle in self._timers:
+            handle.cancel()
+        self._timers.clear()
 
     async def drain(self, timeout: float | None = None) -> bool:
         """Wait for in-flight runs (and their after-run work) to finish; False on timeout."""

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentd.config.models import AgentSpec
+from agentd.engine.breakers import Breakers
 from agentd.engine.conversations import ConversationLocks, HotThreads
 from agentd.engine.hot_cache import HotBudget
 from agentd.engine.peers import NoPeers, Peers
@@ -23,8 +24,10 @@ from agentd.memory.tooling import Tool
 from agentd.providers.base import Embedder
 from agentd.providers.registry import ProviderRegistry
 from agentd.store.base import Store
+from agentd.store.claims import Claim
 from agentd.store.records import StoredThread
 
+NO_CLAIM = Claim()
 RECENT_EVENTS = 10_000  # platform deliveries remembered in memory (the store remembers them all)
 MEMORY_CACHE = 64
 DEFAULT_HOT_BYTES = 512 * 2**20  # store.hot_cache_mb's default
@@ -40,6 +43,7 @@ class AgentResources:
     # one byte budget for every agent's hot threads (store.hot_cache_mb)
     hot_budget: HotBudget = field(default_factory=lambda: HotBudget(DEFAULT_HOT_BYTES))
     peers: Peers = field(default_factory=NoPeers)
+    breakers: Breakers = field(default_factory=Breakers)  # per memory model, daemon-wide
 
 
 class AgentState:
@@ -48,7 +52,12 @@ class AgentState:
         self.store = store
         self.resources = resources
         self.locks = ConversationLocks()
-        self.threads = HotThreads(store, resources.hot_budget, self.locks.held)
+        # after-run memory work that need not precede the next turn runs under its own lock, beside it
+        self.memory_locks = ConversationLocks()
+        # a conversation with a turn or its memory work under way is never dropped from memory
+        self.threads = HotThreads(
+            store, resources.hot_budget, lambda key: self.locks.held(key) or self.memory_locks.held(key)
+        )
         self.memory = PersistentMemory(store, spec.name, spec.memory.max_value_chars)
         # platform deliveries seen lately: (channel, event id), oldest first
         self.recent_events: OrderedDict[tuple[str, str], None] = OrderedDict()
@@ -77,12 +86,16 @@ class AgentState:
         self._memories[key] = (spec, override, memory)
         return memory
 
-    async def thread(self, conversation_key: str, memory: Memory, ctx: MemoryContext) -> StoredThread:
-        """The conversation's hot thread (holding what `memory` reads), or an empty one when the
-        memory keeps no transcript."""
+    async def thread(
+        self, conversation_key: str, memory: Memory, ctx: MemoryContext, claim: Claim = NO_CLAIM
+    ) -> StoredThread:
+        """The conversation's hot thread, holding what `memory` reads (checked against the claim's
+        mark on a shared store), or an empty one when the memory keeps no transcript."""
+        if claim.memories_version is not None:
+            await self.memory.sync(claim.memories_version)
         if not memory.keeps_transcript:
             return StoredThread(conversation_key)
-        return await self.threads.get(conversation_key, lambda t: memory.tail_from(ctx, t))
+        return await self.threads.get(conversation_key, lambda t: memory.tail_from(ctx, t), claim.thread)
 
     async def trim(self, conversation_key: str, memory: Memory, ctx: MemoryContext) -> None:
         """After a turn or after-run work: the hot thread keeps only what `memory` reads."""

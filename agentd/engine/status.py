@@ -49,4 +49,6 @@ async def status_facts(
             "output_tokens": sum(t["output_tokens"] for t in totals.values()),
             "by_trigger": totals,
         },
+        # memory models that failed lately (daemon-wide): open breakers pause their after-run work
+        "memory_models": state.resources.breakers.describe(),
     }

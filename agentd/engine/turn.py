@@ -50,14 +50,19 @@ async def run_turn(
         parent_run_id=parent_run_id,
     )
     prompt = await build_prompt(
-        state, ctx, spec, memory, thread, TurnInput(event.conversation_key, event.text, event.user_id)
+        state,
+        ctx,
+        spec,
+        memory,
+        thread,
+        TurnInput(event.conversation_key, event.text, event.user_id, event.sent_at),
     )
     for note in prompt.notes:
         log.info("agent %s run %s: %s", state.name, run.id, note)
     tools, tool_specs, history = prompt.tools, prompt.tool_specs, prompt.history
     fixed_chars, history_chars = prompt.fixed_chars(), prompt.history_chars
 
-    new: list[Message] = [Message.user(event.text, event.user_id)]
+    new: list[Message] = [Message.user(event.text, event.user_id, event.sent_at)]
     new_chars = new[0].char_count()
     reply_text = ""
     error: str | None = None
@@ -114,7 +119,7 @@ async def run_turn(
                 reply_text = answer.text or f"(stopped after {spec.max_tool_steps} tool steps)"
                 break
             results = await run_tool_calls(
-                tools, calls, ToolCall(event.conversation_key, run.id, event.user_id)
+                tools, calls, ToolCall(event.conversation_key, run.id, event.user_id, event.sent_at)
             )
             new.append(results)
             new_chars += results.char_count()

@@ -40,6 +40,11 @@ class MessageIn(BaseModel):
     conversation_id: str = Field(pattern=CONVERSATION_ID_RE.pattern, description="1-128 of [A-Za-z0-9_.:-]")
     text: str = Field(min_length=1)
     user_id: str | None = Field(default=None, min_length=1, max_length=128)
+    sent_at: datetime | None = Field(
+        default=None,
+        description="when the person sent the message (ISO-8601, UTC when no offset is given, or epoch "
+        "seconds); episodic memories of it carry this time",
+    )
 
 
 class MessageOut(BaseModel):
@@ -163,6 +168,7 @@ def create_app(directory: AgentDirectory) -> FastAPI:
             text=message.text,
             channel="webhook",
             user_id=message.user_id,
+            sent_at=_epoch(message.sent_at),
         )
         reply = await target.handle(event)
         return MessageOut(
@@ -171,8 +177,13 @@ def create_app(directory: AgentDirectory) -> FastAPI:
 
     @app.get("/agents", tags=["agents"], dependencies=[Depends(require_token)])
     async def agents() -> dict[str, Any]:
-        """Every agent, and what the daemon holds for all of them (open files, hot threads' memory)."""
-        return {"daemon": directory.describe_daemon(), "agents": directory.describe_agents()}
+        """Every agent; what the daemon holds for all of them (open files, hot threads' memory); memory
+        models that failed lately."""
+        return {
+            "daemon": directory.describe_daemon(),
+            "agents": directory.describe_agents(),
+            "memory_models": directory.memory_models(),
+        }
 
     @app.get("/audit", tags=["daemon"], dependencies=[Depends(require_token)])
     async def audit(
@@ -283,3 +294,9 @@ def _run_out(run: dict[str, Any]) -> dict[str, Any]:
     out = {k: run[k] for k in keys}
     out["started_at"] = iso(run["started_at"])
     return out
+
+
+def _epoch(value: datetime | None) -> float | None:
+    if value is None:
+        return None
+    return (value if value.tzinfo is not None else value.replace(tzinfo=UTC)).timestamp()

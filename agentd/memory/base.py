@@ -37,6 +37,7 @@ class TurnInput:
     conversation_key: str
     text: str
     user_id: str | None
+    sent_at: float | None = None  # when the person sent it, if the channel said
 
 
 def speaker_partition(conversation_key: str, user_id: str | None) -> str:
@@ -198,9 +199,34 @@ class ReadsTail(Protocol):
         ...
 
 
+@runtime_checkable
+class ShowsPending(Protocol):
+    """After-run work whose view shows verbatim what that work has not taken in yet (Σ and the
+    messages not folded; the summary and the messages since), so it need not precede the next turn."""
+
+    def pending_in_view(self, thread: StoredThread) -> int:
+        """How many of the thread's messages the view shows because the work has not taken them in."""
+        ...
+
+
+@runtime_checkable
+class Layered(Protocol):
+    """A memory made of other memories (composite)."""
+
+    layers: Sequence[Memory]
+
+
 @dataclass(frozen=True, slots=True)
 class Memory:
-    """A strategy and the optional capabilities it has, found by type once per definition."""
+    """A strategy and the optional capabilities it has, found by type once per definition.
+
+    `settles_first`: its after-run work must be done before the next turn loads
+    history (compaction, by the product's contract; episodes and facts, which
+    the next turn would otherwise not see at all). Work whose view shows what it
+    has not taken in yet (`ShowsPending`: folds, summaries) runs beside the
+    conversation instead, in order, never in front of a reply. A composite
+    settles first when any of its layers does.
+    """
 
     strategy: MemoryStrategy
     after_run: AfterRun | None
@@ -208,16 +234,23 @@ class Memory:
     compaction: Compacts | None
     inspector: Inspectable | None
     tail: ReadsTail | None = None
+    settles_first: bool = False
 
     @classmethod
     def of(cls, strategy: MemoryStrategy) -> Memory:
+        after_run = strategy if isinstance(strategy, AfterRun) else None
+        if isinstance(strategy, Layered):
+            first = any(layer.settles_first for layer in strategy.layers)
+        else:
+            first = after_run is not None and not isinstance(strategy, ShowsPending)
         return cls(
             strategy,
-            strategy if isinstance(strategy, AfterRun) else None,
+            after_run,
             strategy if isinstance(strategy, OffersTools) else None,
             strategy if isinstance(strategy, Compacts) else None,
             strategy if isinstance(strategy, Inspectable) else None,
             strategy if isinstance(strategy, ReadsTail) else None,
+            settles_first=first,
         )
 
     async def tail_from(self, ctx: MemoryContext, thread: StoredThread) -> int:

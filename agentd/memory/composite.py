@@ -27,6 +27,7 @@ from typing import Any
 
 from agentd.config.models import MemorySpec
 from agentd.config.strategies import CompositeStrategy
+from agentd.errors import ModelPaused
 from agentd.memory.base import Memory, MemoryContext, MemoryView, TurnInput
 from agentd.memory.registry import build_strategy
 from agentd.memory.tooling import Tool
@@ -83,10 +84,14 @@ class CompositeMemory:
         return any(layer.settle_due(thread) for layer in self.layers)
 
     async def settle(self, ctx: MemoryContext, thread: StoredThread, run_id: str | None) -> None:
+        paused: ModelPaused | None = None
         for i, layer in enumerate(self.layers):
             try:
                 if layer.after_run is not None and layer.after_run.settle_due(thread):
                     await layer.after_run.settle(ctx, thread, run_id)
+            except ModelPaused as e:
+                # this layer waits for its model; the others (own cursors, own models) go on
+                paused = e if paused is None or e.retry_in < paused.retry_in else paused
             except Exception:
                 log.exception(
                     "agent %s: memory layer %s:%s failed after a run of %s; the other layers go on",
@@ -95,6 +100,8 @@ class CompositeMemory:
                     layer.kind,
                     thread.conversation_key,
                 )
+        if paused is not None:
+            raise paused
 
     async def inspect(self, ctx: MemoryContext, thread: StoredThread) -> dict[str, Any]:
         return {

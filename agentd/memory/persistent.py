@@ -49,9 +49,16 @@ class PersistentMemory:
         self.agent = agent
         self.max_value_chars = max_value_chars
         self._keys: dict[str, list[str]] = {}
+        self._version: int | None = None  # the store's memories version the keys were read at
 
     async def load(self) -> None:
         self._keys = await self.store.read(MemoryKeys())
+
+    async def sync(self, version: int) -> None:
+        """Read the keys again when another daemon changed them (a shared store's claim says so)."""
+        if version != self._version:
+            await self.load()
+            self._version = version
 
     def keys(self, scope: str = AGENT_SCOPE) -> list[str]:
         return list(self._keys.get(scope, ()))

@@ -189,6 +189,10 @@ class StateMemory:
         value = sigma_json(sigma) if sigma else "{} (nothing kept yet)"
         return f"{head}\nIt keeps: {self.spec.spec.strip()}\nFields: {fields}\nΣ = {value}"
 
+    def pending_in_view(self, thread: StoredThread) -> int:
+        state = thread.layers.get(self.layer)
+        return 0 if state is None else len(thread.messages) - after_cursor(thread.messages, state.upto_seq)
+
     # -- the fold ----------------------------------------------------------------------
 
     def settle_due(self, thread: StoredThread) -> bool:

@@ -107,6 +107,10 @@ class SummarizedMemory:
         # what follows the cursor: the view shows it, a refresh folds it; the summary holds the rest
         return (await layer_state(ctx, thread, self.layer)).upto_seq + 1
 
+    def pending_in_view(self, thread: StoredThread) -> int:
+        state = thread.layers.get(self.layer)
+        return 0 if state is None else len(thread.messages) - after_cursor(thread.messages, state.upto_seq)
+
     def settle_due(self, thread: StoredThread) -> bool:
         state = thread.layers.get(self.layer)
         if state is None:

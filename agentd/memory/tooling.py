@@ -16,6 +16,7 @@ class ToolCall:
     conversation_key: str
     run_id: str
     user_id: str | None
+    sent_at: float | None = None  # when the message being answered was sent, if the channel said
 
 
 Handler = Callable[[dict[str, Any], ToolCall], Awaitable[str]]

@@ -32,12 +32,14 @@ VectorLike = Sequence[float] | npt.NDArray[Any]
 
 @dataclass(frozen=True, slots=True)
 class IndexedVector:
-    """One row to index: the episode id, when it happened, how important it is, its raw vector."""
+    """One row to index: the episode id, when it happened, how important it is, its raw vector,
+    and whether it ends by asking (a question ranks below the statement it asks about)."""
 
     id: int
     created_at: float
     importance: float
     vector: bytes
+    asks: bool = False
 
 
 def as_blob(vector: Sequence[float]) -> bytes:
@@ -61,6 +63,7 @@ class VectorIndex:
         self._ids = np.zeros(0, dtype=np.int64)
         self._created = np.zeros(0, dtype=np.float64)
         self._importance = np.zeros(0, dtype=np.float32)
+        self._asks = np.zeros(0, dtype=np.bool_)
         self._position: dict[int, int] = {}
         self.skipped = 0  # vectors refused for a dimension that is not this index's
 
@@ -87,6 +90,15 @@ class VectorIndex:
     @property
     def importance(self) -> FloatArray:
         return self._importance[: self.size]
+
+    @property
+    def asks(self) -> npt.NDArray[np.bool_]:
+        return self._asks[: self.size]
+
+    def vectors(self, positions: Sequence[int]) -> FloatArray:
+        """Unit rows at the given positions (for similarity among candidates)."""
+        rows: FloatArray = self._matrix[np.asarray(positions, dtype=np.int64)]
+        return rows
 
     def __contains__(self, episode_id: int) -> bool:
         return episode_id in self._position
@@ -115,10 +127,28 @@ class VectorIndex:
         self._ids[self.size : end] = [r.id for r in fresh]
         self._created[self.size : end] = [r.created_at for r in fresh]
         self._importance[self.size : end] = [r.importance for r in fresh]
+        self._asks[self.size : end] = [r.asks for r in fresh]
         for offset, row in enumerate(fresh):
             self._position[row.id] = self.size + offset
         self.size = end
         return len(fresh)
+
+    def remove(self, ids: Sequence[int]) -> int:
+        """Drop rows by episode id (deleted episodes); the last rows move into the holes."""
+        removed = 0
+        for episode_id in ids:
+            pos = self._position.pop(episode_id, None)
+            if pos is None:
+                continue
+            last = self.size - 1
+            if pos != last:
+                moved = int(self._ids[last])
+                for array in (self._matrix, self._ids, self._created, self._importance, self._asks):
+                    array[pos] = array[last]
+                self._position[moved] = pos
+            self.size = last
+            removed += 1
+        return removed
 
     def _reserve(self, rows: int) -> None:
         capacity = self._matrix.shape[0]
@@ -129,7 +159,13 @@ class VectorIndex:
         if self.size:  # (an empty index may have been created before its dimension was known)
             matrix[: self.size] = self._matrix[: self.size]
         self._matrix = matrix
-        for name, dtype in (("_ids", np.int64), ("_created", np.float64), ("_importance", np.float32)):
+        columns = (
+            ("_ids", np.int64),
+            ("_created", np.float64),
+            ("_importance", np.float32),
+            ("_asks", np.bool_),
+        )
+        for name, dtype in columns:
             grown = np.zeros(capacity, dtype=dtype)
             grown[: self.size] = getattr(self, name)[: self.size]
             setattr(self, name, grown)
@@ -177,6 +213,7 @@ class IndexCache:
         self.max_indexes = max_indexes
         self._indexes: OrderedDict[tuple[str, str], VectorIndex] = OrderedDict()
         self._loading: dict[tuple[str, str], tuple[asyncio.Future[VectorIndex], list[IndexedVector]]] = {}
+        self._stale: set[tuple[str, str]] = set()  # loads that raced a delete: used once, not kept
 
     def peek(self, partition: str, embedder: str) -> VectorIndex | None:
         index = self._indexes.get((partition, embedder))
@@ -215,6 +252,10 @@ class IndexCache:
         finally:
             if self._loading.get(key, (None,))[0] is future:
                 del self._loading[key]
+        if key in self._stale:
+            self._stale.discard(key)  # read before a delete: serve this caller, load afresh next time
+            future.set_result(index)
+            return index
         self._indexes[key] = index
         self._indexes.move_to_end(key)
         while len(self._indexes) > self.max_indexes:
@@ -231,6 +272,20 @@ class IndexCache:
         loading = self._loading.get(key)
         if loading is not None:
             loading[1].extend(rows)
+
+    def remove(self, partition: str, ids: Sequence[int]) -> None:
+        """After a delete: drop the ids from every loaded (or loading) index of the partition."""
+        for key, index in self._indexes.items():
+            if key[0] == partition:
+                index.remove(ids)
+        # a load racing the delete may have read the rows: it serves its callers, then is not kept
+        self._stale.update(k for k in self._loading if k[0] == partition)
+
+    def drop(self, partition: str) -> None:
+        """Forget a partition's indexes (all its episodes were deleted); they reload when next used."""
+        for key in [k for k in self._indexes if k[0] == partition]:
+            del self._indexes[key]
+        self._stale.update(k for k in self._loading if k[0] == partition)
 
 
 _CACHES: weakref.WeakKeyDictionary[Any, IndexCache] = weakref.WeakKeyDictionary()

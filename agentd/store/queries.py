@@ -177,6 +177,31 @@ class KeywordSearch(Query[list[KeywordHit]]):
 
 
 @dataclass(frozen=True, slots=True)
+class NeighbourEpisodes(Query[list[list[Episode]]]):
+    """For each anchor: up to `each_side` episodes of its partition and conversation said just before
+    it and just after it (among the few hundred written around it), of `embedder` or not embedded
+    yet, in id order."""
+
+    anchors: Sequence[Episode]
+    each_side: int
+    embedder: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class FollowingEpisodes(Query[dict[int, Episode]]):
+    """For each id: the next episode of its partition and conversation (its reply), of `embedder` or
+    not embedded yet; ids without one are left out."""
+
+    ids: Sequence[int]
+    embedder: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class EpisodePartitions(Query[list[str]]):
+    """Every partition holding episodes (for a retention sweep)."""
+
+
+@dataclass(frozen=True, slots=True)
 class EpisodeCounts(Query[dict[str, int]]):
     """A partition's episodes: total, embedded by `embedder`, by other embedders, not embedded yet."""
 

@@ -27,6 +27,7 @@ class RunRecord:
     duration_ms: float | None = None
     error: str | None = None
     parent_run_id: str | None = None
+    daemon: str | None = None  # which daemon ran it (stamped by the store that writes it)
 
 
 RUN_COLUMNS: tuple[str, ...] = tuple(RunRecord.__dataclass_fields__)
@@ -77,6 +78,10 @@ class StoredThread:
     chars: int = 0
     # per memory layer: its state for this thread (loaded from memory_state once while hot)
     layers: dict[str, LayerState] = field(default_factory=dict)
+    # where the store stood when this copy was read (see agentd.store.claims.ThreadMark); a shared
+    # store moves them, a single-owner store leaves them at 0
+    version: int = 0
+    layers_version: int = 0
 
     def recount(self) -> None:
         self.chars = len(self.summary or "") + sum(m.message.char_count() for m in self.messages)
@@ -106,6 +111,11 @@ class Episode:
     embedder: str | None
 
 
+def ends_by_asking(text: str) -> bool:
+    """Whether an episode asks (its text ends with a question mark); the SQL backends agree."""
+    return text.rstrip(" \t\n\r").endswith("?")
+
+
 @dataclass(frozen=True, slots=True)
 class KeywordHit:
     id: int
@@ -114,6 +124,23 @@ class KeywordHit:
     importance: float
     embedded: bool
     text: str
+    partition: str
+    conversation_key: str | None
+    run_id: str | None
+    embedder: str | None
+
+    def episode(self) -> Episode:
+        """The episode itself (a hit carries all of it: recall needs no second read for its text)."""
+        return Episode(
+            self.id,
+            self.partition,
+            self.conversation_key,
+            self.text,
+            self.importance,
+            self.created_at,
+            self.run_id,
+            self.embedder,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +149,16 @@ class StoredVector:
     created_at: float
     importance: float
     vector: bytes
+    asks: bool  # ends_by_asking(text)
+
+
+@dataclass(frozen=True, slots=True)
+class Pruned:
+    """What retention deleted from one partition: the ids (to drop from loaded indexes) and why."""
+
+    ids: list[int]
+    by_age: int
+    by_count: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,10 +11,10 @@ the error reaches the caller.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Generic, TypeVar
+from dataclasses import dataclass, replace
+from typing import Any, Generic, TypeVar
 
-from agentd.store.records import AuditRecord, LayerState, NewEpisode, RunRecord, StoredMessage
+from agentd.store.records import AuditRecord, LayerState, NewEpisode, Pruned, RunRecord, StoredMessage
 
 T = TypeVar("T")
 
@@ -73,6 +73,21 @@ class AppendAudit(Write[None]):
     agent: str
     records: Sequence[AuditRecord]
     ts: float
+    daemon: str | None = None  # stamped by the store that writes it
+
+
+def stamped(ops: Sequence[Write[Any]], daemon: str | None) -> list[Write[Any]]:
+    """The ops with the writing daemon recorded on every run row and audit event."""
+    if daemon is None:
+        return list(ops)
+    out: list[Write[Any]] = []
+    for op in ops:
+        if isinstance(op, AppendAudit):
+            op = replace(op, daemon=daemon)
+        elif isinstance(op, InsertRun | CommitTurn):
+            op.run.daemon = daemon
+        out.append(op)
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,3 +199,27 @@ class SetVectors(Write[None]):
 
     embedder: str
     vectors: Sequence[tuple[int, bytes]]
+
+
+@dataclass(frozen=True, slots=True)
+class PruneEpisodes(Write[Pruned]):
+    """Delete a partition's episodes created before `older_than`, then, past `max_episodes`, the
+    least important first and among equals the oldest (keyword indexes follow). When anything
+    goes, one audit row of `agent` says how many and why (`memory/prune_episodes`), never what."""
+
+    agent: str
+    partition: str
+    max_episodes: int | None
+    older_than: float | None
+    ts: float
+
+
+@dataclass(frozen=True, slots=True)
+class DeletePartitionEpisodes(Write[int]):
+    """Delete every episode of one partition (one person's, on request), with one audit row of
+    `agent` saying how many and who asked (`memory/delete_episodes`); the result is how many."""
+
+    agent: str
+    partition: str
+    by: str
+    ts: float

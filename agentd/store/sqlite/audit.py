@@ -14,7 +14,8 @@ from agentd.store.writes import AppendAudit
 @handles(AppendAudit)
 def insert_audit(conn: sqlite3.Connection, op: AppendAudit) -> None:
     conn.executemany(
-        "INSERT INTO audit (ts, agent, kind, action, conversation_key, run_id, data) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        "INSERT INTO audit (ts, agent, kind, action, conversation_key, run_id, data, daemon)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
         [
             (
                 op.ts,
@@ -24,6 +25,7 @@ def insert_audit(conn: sqlite3.Connection, op: AppendAudit) -> None:
                 r.conversation_key,
                 r.run_id,
                 json.dumps(r.data, separators=(",", ":")),
+                op.daemon,
             )
             for r in op.records
         ],
@@ -39,7 +41,7 @@ def query_audit(conn: sqlite3.Connection, q: AuditEvents) -> list[dict[str, Any]
             args.append(value)
     where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
     rows = conn.execute(
-        f"SELECT id, ts, agent, kind, action, conversation_key, run_id, data FROM audit {where}"
+        f"SELECT id, ts, agent, kind, action, conversation_key, run_id, data, daemon FROM audit {where}"
         " ORDER BY ts DESC, id DESC LIMIT ?",
         (*args, q.limit),
     ).fetchall()
@@ -53,6 +55,7 @@ def query_audit(conn: sqlite3.Connection, q: AuditEvents) -> list[dict[str, Any]
             "conversation_key": row[5],
             "run_id": row[6],
             "data": json.loads(row[7]),
+            "daemon": row[8],
         }
         for row in reversed(rows)
     ]

@@ -157,6 +157,22 @@ MIGRATIONS: list[tuple[str, tuple[str, ...]]] = [
             ) WITHOUT ROWID""",
         ),
     ),
+    (
+        "0003_episode_retention",
+        (
+            # max_age_days deletes a partition's episodes older than a time: found by this index,
+            # not by reading the whole partition on every write.
+            "CREATE INDEX episodes_by_age ON episodes(partition, created_at)",
+        ),
+    ),
+    (
+        "0004_daemon_columns",
+        (
+            # which daemon ran a run or wrote an audit event (several daemons may share a store)
+            "ALTER TABLE runs ADD COLUMN daemon TEXT",
+            "ALTER TABLE audit ADD COLUMN daemon TEXT",
+        ),
+    ),
 ]
 
 

@@ -6,10 +6,12 @@ import asyncio
 import os
 import sqlite3
 from collections.abc import Callable, Sequence
+from contextlib import AbstractAsyncContextManager, nullcontext
 from pathlib import Path
 from typing import Any, TypeVar
 
 from agentd.errors import StoreError
+from agentd.store.claims import Claim
 from agentd.store.queries import Query
 
 # Importing the SQL modules registers their handlers.
@@ -27,10 +29,11 @@ from agentd.store.sqlite import (
 from agentd.store.sqlite.dispatch import apply
 from agentd.store.sqlite.executor import Outcome, StoreExecutor
 from agentd.store.sqlite.migrations import migrate
-from agentd.store.writes import Write
+from agentd.store.writes import Write, stamped
 
 T = TypeVar("T")
 Batch = Sequence[Write[Any]]
+NO_CLAIM = Claim()
 _SQL_MODULES = (audit, episodes, facts, identity, inbound, memories, memory_state, runs, transcripts)
 
 
@@ -71,9 +74,16 @@ class SqliteStore:
     """
 
     def __init__(
-        self, path: Path, executor: StoreExecutor, synchronous: str = "normal", *, readonly: bool = False
+        self,
+        path: Path,
+        executor: StoreExecutor,
+        synchronous: str = "normal",
+        *,
+        readonly: bool = False,
+        daemon: str | None = None,
     ):
         self.path = path
+        self.daemon = daemon  # recorded on every run and audit event this store writes
         self._executor = executor
         self._synchronous = synchronous
         self._readonly = readonly
@@ -87,6 +97,13 @@ class SqliteStore:
     @property
     def label(self) -> str:
         return str(self.path)
+
+    # One daemon owns a data folder (its lock file says so): nobody else writes this file, so the
+    # process's own per-conversation lock is the whole claim and the caches need no check.
+    shared = False
+
+    def claim(self, conversation_key: str, purpose: str = "turn") -> AbstractAsyncContextManager[Claim]:
+        return nullcontext(NO_CLAIM)
 
     def absent(self) -> bool:
         """Whether nothing was ever stored: no file yet (reads can be answered without creating it)."""
@@ -154,7 +171,7 @@ class SqliteStore:
             raise StoreError(f"{self.path} is open read-only")
         loop = self._loop or asyncio.get_running_loop()
         future: asyncio.Future[list[Any]] = loop.create_future()
-        self._executor.enqueue_write(self, ops, future)
+        self._executor.enqueue_write(self, stamped(ops, self.daemon), future)
         return await future
 
     def _commit_batch(self, batch: list[tuple[Batch, asyncio.Future[Any]]]) -> list[Outcome]:
