@@ -272,12 +272,12 @@ def long_table(cells: list[dict[str, Any]], label: str, disk: int, convs: int, l
         "one message to each, twice, default budget",
         "",
         "| memory | RSS after 1st pass | peak RSS | p50 / p95 1st pass | RSS after 2nd pass | p50 / p95 2nd pass | "
-        "hot threads (entries, MB, hit rate) |",
-        "|---|---|---|---|---|---|---|",
+        "hot threads (entries, MB, hit rate) | errors |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for c in cells:
         if "failed" in c:
-            lines.append(f"| {c['strategy']} | failed: {c['failed'][:80]} ||||||")
+            lines.append(f"| {c['strategy']} | failed: {c['failed'][:80]} |||||||")
             continue
         first, again = c["first_turns"], c["turns"]
         hot = (c.get("daemon") or {}).get("hot_threads")
@@ -289,12 +289,17 @@ def long_table(cells: list[dict[str, Any]], label: str, disk: int, convs: int, l
         lines.append(
             f"| {c['strategy']} | {mb(c['after_first']['VmRSS'])} | {mb(c['after_turns']['VmHWM'])} | "
             f"{first['p50_ms']:.1f} / {first['p95_ms']:.1f} ms | {mb(c['after_turns']['VmRSS'])} | "
-            f"{again['p50_ms']:.1f} / {again['p95_ms']:.1f} ms | {hot_text} |"
+            f"{again['p50_ms']:.1f} / {again['p95_ms']:.1f} ms | {hot_text} | "
+            f"{first['errors'] + again['errors']} |"
         )
     return "\n".join(lines)
 
 
 def main() -> int:
+    if sys.argv[1:2] == ["--prefill"]:  # the child that writes the long conversations
+        folder, conversations, length = sys.argv[2:5]
+        asyncio.run(prefill(Path(folder), "long", int(conversations), int(length)))
+        return 0
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--counts", default="100,1000,10000", help="agent counts (comma-separated)")
     p.add_argument("--turns", type=int, default=200, help="first messages, then as many more, per cell")
@@ -337,7 +342,20 @@ def main() -> int:
     if not args.skip_long:
         template = Path(tempfile.mkdtemp(prefix="long-data-", dir=args.dir))
         log(f"writing {args.long_conversations} x {args.long_length} messages")
-        asyncio.run(prefill(template, "long", args.long_conversations, args.long_length))
+        # written by the tree under test, so its schema is the one that tree knows
+        subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "--prefill",
+                str(template),
+                str(args.long_conversations),
+                str(args.long_length),
+            ],
+            env={**os.environ, "PYTHONPATH": str(args.tree)},
+            cwd=template,
+            check=True,
+        )
         disk = sum(p.stat().st_size for p in template.iterdir())
         try:
             cells = [long_cell(s, args, template) for s in LONG_AGENTS]
