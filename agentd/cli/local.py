@@ -18,7 +18,8 @@ from agentd.config.models import AgentSpec, DaemonSpec
 from agentd.daemon.resources import Resources
 from agentd.engine.agent import Agent
 from agentd.errors import AgentdError, ConfigError
-from agentd.events import CONVERSATION_ID_RE, InboundEvent, Reply, is_conversation_key
+from agentd.events import InboundEvent, Reply, is_conversation_key
+from agentd.store.folder_lock import probe
 
 T = TypeVar("T")
 
@@ -80,38 +81,6 @@ def run_with_agent(
     return asyncio.run(go())
 
 
-def cmd_chat(args: argparse.Namespace) -> int:
-    if not CONVERSATION_ID_RE.match(args.session):
-        print("agentd: --session must be 1-128 of [A-Za-z0-9_.:-]", file=sys.stderr)
-        return 2
-    key = f"repl:{args.session}"
-
-    async def talk(agent: Agent) -> None:
-        print(
-            f"agentd chat: {agent.name} ({agent.spec.model.name}), conversation {key}. "
-            "/help for commands, Ctrl-D to quit."
-        )
-        loop = asyncio.get_running_loop()
-        while True:
-            line = await loop.run_in_executor(None, _read_line)
-            if line is None:
-                break
-            if not line.strip():
-                continue
-            reply = await agent.handle(InboundEvent(agent.name, key, line, "repl", user_id="local"))
-            print(reply.text, flush=True)
-
-    run_with_agent(args, talk)
-    return 0
-
-
-def _read_line() -> str | None:
-    try:
-        return input("you> " if sys.stdin.isatty() else "")
-    except EOFError:
-        return None
-
-
 def cmd_inspect(args: argparse.Namespace) -> int:
     if not is_conversation_key(args.key):
         print(
@@ -127,7 +96,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     async def look(agent: Agent) -> dict[str, Any]:
         return await agent.inspect(args.key)
 
-    inspected = run_with_agent(args, look)
+    # beside a running daemon the file is its own: read it, write nothing
+    inspected = run_with_agent(args, look, readonly=probe(args.data) is not None)
     if args.json:
         print(json.dumps(inspected, indent=2, ensure_ascii=False, default=str))
     else:

@@ -9,7 +9,8 @@ import logging
 import sys
 from pathlib import Path
 
-from agentd.cli.local import cmd_chat, cmd_inspect
+from agentd.cli.chat import cmd_chat
+from agentd.cli.local import cmd_inspect
 from agentd.cli.reports import cmd_audit, cmd_memories, cmd_runs
 from agentd.config.folder import check_agents
 from agentd.errors import AgentdError

@@ -78,6 +78,11 @@ class Resources:
     ) -> None:
         await self._stack.aclose()
 
+    @property
+    def shared_store(self) -> bool:
+        """True when the store is one several daemons share (PostgreSQL); SQLite files have one owner."""
+        return False
+
     def store(self, name: str, *, readonly: bool = False) -> Store:
         """The store of the agent (or `_daemon`) `name`; not opened yet."""
         assert self.executor is not None, "Resources used outside `async with`"
