@@ -22,13 +22,10 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import httpx
-
-from agentd.cli.local import local_agent, settings_of
+from agentd.cli.local import local_agent
+from agentd.cli.remote import answer, running_daemon
 from agentd.engine.agent import Agent
-from agentd.errors import AgentdError
 from agentd.events import CONVERSATION_ID_RE, InboundEvent
-from agentd.store.folder_lock import probe
 
 LEAVE = {"exit", "quit", ":q"}
 Say = Callable[[str], str]
@@ -38,26 +35,16 @@ def cmd_chat(args: argparse.Namespace) -> int:
     if not CONVERSATION_ID_RE.match(args.session):
         print("agentd: --session must be 1-128 of [A-Za-z0-9_.:-]", file=sys.stderr)
         return 2
-    holder = probe(args.data)
-    if holder is not None and holder.http_address:
-        return _remote(args, holder.http_address)
-    if holder is not None:
-        raise AgentdError(f"a daemon (pid {holder.pid}) is starting on {args.data}: try again in a moment")
-    return _in_process(args)
-
-
-def _remote(args: argparse.Namespace, address: str) -> int:
-    token = settings_of(args).http.token
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    with httpx.Client(base_url=address, headers=headers, timeout=None, trust_env=False) as client:
+    with running_daemon(args) as client:
+        if client is None:
+            return _in_process(args)
 
         def say(line: str) -> str:
-            answer = client.post(f"/agents/{args.agent}/repl", json={"session": args.session, "text": line})
-            if answer.status_code != 200:
-                raise AgentdError(f"the daemon at {address} answered {answer.status_code}: {answer.text}")
-            return str(answer.json()["reply"])
+            sent = client.post(f"/agents/{args.agent}/repl", json={"session": args.session, "text": line})
+            return str(answer(sent)["reply"])
 
-        return _repl(f"{args.agent} on the daemon at {address}, conversation repl:{args.session}", say)
+        where = f"{args.agent} on the daemon at {client.base_url}, conversation repl:{args.session}"
+        return _repl(where, say)
 
 
 def _in_process(args: argparse.Namespace) -> int:

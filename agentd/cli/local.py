@@ -11,10 +11,12 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
+from agentd.cli.remote import answer, running_daemon
 from agentd.cli.reports import render_inspection
+from agentd.cli.settings import settings_of
 from agentd.config.folder import find_agent_file
-from agentd.config.loader import parse_agent, parse_daemon
-from agentd.config.models import AgentSpec, DaemonSpec
+from agentd.config.loader import parse_agent
+from agentd.config.models import AgentSpec
 from agentd.daemon.resources import Resources
 from agentd.engine.agent import Agent
 from agentd.errors import AgentdError, ConfigError
@@ -22,11 +24,6 @@ from agentd.events import InboundEvent, Reply, is_conversation_key
 from agentd.store.folder_lock import probe
 
 T = TypeVar("T")
-
-
-def settings_of(args: argparse.Namespace) -> DaemonSpec:
-    config = getattr(args, "config", None)
-    return parse_daemon(config if config is not None else args.agents.parent / "agentd.yaml")
 
 
 class FolderPeers:
@@ -102,4 +99,19 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         print(json.dumps(inspected, indent=2, ensure_ascii=False, default=str))
     else:
         print(render_inspection(inspected))
+    return 0
+
+
+def cmd_forget_episodes(args: argparse.Namespace) -> int:
+    """Through the daemon that owns the data folder when one runs, else in this process."""
+    with running_daemon(args) as client:
+        if client is not None:
+            deleted = answer(client.delete(f"/agents/{args.agent}/people/{args.user_id}/episodes"))["deleted"]
+        else:
+
+            async def forget(agent: Agent) -> int:
+                return await agent.forget_episodes(args.user_id, by="cli")
+
+            deleted = run_with_agent(args, forget)
+    print(f"deleted {deleted} episode(s) of {args.user_id} from {args.agent}")
     return 0

@@ -133,7 +133,7 @@ class Daemon:
             gc.freeze()
             self.spawn(every(self.reload_interval, self.sync_agents, "reloading agents"))
             self.spawn(every(GC_FREEZE_EVERY, freeze_gc, "freezing the GC"))
-            self.spawn(every(PRUNE_EVERY, self._prune_deliveries, "pruning old delivery ids"))
+            self.spawn(every(PRUNE_EVERY, self._prune, "pruning old delivery ids and episodes"))
         except BaseException:
             await stack.aclose()
             raise
@@ -223,8 +223,12 @@ class Daemon:
         for name in changes.removed:
             await self.fleet.remove(name)
 
-    async def _prune_deliveries(self) -> None:
-        await self.fleet.prune_deliveries(delivery_cutoff())
+    async def _prune(self) -> None:
+        """Hourly: platform delivery ids past a week, and episodes past their agent's retention."""
+        now = time.time()
+        for agent in self.fleet.running_agents():
+            await agent.prune_deliveries(delivery_cutoff())
+            await agent.sweep_episodes(now)
 
     async def daemon_audit(self, kind: str, action: str, agent: str | None, data: dict[str, Any]) -> None:
         assert self.daemon_store is not None

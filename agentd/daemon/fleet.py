@@ -183,10 +183,12 @@ class Fleet:
 
     # -- periodic ----------------------------------------------------------------------------
 
-    async def prune_deliveries(self, older_than: float) -> None:
-        for entry in list(self.entries.values()):
-            if entry.agent is not None and entry.agent.status == "running":
-                await entry.agent.prune_deliveries(older_than)
+    def running_agents(self) -> list[Agent]:
+        return [
+            e.agent
+            for e in list(self.entries.values())
+            if e.agent is not None and e.agent.status == "running"
+        ]
 
     # -- what GET /agents shows --------------------------------------------------------------
 

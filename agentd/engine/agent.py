@@ -19,6 +19,7 @@ from agentd.engine.lifecycle import Lifecycle
 from agentd.engine.state import AgentResources, AgentState
 from agentd.engine.status import status_facts
 from agentd.events import InboundEvent, Reply
+from agentd.memory.episode_writes import forget_partition
 from agentd.memory.persistent import persistent_scope
 from agentd.messages import MESSAGE_ADAPTER
 from agentd.store.base import Store
@@ -142,6 +143,17 @@ class Agent:
         data: dict[str, Any] | None = None,
     ) -> None:
         await self.context.audit(kind, action, conversation_key=conversation_key, run_id=run_id, data=data)
+
+    async def forget_episodes(self, user_id: str, by: str) -> int:
+        """Delete every episode of one person (a data-subject request), audited with the count and who
+        asked; returns how many. Runs in flight finish first, so none stores an exchange afterwards."""
+        await self.drain(30)
+        return await forget_partition(self.state.store, self.name, f"user:{user_id}", time.time(), by)
+
+    async def sweep_episodes(self, now: float) -> int:
+        """Retention over every stored episode (a partition nobody writes to is pruned here)."""
+        memory = self.state.memory_of(self.spec, "")
+        return await memory.sweep(self.context, now)
 
     async def prune_deliveries(self, older_than: float) -> int:
         """Forget platform delivery ids received before `older_than`; returns how many."""

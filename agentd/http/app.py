@@ -10,6 +10,7 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+import re
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -27,6 +28,7 @@ from agentd.http.ui import add_ui_routes
 
 log = logging.getLogger(__name__)
 MAX_TEXT = 32_000
+USER_ID_RE = re.compile(r"^\S{1,128}$")
 
 
 class ApiError(Exception):
@@ -208,6 +210,16 @@ def create_app(directory: AgentDirectory) -> FastAPI:
     ) -> dict[str, Any]:
         rows = await agent_or_404(agent).runs(conversation_key, limit)
         return {"runs": [_run_out(r) for r in rows]}
+
+    @app.delete(
+        "/agents/{agent}/people/{user_id}/episodes", tags=["agents"], dependencies=[Depends(require_token)]
+    )
+    async def forget_episodes(agent: str, user_id: str, request: Request) -> dict[str, Any]:
+        """Delete every episode of one person (a data-subject request); audited with the count, never text."""
+        if not USER_ID_RE.match(user_id):
+            raise ApiError(400, f"not a user id: {user_id!r} (1-128 characters, no spaces)")
+        deleted = await agent_or_404(agent).forget_episodes(user_id, by=f"http:{_client(request)}")
+        return {"agent": agent, "user_id": user_id, "deleted": deleted}
 
     @app.get("/agents/{agent}/status", tags=["agents"], dependencies=[Depends(require_token)])
     async def status(
