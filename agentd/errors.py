@@ -3,7 +3,8 @@
     AgentdError
     ├── OperatorError          the operator must fix something (config, keys)
     │   ├── ConfigError        a YAML file is wrong: file, line, column, what was expected
-    │   └── CredentialError    a provider needs a key that is not set
+    │   ├── CredentialError    a provider needs a key that is not set
+    │   └── DataFolderInUse    another daemon holds the data folder: names its PID and address
     └── RuntimeFault           something outside our control failed; retrying may help
         ├── ProviderError      a model provider failed (names provider, model, fix)
         ├── ModelPaused        a memory model that keeps failing is left alone for a while
@@ -68,6 +69,38 @@ class CredentialError(OperatorError):
         super().__init__(
             f"provider {provider} (model {model}): no API key: "
             f"set {where}providers.{provider}.api_key in agentd.yaml"
+        )
+
+
+class DataFolderInUse(OperatorError):
+    """Another agentd holds the data folder's lock; the message names it so the operator can find it.
+
+    `pid`, `host` and `http_address` come from the holder's lock file and are None when it has not
+    written them (it has not bound its port yet) or they cannot be read.
+    """
+
+    def __init__(
+        self,
+        folder: str,
+        *,
+        pid: int | None,
+        host: str | None,
+        http_address: str | None,
+        since: str | None,
+    ):
+        self.folder = folder
+        self.pid = pid
+        self.host = host
+        self.http_address = http_address
+        who = f"pid {pid}" if pid is not None else "a process that did not say its pid"
+        if host:
+            who += f" on {host}"
+        who += f", serving {http_address}" if http_address else ", HTTP address not bound yet"
+        if since:
+            who += f", since {since}"
+        super().__init__(
+            f"data folder {folder} is in use by another agentd ({who}); "
+            "stop that daemon, or give this one its own data folder"
         )
 
 

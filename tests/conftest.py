@@ -1,12 +1,14 @@
-"""Shared fixtures: every test gets its own data folder."""
+"""Shared fixtures: every test gets its own data folder; PostgreSQL tests get their own database."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import uuid
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
+from agentd.testing.postgres import PostgresServer
 from tests.support import Harness
 
 
@@ -15,3 +17,23 @@ async def harness(tmp_path: Path) -> AsyncIterator[Harness]:
     h = Harness(tmp_path / "data")
     yield h
     await h.close()
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """One throwaway PostgreSQL server for the run, started the first time a test asks for it.
+
+    Sync on purpose: it starts in the main thread, which outlives the server (see agentd.testing.postgres).
+    Without the binaries every test that asks errors with the install hint; none is skipped.
+    """
+    with PostgresServer() as server:
+        yield server
+
+
+@pytest.fixture
+def postgres_url(postgres_server: PostgresServer) -> Iterator[str]:
+    """The URL of a fresh, empty database of the session's server, dropped after the test."""
+    name = f"test_{uuid.uuid4().hex[:16]}"
+    url = postgres_server.create_database(name)
+    yield url
+    postgres_server.drop_database(name)

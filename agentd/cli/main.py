@@ -9,7 +9,8 @@ import logging
 import sys
 from pathlib import Path
 
-from agentd.cli.local import cmd_chat, cmd_inspect
+from agentd.cli.chat import cmd_chat
+from agentd.cli.local import cmd_forget_episodes, cmd_inspect
 from agentd.cli.reports import cmd_audit, cmd_memories, cmd_runs
 from agentd.config.folder import check_agents
 from agentd.errors import AgentdError
@@ -119,6 +120,15 @@ def build_parser() -> argparse.ArgumentParser:
     common(inspect)
     inspect.add_argument("--config", type=Path, default=None)
     inspect.set_defaults(func=cmd_inspect)
+
+    forget = sub.add_parser(
+        "forget-episodes", help="delete every episode of one person (audited, for data-subject requests)"
+    )
+    forget.add_argument("agent")
+    forget.add_argument("user_id", help="the person's user id, as the channels give it")
+    common(forget)
+    forget.add_argument("--config", type=Path, default=None)
+    forget.set_defaults(func=cmd_forget_episodes)
     return p
 
 

@@ -176,6 +176,9 @@ class StoreSpec(Spec):
     close_idle_after_s: float = Field(default=60.0, gt=0)
     # one budget for the conversations kept in memory by every agent, in MB (least recently used go first)
     hot_cache_mb: float = Field(default=512, gt=0)
+    # With several daemons on one store: how long a lease (a conversation being answered, a bot
+    # connection) outlives a daemon that stopped renewing it (killed), before another takes over.
+    lease_s: float = Field(default=15.0, ge=1.0, le=600.0)
 
 
 class DefaultsSpec(Spec):

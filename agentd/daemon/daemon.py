@@ -44,6 +44,7 @@ from agentd.errors import OperatorError
 from agentd.http.app import create_app
 from agentd.providers.base import Embedder, ModelProvider
 from agentd.store.base import Store
+from agentd.store.folder_lock import DataFolderLock
 from agentd.store.queries import AuditEvents
 from agentd.store.records import AuditRecord
 from agentd.store.writes import AppendAudit, Write
@@ -92,6 +93,7 @@ class Daemon:
         self._stop = asyncio.Event()
         self._signals = 0
         self._audit_batch: list[Write[Any]] | None = None  # while agents load: committed together
+        self._folder_lock: DataFolderLock | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -104,13 +106,29 @@ class Daemon:
     ) -> None:
         await self.shutdown()
 
-    async def start(self) -> None:
-        """Open the resources, load every agent, start the periodic jobs."""
+    def _own_data_folder(self) -> None:
+        """Take the data folder's lock before anything else: a second daemon on the same folder is
+        refused here, having loaded, bound and written nothing. (Several daemons share a PostgreSQL
+        store by design; only SQLite files need one owner.)"""
         if not self.agents_dir.is_dir():  # refused before anything is created
             raise OperatorError(
                 f"agents folder {self.agents_dir} does not exist: create it and add <name>.yaml files"
             )
+        if self._folder_lock is None and not self.resources.shared_store:
+            lock = DataFolderLock(self.data_dir)
+            lock.acquire()
+            self._folder_lock = lock
+
+    def _release_data_folder(self) -> None:
+        if self._folder_lock is not None:
+            self._folder_lock.release()
+            self._folder_lock = None
+
+    async def start(self) -> None:
+        """Own the data folder, open the resources, load every agent, start the periodic jobs."""
+        self._own_data_folder()
         stack = contextlib.AsyncExitStack()
+        stack.callback(self._release_data_folder)
         try:
             await stack.enter_async_context(self.resources)
             self.daemon_store = self.resources.store(DAEMON_STORE)
@@ -130,7 +148,7 @@ class Daemon:
             gc.freeze()
             self.spawn(every(self.reload_interval, self.sync_agents, "reloading agents"))
             self.spawn(every(GC_FREEZE_EVERY, freeze_gc, "freezing the GC"))
-            self.spawn(every(PRUNE_EVERY, self._prune_deliveries, "pruning old delivery ids"))
+            self.spawn(every(PRUNE_EVERY, self._prune, "pruning old delivery ids and episodes"))
             sweep = min(CLOSE_IDLE_FILES_EVERY, self.settings.store.close_idle_after_s / 2)
             self.spawn(every(sweep, self.resources.close_idle_files, "closing idle agent files"))
         except BaseException:
@@ -180,8 +198,15 @@ class Daemon:
 
     async def serve(self, install_signals: bool = True) -> None:
         """Listen, start, run until a signal (or request_stop), then stop intake, drain and close."""
-        sock = bind(self.host, self.port)  # first: a busy port is refused before anything starts
+        self._own_data_folder()  # first of all: a second daemon on this folder stops here
+        try:
+            sock = bind(self.host, self.port)  # next: a busy port is refused before anything starts
+        except BaseException:
+            self._release_data_folder()
+            raise
         self.port = sock.getsockname()[1]
+        if self._folder_lock is not None:
+            self._folder_lock.set_http_address(url(self.host, self.port))
         try:
             if install_signals:
                 loop = asyncio.get_running_loop()
@@ -223,8 +248,12 @@ class Daemon:
                 assert self.daemon_store is not None
                 await self.daemon_store.write(*batch)
 
-    async def _prune_deliveries(self) -> None:
-        await self.fleet.prune_deliveries(delivery_cutoff())
+    async def _prune(self) -> None:
+        """Hourly: platform delivery ids past a week, and episodes past their agent's retention."""
+        now = time.time()
+        for agent in self.fleet.running_agents():
+            await agent.prune_deliveries(delivery_cutoff())
+            await agent.sweep_episodes(now)
 
     async def daemon_audit(self, kind: str, action: str, agent: str | None, data: dict[str, Any]) -> None:
         assert self.daemon_store is not None

@@ -21,6 +21,7 @@ from agentd.engine.state import AgentResources, AgentState
 from agentd.engine.status import status_facts
 from agentd.errors import NewerSchema
 from agentd.events import InboundEvent, Reply
+from agentd.memory.episode_writes import forget_partition
 from agentd.memory.persistent import persistent_scope
 from agentd.messages import MESSAGE_ADAPTER
 from agentd.store.base import KnowsIfAbsent, Store
@@ -95,11 +96,22 @@ class Agent:
                     )
                 await self.state.memory.load()
             except NewerSchema as e:
-                self._data = "failed"
-                await self.lifecycle.fail(str(e))
+                await self._failed(e)
                 raise
             self._data = "ready"
         self._opening = None
+
+    async def _failed(self, error: NewerSchema) -> None:
+        self._data = "failed"
+        await self.lifecycle.fail(str(error))
+
+    def _nothing_to_read(self) -> bool:
+        """Whether a background read (the daemon-wide audit trail, retention) should skip this agent:
+        its data failed, or it was never written (reading would create its file)."""
+        store = self.state.store
+        if self._data == "failed":
+            return True
+        return self._data == "unopened" and isinstance(store, KnowsIfAbsent) and store.absent()
 
     async def close(self) -> None:
         self.lifecycle.status = "stopped"
@@ -181,16 +193,12 @@ class Agent:
     ) -> list[dict[str, Any]]:
         """The agent's audit events. Read for the daemon-wide trail too, so without `ready`: reading
         needs no identity row or memory keys, and never creates a file that was never written."""
-        store = self.state.store
-        if self._data == "failed":
-            return []  # its data cannot be read (the daemon's own trail says why)
-        if self._data == "unopened" and isinstance(store, KnowsIfAbsent) and store.absent():
+        if self._nothing_to_read():
             return []
         try:
-            return await store.read(AuditEvents(self.name, kind, since, limit))
+            return await self.state.store.read(AuditEvents(self.name, kind, since, limit))
         except NewerSchema as e:
-            self._data = "failed"
-            await self.lifecycle.fail(str(e))
+            await self._failed(e)
             return []
 
     async def audit(
@@ -203,6 +211,24 @@ class Agent:
         data: dict[str, Any] | None = None,
     ) -> None:
         await self.context.audit(kind, action, conversation_key=conversation_key, run_id=run_id, data=data)
+
+    async def forget_episodes(self, user_id: str, by: str) -> int:
+        """Delete every episode of one person (a data-subject request), audited with the count and who
+        asked; returns how many. Runs in flight finish first, so none stores an exchange afterwards."""
+        await self.drain(30)
+        return await forget_partition(self.state.store, self.name, f"user:{user_id}", time.time(), by)
+
+    async def sweep_episodes(self, now: float) -> int:
+        """Retention over every stored episode (a partition nobody writes to is pruned here); for an
+        idle agent too (its file is opened for it), unless nothing was ever stored."""
+        if self._nothing_to_read():
+            return 0
+        memory = self.state.memory_of(self.spec, "")
+        try:
+            return await memory.sweep(self.context, now)
+        except NewerSchema as e:
+            await self._failed(e)
+            return 0
 
     async def prune_deliveries(self, older_than: float) -> int:
         """Forget platform delivery ids received before `older_than`; returns how many.

@@ -10,8 +10,9 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+import re
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -21,12 +22,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from agentd.engine.agent import Agent
 from agentd.errors import StoreError
-from agentd.events import CONVERSATION_ID_RE, InboundEvent, is_conversation_key
+from agentd.events import CONVERSATION_ID_RE, InboundEvent, Reply, is_conversation_key
 from agentd.http.directory import AgentDirectory
 from agentd.http.ui import add_ui_routes
 
 log = logging.getLogger(__name__)
 MAX_TEXT = 32_000
+USER_ID_RE = re.compile(r"^\S{1,128}$")
 
 
 class ApiError(Exception):
@@ -45,6 +47,15 @@ class MessageIn(BaseModel):
         description="when the person sent the message (ISO-8601, UTC when no offset is given, or epoch "
         "seconds); episodic memories of it carry this time",
     )
+
+
+class ReplIn(BaseModel):
+    """A line of `agentd chat` sent to the daemon that owns the data folder (conversation repl:<session>)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    session: str = Field(pattern=CONVERSATION_ID_RE.pattern, description="1-128 of [A-Za-z0-9_.:-]")
+    text: str = Field(min_length=1, max_length=MAX_TEXT)
 
 
 class MessageOut(BaseModel):
@@ -146,19 +157,7 @@ def create_app(directory: AgentDirectory) -> FastAPI:
         },
     )
     async def post_message(agent: str, request: Request) -> MessageOut:
-        body = await _read_body(request, directory.max_body_bytes)
-        try:
-            raw = json.loads(body)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise ApiError(400, f"malformed JSON: {e}") from None
-        if not isinstance(raw, dict):
-            raise ApiError(400, "expected a JSON object {conversation_id, text, user_id?}")
-        if isinstance(raw.get("text"), str) and len(raw["text"]) > MAX_TEXT:
-            raise ApiError(413, f"text is {len(raw['text'])} characters; the limit is {MAX_TEXT}")
-        try:
-            message = MessageIn.model_validate(raw)
-        except ValidationError as e:
-            raise ApiError(422, "invalid request", detail=_reasons(e.errors())) from None
+        message = await _read_json(request, MessageIn, directory.max_body_bytes)
         target = agent_or_404(agent)
         if not directory.has_webhook(agent):
             raise ApiError(404, f"agent {agent!r} has no webhook channel: add `channels: {{webhook: {{}}}}`")
@@ -170,10 +169,25 @@ def create_app(directory: AgentDirectory) -> FastAPI:
             user_id=message.user_id,
             sent_at=_epoch(message.sent_at),
         )
-        reply = await target.handle(event)
-        return MessageOut(
-            reply=reply.text, run_id=reply.run_id, conversation_key=reply.conversation_key, error=reply.error
-        )
+        return _out(await target.handle(event))
+
+    @app.post(
+        "/agents/{agent}/repl",
+        response_model=MessageOut,
+        tags=["agents"],
+        dependencies=[Depends(require_token)],
+        openapi_extra={
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": ReplIn.model_json_schema()}},
+            }
+        },
+    )
+    async def post_repl(agent: str, request: Request) -> MessageOut:
+        """`agentd chat` beside a running daemon: the same repl:<session> conversation as in-process."""
+        line = await _read_json(request, ReplIn, directory.max_body_bytes)
+        event = InboundEvent(agent, f"repl:{line.session}", line.text, "repl", user_id="local")
+        return _out(await agent_or_404(agent).handle(event))
 
     @app.get("/agents", tags=["agents"], dependencies=[Depends(require_token)])
     async def agents() -> dict[str, Any]:
@@ -203,6 +217,16 @@ def create_app(directory: AgentDirectory) -> FastAPI:
     ) -> dict[str, Any]:
         rows = await agent_or_404(agent).runs(conversation_key, limit)
         return {"runs": [_run_out(r) for r in rows]}
+
+    @app.delete(
+        "/agents/{agent}/people/{user_id}/episodes", tags=["agents"], dependencies=[Depends(require_token)]
+    )
+    async def forget_episodes(agent: str, user_id: str, request: Request) -> dict[str, Any]:
+        """Delete every episode of one person (a data-subject request); audited with the count, never text."""
+        if not USER_ID_RE.match(user_id):
+            raise ApiError(400, f"not a user id: {user_id!r} (1-128 characters, no spaces)")
+        deleted = await agent_or_404(agent).forget_episodes(user_id, by=f"http:{_client(request)}")
+        return {"agent": agent, "user_id": user_id, "deleted": deleted}
 
     @app.get("/agents/{agent}/status", tags=["agents"], dependencies=[Depends(require_token)])
     async def status(
@@ -246,6 +270,32 @@ def create_app(directory: AgentDirectory) -> FastAPI:
     app.add_api_route("/telegram/{agent}", platform, methods=["POST"], include_in_schema=False)
     add_ui_routes(app, directory)
     return app
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+async def _read_json(request: Request, model: type[M], limit: int) -> M:
+    """The body as `model`: 413 too large, 400 not a JSON object, 422 a field that fails validation."""
+    body = await _read_body(request, limit)
+    try:
+        raw = json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ApiError(400, f"malformed JSON: {e}") from None
+    if not isinstance(raw, dict):
+        raise ApiError(400, f"expected a JSON object {{{', '.join(model.model_fields)}}}")
+    if isinstance(raw.get("text"), str) and len(raw["text"]) > MAX_TEXT:
+        raise ApiError(413, f"text is {len(raw['text'])} characters; the limit is {MAX_TEXT}")
+    try:
+        return model.model_validate(raw)
+    except ValidationError as e:
+        raise ApiError(422, "invalid request", detail=_reasons(e.errors())) from None
+
+
+def _out(reply: Reply) -> MessageOut:
+    return MessageOut(
+        reply=reply.text, run_id=reply.run_id, conversation_key=reply.conversation_key, error=reply.error
+    )
 
 
 async def _read_body(request: Request, limit: int) -> bytes:

@@ -200,6 +200,15 @@ class ReadsTail(Protocol):
 
 
 @runtime_checkable
+class Retains(Protocol):
+    """A memory whose stored items expire (episodes: max_episodes, max_age_days)."""
+
+    async def sweep(self, ctx: MemoryContext, now: float) -> int:
+        """Apply retention to everything stored (a periodic sweep); returns how many items went."""
+        ...
+
+
+@runtime_checkable
 class ShowsPending(Protocol):
     """After-run work whose view shows verbatim what that work has not taken in yet (Σ and the
     messages not folded; the summary and the messages since), so it need not precede the next turn."""
@@ -271,6 +280,12 @@ class Memory:
 
     def settle_due(self, thread: StoredThread) -> bool:
         return self.after_run is not None and self.after_run.settle_due(thread)
+
+    async def sweep(self, ctx: MemoryContext, now: float) -> int:
+        """Retention over everything this memory stores (every layer of a composite)."""
+        if isinstance(self.strategy, Layered):
+            return sum([await layer.sweep(ctx, now) for layer in self.strategy.layers])
+        return await self.strategy.sweep(ctx, now) if isinstance(self.strategy, Retains) else 0
 
     async def describe(self, ctx: MemoryContext, thread: StoredThread) -> dict[str, Any]:
         """What the inspector shows of this memory: its own description, or its kind and layer."""

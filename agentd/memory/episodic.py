@@ -31,7 +31,7 @@ from agentd.config.strategies import EpisodicStrategy
 from agentd.errors import ToolError
 from agentd.memory.base import MemoryContext, MemoryView, TurnInput, speaker_partition
 from agentd.memory.cursor import after_cursor, cursor_behind, layer_state
-from agentd.memory.episode_writes import Retention, exchanges_of, store_episodes
+from agentd.memory.episode_writes import Retention, exchanges_of, store_episodes, sweep_retention
 from agentd.memory.recall import Recall, Weights, recall_episodes
 from agentd.memory.recall_section import shown_recall
 from agentd.memory.tooling import Tool, ToolCall, object_schema
@@ -157,6 +157,9 @@ class EpisodicMemory:
         if self.spec.write != "always":
             return thread.next_seq
         return (await layer_state(ctx, thread, self.layer)).upto_seq + 1
+
+    async def sweep(self, ctx: MemoryContext, now: float) -> int:
+        return await sweep_retention(ctx.store, ctx.agent, self.retention, now)
 
     def settle_due(self, thread: StoredThread) -> bool:
         return self.spec.write == "always" and cursor_behind(thread, self.layer)
