@@ -52,7 +52,7 @@ class AgentState:
         self.locks = ConversationLocks()
         # after-run memory work that need not precede the next turn runs under its own lock, beside it
         self.memory_locks = ConversationLocks()
-        self.memory = PersistentMemory(store, spec.name, spec.memory.max_value_chars)
+        self.memory = PersistentMemory(store, spec.name, spec.memory.max_value_chars, spec.memory.secrets)
         # platform deliveries seen lately: (channel, event id), oldest first
         self.recent_events: OrderedDict[tuple[str, str], None] = OrderedDict()
         self._memories: dict[tuple[int, int], tuple[AgentSpec, Any, Memory]] = {}
@@ -65,6 +65,7 @@ class AgentState:
     def update_spec(self, spec: AgentSpec) -> None:
         self.spec = spec
         self.memory.max_value_chars = spec.memory.max_value_chars
+        self.memory.secrets = spec.memory.secrets
 
     def memory_of(self, spec: AgentSpec, conversation_key: str) -> Memory:
         """The memory a conversation gets under `spec`: a sub-agent slot's override when the

@@ -149,7 +149,9 @@ class EpisodicMemory:
         audit = AuditRecord(
             "memory", "save_episode", call.conversation_key, call.run_id, {"partition": partition}
         )
-        ids = await store_episodes(ctx, [episode], audits=[audit], retention=self.retention, now=now)
+        ids = await store_episodes(
+            ctx, [episode], audits=[audit], retention=self.retention, now=now, tool="save_episode"
+        )
         return f"Saved to episodic memory (episode {ids[0]})."
 
     async def sweep(self, ctx: MemoryContext, now: float) -> int:
