@@ -99,24 +99,24 @@ async def store_episodes(
     audits: Sequence[AuditRecord] = (),
     retention: Retention = Retention(),
     now: float = 0.0,
-    tool: str | None = None,
+    screen: SecretScreen | None = None,
 ) -> list[int]:
     """Embed (first any pending episodes of the same partitions) and store, in one transaction with
     the layer's cursor or audit rows and the partitions' retention. An embedder that is down stores
     them unembedded.
 
-    Secrets are screened out of the text before anything is embedded (agentd/memory/screening.py);
-    with `tool` (the model asked for this write) and `memory.secrets: refuse`, one found refuses the
-    whole call with a ToolError."""
+    Secrets are screened out of the text before anything is embedded (agentd/memory/screening.py),
+    by `screen` when the caller gives one (a tool's: under `memory.secrets: refuse` one secret found
+    refuses the whole call with a ToolError; the caller reads what was found from it)."""
     embedder, store = ctx.embedder, ctx.store
-    screen = SecretScreen(ctx.secrets)
+    screen = screen or SecretScreen(ctx.secrets)
     episodes = [replace(e, text=screen.text(e.text, "episode")) for e in episodes]
     if screen.found:
         key = episodes[0].conversation_key
         run_ids = {e.run_id for e in episodes}
         run_id = run_ids.pop() if len(run_ids) == 1 else None
-        if tool is not None and screen.refuses:
-            raise await screen.refuse(store, ctx.agent, tool, key, run_id)
+        if screen.refuses:
+            raise await screen.refuse(store, ctx.agent, key, run_id)
         audits = [*audits, *screen.audits(REDACTED, key, run_id)]
     partitions = sorted({e.partition for e in episodes})
     pending: list[Episode] = []

@@ -94,12 +94,12 @@ class PersistentMemory:
             raise ToolError(
                 f"value is {len(value)} characters; the limit is {self.max_value_chars}. Shorten it."
             )
-        screen = SecretScreen(self.secrets)
+        screen = SecretScreen(self.secrets, tool="remember")
         # a key is a name (in every prompt, in the audit trail): one holding a secret is never kept
         named_a_secret = screen.text(key, "memory_key") != key
         value = screen.text(value, "memory")
         if named_a_secret or screen.refuses:
-            raise await screen.refuse(self.store, self.agent, "remember", conversation_key, run_id)
+            raise await screen.refuse(self.store, self.agent, conversation_key, run_id)
         now = time.time()
         data = {"key": key} if not scope else {"key": key, "scope": scope}
         audits = [
@@ -112,7 +112,7 @@ class PersistentMemory:
         if created:
             self._keys.setdefault(scope, []).append(key)
             self._keys[scope].sort()
-        return f"Remembered {key}." if created else f"Updated {key}."
+        return (f"Remembered {key}." if created else f"Updated {key}.") + screen.note()
 
     async def recall(self, key: object, *, scope: str = AGENT_SCOPE) -> str:
         """What the model reads: the value quoted in a remembered block (data, not instructions)."""

@@ -61,16 +61,20 @@ REDACTED, REFUSED = "secret_redacted", "secret_refused"
 
 
 class SecretScreen:
-    """One batch's screening under a policy: redacts (unless `allow`) and counts what it found."""
+    """One batch's screening under a policy: redacts (unless `allow`) and counts what it found.
 
-    def __init__(self, policy: str):
+    `tool` names the tool whose call asked for the write (remember, save_episode): only such a
+    write can be refused."""
+
+    def __init__(self, policy: str, tool: str | None = None):
         self.policy = policy
+        self.tool = tool
         self.found: Counter[tuple[str, str]] = Counter()  # (what was written, detector) -> how many
 
     @property
     def refuses(self) -> bool:
         """A tool's write holds a secret and the policy is `refuse`."""
-        return self.policy == "refuse" and bool(self.found)
+        return self.tool is not None and self.policy == "refuse" and bool(self.found)
 
     def text(self, text: str, write: str) -> str:
         if self.policy == "allow":
@@ -142,19 +146,26 @@ class SecretScreen:
             for (write, detector), count in sorted(self.found.items())
         ]
 
+    def note(self) -> str:
+        """Said to the model after a tool's write that was redacted ("" when nothing was)."""
+        if not self.found:
+            return ""
+        kinds = ", ".join(sorted({detector for _, detector in self.found}))
+        return f" What looked like a secret ({kinds}) was stored as a marker, not as written."
+
     async def refuse(
-        self, store: Store, agent: str, tool: str, conversation_key: str | None, run_id: str | None
+        self, store: Store, agent: str, conversation_key: str | None, run_id: str | None
     ) -> ToolError:
         """Audit a tool's refused write (its own commit: nothing else of the call is stored) and
         return the error the model reads."""
         await store.write(AppendAudit(agent, self.audits(REFUSED, conversation_key, run_id), time.time()))
-        return self.refusal(tool)
+        return self.refusal()
 
-    def refusal(self, tool: str) -> ToolError:
+    def refusal(self) -> ToolError:
         """What the model reads when its write was refused: the kinds found, and what to do."""
         kinds = ", ".join(sorted({detector for _, detector in self.found}))
         return ToolError(
-            f"{tool} refused: what you asked to store holds what looks like a secret ({kinds}), and this "
+            f"{self.tool} refused: what you asked to store holds what looks like a secret ({kinds}), and this "
             "agent keeps secrets out of memory. Nothing was stored. Store it without the secret, or "
             "leave it out."
         )
