@@ -112,12 +112,13 @@ _jwt = _shaped(
     _json_header,
 )
 # A body of base64 (after any `Proc-Type:`-style headers) tells a key from prose naming the format;
-# `\\n` allows a key pasted inside a JSON string.
+# `\\n` allows a key pasted inside a JSON string. A header line stops at a backslash, so a line can be
+# split one way only (no backtracking blow-up on a crafted paste).
 _NL = r"(?:\s|\\n)*"
 _private_key = _shaped(
     r"-----BEGIN (?P<label>[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?)-----"
     + _NL
-    + r"(?:[A-Za-z-]+:[^\n]*(?:\n|\\n)"
+    + r"(?:[A-Za-z-]+:[^\n\\]*(?:\n|\\n)"
     + _NL
     + r")*[A-Za-z0-9+/=]{40}.*?(?:-----END (?P=label)-----|\Z)",
     flags=re.DOTALL,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from agentd.memory.secrets import DETECTORS, find_secrets, marker, redact
@@ -132,3 +134,11 @@ def test_a_private_key_is_one_secret_whatever_its_body_holds() -> None:
     text = f"{RSA_KEY[:-30]}AKIAIOSFODNN7EXAMPLE\n{RSA_KEY[-30:]}"
     assert [h.detector for h in find_secrets(text)] == ["private_key"]
     assert redact(text).text == "[REDACTED:private_key]"
+
+
+def test_a_crafted_paste_cannot_make_screening_slow() -> None:
+    # header-like lines after a BEGIN line once made the PEM detector backtrack exponentially (25: ~6 s)
+    crafted = "-----BEGIN PRIVATE KEY-----\n" + "a:\\n " * 2000 + "!"
+    started = time.perf_counter()
+    assert find_secrets(crafted) == []
+    assert time.perf_counter() - started < 1.0
