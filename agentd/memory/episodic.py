@@ -156,6 +156,12 @@ class EpisodicMemory:
         )
         return f"Saved to episodic memory (episode {ids[0]})." + screen.note()
 
+    async def tail_from(self, ctx: MemoryContext, thread: StoredThread) -> int:
+        # recall reads episodes, never the transcript; `always` stores the exchanges after the cursor
+        if self.spec.write != "always":
+            return thread.next_seq
+        return (await layer_state(ctx, thread, self.layer)).upto_seq + 1
+
     async def sweep(self, ctx: MemoryContext, now: float) -> int:
         return await sweep_retention(ctx.store, ctx.agent, self.retention, now)
 
