@@ -12,6 +12,14 @@ kind of write, the doors every such write already goes through:
 - `PersistentMemory.remember`: the `remember` tool;
 - the turn's commit (engine/turn.py), for `transcripts.redact_secrets`.
 
+Why not inside the store, at the write ops: the store knows neither the policy
+nor whether a model asked for the write (a refusal is a tool error the model
+reads); an episode must be clean before it reaches an embedder, which is before
+the store; and the hot thread must keep what the store keeps, so the caller
+needs the screened copy. The ops that carry memory text are still screened by
+one function (`SecretScreen.op`), so a strategy that writes through
+`commit_memory_run` is covered with no code of its own.
+
 The policy (`memory.secrets`):
 
 - `redact` (default): each secret is replaced by a marker naming its kind
@@ -28,7 +36,7 @@ A persistent key that holds a secret is refused under `redact` as well: a key
 is a name (listed in every prompt, written in the audit trail) and a marker
 is not a valid one.
 
-Each kind of secret found in one write is one audit event `{kind: memory,
+Each kind of secret found in one kind of write of a batch is one audit event `{kind: memory,
 action: secret_redacted | secret_refused, data: {detector, write, count,
 policy}}`: which detector, in what (`memory`, `memory_key`, `episode`, `fact`,
 `compaction`, `layer:<layer>`, `transcript`), how many — never the value.
