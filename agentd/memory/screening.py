@@ -36,10 +36,11 @@ A persistent key that holds a secret is refused under `redact` as well: a key
 is a name (listed in every prompt, written in the audit trail) and a marker
 is not a valid one.
 
-Each kind of secret found in one kind of write of a batch is one audit event `{kind: memory,
-action: secret_redacted | secret_refused, data: {detector, write, count,
-policy}}`: which detector, in what (`memory`, `memory_key`, `episode`, `fact`,
-`compaction`, `layer:<layer>`, `transcript`), how many — never the value.
+Per batch, each (kind of write, detector) found is one audit event `{kind:
+memory, action: secret_redacted | secret_refused, data: {detector, write,
+count, policy}}`: which detector, in what (`memory`, `memory_key`, `episode`,
+`fact`, `compaction`, `layer:<layer>`, `transcript`), how many — never the
+value.
 """
 
 from __future__ import annotations
