@@ -12,7 +12,7 @@ from agentd.channels.base import Channel
 from agentd.channels.registry import CHANNEL_KINDS, build_channel
 from agentd.config.models import AgentSpec
 from agentd.engine.agent import Agent
-from agentd.events import InboundEvent, Reply
+from agentd.events import InboundEvent, Reply, ReplySink
 
 log = logging.getLogger("agentd")
 CHANNEL_STOP_TIMEOUT = 5.0
@@ -33,11 +33,11 @@ class AgentHost:
         self.agent = owner.name
         self.statuses: dict[str, tuple[str, str | None]] = {}
 
-    async def dispatch(self, event: InboundEvent) -> Reply:
+    async def dispatch(self, event: InboundEvent, sink: ReplySink | None = None) -> Reply:
         agent = self._owner.agent
         if agent is None or agent.status != "running":
             raise RuntimeError(f"agent {self.agent} is not running")
-        return await agent.handle(event)
+        return await agent.handle(event, sink=sink)
 
     async def audit(
         self,
