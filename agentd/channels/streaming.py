@@ -136,6 +136,9 @@ class StreamedReply(Generic[TargetT]):
         """Make the messages exactly `reply`, split as an unstreamed reply is (none when it is blank).
         Raises PartFailed at the first piece that cannot be shown."""
         await self.stop()
+        hold = self._hold_until - time.monotonic()
+        if hold > 0:  # the platform asked for a pause: the final edit waits it out, not into a new 429
+            await asyncio.sleep(hold)
         pieces = self._pieces(reply) if reply.strip() else []
         await self._show(pieces, final=True)
         for left in self._shown[len(pieces) :]:

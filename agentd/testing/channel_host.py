@@ -4,8 +4,8 @@ It answers every event with a deterministic reply that shows which
 conversation it landed in and how many messages that conversation has seen
 (or what `reply_with` makes of the event), de-duplicates by (channel,
 event_id) like the engine does, and records audits and status changes so
-tests can assert on them. Given a sink, it tells it the reply word by word,
-`piece_delay` seconds apart, after `preamble` and a restart when one is set
+tests can assert on them. Given a sink, it tells it the reply word by word
+(or `piece_chars` characters at a time), `piece_delay` seconds apart, after `preamble` and a restart when one is set
 (as a model that writes a line, then calls a tool).
 """
 
@@ -28,6 +28,7 @@ class RecordingHost:
         *,
         reply_with: Callable[[InboundEvent], str] | None = None,
         piece_delay: float = 0.0,
+        piece_chars: int | None = None,
         preamble: str | None = None,
     ):
         self.agent = agent
@@ -39,6 +40,7 @@ class RecordingHost:
         self.reply_delay = reply_delay
         self.reply_with = reply_with
         self.piece_delay = piece_delay
+        self.piece_chars = piece_chars
         self.preamble = preamble
         self.event_arrived = asyncio.Event()
 
@@ -65,7 +67,13 @@ class RecordingHost:
         return Reply(text=text, conversation_key=event.conversation_key, run_id=f"run{len(self.events)}")
 
     async def _tell(self, sink: ReplySink, text: str) -> None:
-        for piece in re.findall(r"\S*\s*", text):
+        size = self.piece_chars
+        pieces = (
+            re.findall(r"\S*\s*", text)
+            if size is None
+            else [text[i : i + size] for i in range(0, len(text), size)]
+        )
+        for piece in pieces:
             if piece:
                 sink.delta(piece)
                 await asyncio.sleep(self.piece_delay)
