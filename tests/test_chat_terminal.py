@@ -15,6 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from agentd.testing.fake_llm import FakeLLM
+from tests.daemon_process import DaemonProcess
+
 SLOW = "purpose: You help.\nmemory: {scope: thread}\nmodel: slow/m\n"
 
 
@@ -126,8 +129,6 @@ def test_ctrl_c_at_the_prompt_leaves_at_once(terminal: Terminal) -> None:
 
 
 def test_a_slow_model_shows_a_spinner_and_ctrl_c_leaves_while_waiting(root: Path) -> None:
-    from agentd.testing.fake_llm import FakeLLM
-
     with FakeLLM() as fake:
         (root / "agentd.yaml").write_text(
             f"providers: {{slow: {{kind: openai, base_url: '{fake.openai_base_url}', api_key: k}}}}\n"
@@ -141,5 +142,74 @@ def test_a_slow_model_shows_a_spinner_and_ctrl_c_leaves_while_waiting(root: Path
             term.wait_for("thinking…")
             term.type("\x03")
             assert term.exit_code(timeout=10) == 130
+        finally:
+            term.close()
+
+
+# -- the reply as it is written --------------------------------------------------------------------
+
+STREAMED = "purpose: You help.\nmemory: {scope: thread, persistent: true}\nmodel: fake/m\n"
+
+
+def on_fake_model(root: Path, fake: FakeLLM) -> None:
+    (root / "agentd.yaml").write_text(
+        f"providers: {{fake: {{kind: openai, base_url: '{fake.openai_base_url}', api_key: k}}}}\n"
+    )
+    (root / "agents" / "assistant.yaml").write_text(STREAMED)
+
+
+def shows_words_as_they_come(term: Terminal, fake: FakeLLM) -> None:
+    fake.reply("alpha beta omega", pieces=["alpha ", "beta ", "omega"], delay=0.6)
+    term.wait_for("you> ")
+    term.type("hello\r")
+    seen = term.wait_for("alpha")
+    assert "omega" not in seen, "the first word shows before the last is written"
+    assert seen.index("thinking…") < seen.index("alpha"), "the spinner turns until the first text"
+    seen = term.wait_for("omega")
+    assert "alpha beta omega" in seen
+    term.type("exit\r")
+    assert term.exit_code() == 0
+
+
+def test_the_reply_is_printed_as_it_is_written(root: Path) -> None:
+    with FakeLLM() as fake:
+        on_fake_model(root, fake)
+        term = Terminal(root, "assistant")
+        try:
+            shows_words_as_they_come(term, fake)
+        finally:
+            term.close()
+
+
+async def test_through_a_running_daemon_the_reply_is_printed_as_it_is_written(root: Path) -> None:
+    with FakeLLM() as fake:
+        on_fake_model(root, fake)
+        daemon = await DaemonProcess(root).start()
+        term = Terminal(root, "assistant")
+        try:
+            shows_words_as_they_come(term, fake)
+            assert f"the daemon at {daemon.url}" in term.seen
+        finally:
+            term.close()
+            assert daemon.stop() == 0
+
+
+def test_text_written_before_a_tool_call_is_taken_back(root: Path) -> None:
+    with FakeLLM() as fake:
+        on_fake_model(root, fake)
+        fake.reply(
+            "Let me note that. ", tool_calls=[("remember", {"key": "tea", "value": "green"})], delay=0.2
+        )
+        fake.reply("Noted: tea.", delay=0.2)
+        term = Terminal(root, "assistant")
+        try:
+            term.wait_for("you> ")
+            term.type("I drink green tea\r")
+            seen = term.wait_for("Noted: tea.")
+            preamble = seen.index("Let me note that.")
+            erased = seen.index("\x1b[J", preamble)  # cleared from the reply's first row down
+            assert preamble < erased < seen.rindex("Noted: tea.")
+            term.type("exit\r")
+            assert term.exit_code() == 0
         finally:
             term.close()
