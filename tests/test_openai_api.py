@@ -6,6 +6,10 @@ ends: what the client gets from agentd, and what agentd sent to the model.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import io
+import re
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -257,3 +261,19 @@ async def test_the_openapi_document_describes_the_endpoint(served: tuple[Daemon,
     assert "messages" in route["requestBody"]["content"]["application/json"]["schema"]["properties"]
     assert "text/event-stream" in route["responses"]["200"]["content"]
     assert "/v1/models" in doc["paths"]
+
+
+async def test_the_readme_example_runs_as_written(served: tuple[Daemon, str]) -> None:
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    blocks = re.findall(r"^```python\n(.*?)^```", readme, flags=re.MULTILINE | re.DOTALL)
+    [example] = [block for block in blocks if "openai.OpenAI(" in block]
+    _, url = served
+    code = example.replace("http://127.0.0.1:8765", url).replace('"the http.token, or anything"', repr(TOKEN))
+    printed = io.StringIO()
+
+    def run() -> None:
+        with contextlib.redirect_stdout(printed):
+            exec(compile(code, "README.md", "exec"), {})
+
+    await asyncio.to_thread(run)  # a blocking client, off the loop that serves it
+    assert printed.getvalue() == "['assistant', 'offline-bot']\nfake reply to: what do you remember?\n"
