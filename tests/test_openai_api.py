@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import io
 import re
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
@@ -25,12 +25,6 @@ ASSISTANT = "purpose: You help.\nmodel: fake/m\nmemory: {scope: thread}\nchannel
 OFFLINE = "memory: {scope: thread}\nchannels: {webhook: {}}\n"
 NO_HTTP = "purpose: Only on chat platforms.\n"
 TOKEN = "s3cret"
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeLLM]:
-    with FakeLLM() as server:
-        yield server
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ way stores the person's message and the failed run, and no half answer.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import httpx
 import pytest
@@ -48,12 +48,6 @@ class Broken:
 
     def restart(self) -> None:
         raise RuntimeError("the consumer went away")
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeLLM]:
-    with FakeLLM() as server:
-        yield server
 
 
 @pytest.fixture

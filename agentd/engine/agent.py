@@ -97,7 +97,7 @@ class Agent:
     ) -> Reply:
         """Answer one event in its conversation. `sink` hears the reply as the model writes it;
         `instructions` are added to the system prompt of this turn only (never stored)."""
-        return await self._handler.handle(event, parent_run_id, sink=sink, instructions=instructions)
+        return await self._handler.handle(event, parent_run_id, sink, instructions)
 
     async def answer_stateless(
         self,

@@ -35,12 +35,7 @@ class EventHandler:
         self._waiting: set[str] = set()  # conversations with after-run work queued beside them
 
     async def handle(
-        self,
-        event: InboundEvent,
-        parent_run_id: str | None = None,
-        *,
-        sink: ReplySink | None = None,
-        instructions: str = "",
+        self, event: InboundEvent, parent_run_id: str | None, sink: ReplySink | None, instructions: str
     ) -> Reply:
         """Answer one event with the current definition; a platform redelivery is answered once.
         `sink` hears the reply as it is written (a command's reply comes at once, in the Reply)."""

@@ -9,7 +9,7 @@ messages that land on the same wire role are merged into one turn.
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import functools
 from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
@@ -19,8 +19,8 @@ from agentd.errors import ProviderError
 from agentd.messages import Message, Part, TextPart, ToolCallPart, ToolResultPart
 from agentd.providers.anthropic_stream import EventAssembly
 from agentd.providers.base import Completion, CompletionRequest, TextDelta, Usage
-from agentd.providers.http import Endpoint, api_key, post_json, unreadable
-from agentd.providers.streaming import stream_answer
+from agentd.providers.http import Endpoint, api_key, json_post, post_json, post_sse, unreadable
+from agentd.providers.streaming import stream_completion
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 API_VERSION = "2023-06-01"
@@ -70,25 +70,15 @@ class AnthropicProvider:
             )
         return self._completion(body, request.model)
 
-    async def stream(self, request: CompletionRequest) -> AsyncGenerator[TextDelta | Completion, None]:
+    def stream(self, request: CompletionRequest) -> AsyncGenerator[TextDelta | Completion, None]:
         """The answer as it is written (`stream: true`), then the same Completion `complete` returns."""
-        headers = self._headers(request.model)
         payload = {**self._payload(request), "stream": True}
-        assembly = EventAssembly()
-        async with self._slots:
-            answer = stream_answer(
-                self._client,
-                self._endpoint,
-                "/v1/messages",
-                payload,
-                assembly,
-                model=request.model,
-                headers=headers,
-            )
-            async with contextlib.aclosing(answer):
-                async for text in answer:
-                    yield TextDelta(text)
-        yield self._completion(assembly.body(), request.model)
+        post = json_post(self._client, self._endpoint, "/v1/messages", payload, self._headers(request.model))
+        events = post_sse(self._client, self._endpoint, post, model=request.model)
+        read = functools.partial(self._completion, model=request.model)
+        return stream_completion(
+            events, EventAssembly(), self._slots, read, endpoint=self._endpoint, model=request.model
+        )
 
     def _headers(self, model: str) -> dict[str, str]:
         return {"x-api-key": api_key(self._endpoint, self._api_key, model), "anthropic-version": API_VERSION}

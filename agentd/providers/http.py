@@ -55,6 +55,18 @@ def api_key(endpoint: Endpoint, configured: str | None, model: str) -> str:
     return key
 
 
+def json_post(
+    client: httpx.AsyncClient,
+    endpoint: Endpoint,
+    path: str,
+    payload: Mapping[str, Any],
+    headers: Mapping[str, str],
+) -> httpx.Request:
+    """The POST of `payload` as JSON to base_url + path, each phase bounded by the endpoint's timeout."""
+    url = endpoint.base_url.rstrip("/") + path
+    return client.build_request("POST", url, json=payload, headers=headers, timeout=endpoint.timeout_s)
+
+
 async def post_json(
     client: httpx.AsyncClient,
     endpoint: Endpoint,
@@ -70,38 +82,22 @@ async def post_json(
     whole (not per read), and raises ProviderError when they are used up or
     the failure is not worth retrying.
     """
-    url = endpoint.base_url.rstrip("/") + path
-
-    async def attempt() -> httpx.Response:
-        return await client.post(url, json=payload, headers=headers, timeout=endpoint.timeout_s)
-
-    response = await _with_retries(endpoint, model, attempt)
+    request = json_post(client, endpoint, path, payload, headers or {})
+    response = await _with_retries(endpoint, model, lambda: client.send(request))
     return _json_object(endpoint, model, response)
 
 
 async def post_sse(
-    client: httpx.AsyncClient,
-    endpoint: Endpoint,
-    path: str,
-    payload: Mapping[str, Any],
-    *,
-    model: str,
-    headers: Mapping[str, str] | None = None,
+    client: httpx.AsyncClient, endpoint: Endpoint, request: httpx.Request, *, model: str
 ) -> AsyncGenerator[ServerSentEvent, None]:
-    """POST `payload` and yield the Server-Sent Events of a 2xx reply as they arrive.
+    """Send `request` (see `json_post`) and yield the Server-Sent Events of a 2xx reply as they arrive.
 
     Retried like `post_json` until the reply's status arrives (nothing has been
     read yet, so a retry repeats nothing); after that a broken connection, or a
     read that waits longer than `timeout_s`, raises ProviderError. A long
     answer streams for as long as it keeps coming. Close it with `aclosing`.
     """
-    url = endpoint.base_url.rstrip("/") + path
-
-    async def attempt() -> httpx.Response:
-        request = client.build_request("POST", url, json=payload, headers=headers, timeout=endpoint.timeout_s)
-        return await client.send(request, stream=True)
-
-    response = await _with_retries(endpoint, model, attempt)
+    response = await _with_retries(endpoint, model, lambda: client.send(request, stream=True))
     try:
         content_type = response.headers.get("content-type", "")
         if not content_type.startswith("text/event-stream"):

@@ -7,7 +7,7 @@ points at a local server and needs none.
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import functools
 import json
 import uuid
 from collections.abc import AsyncGenerator
@@ -18,9 +18,9 @@ import httpx
 from agentd.errors import ProviderError
 from agentd.messages import Message, Part, TextPart, ToolCallPart, ToolResultPart
 from agentd.providers.base import Completion, CompletionRequest, TextDelta, Usage
-from agentd.providers.http import Endpoint, api_key, post_json, unreadable
+from agentd.providers.http import Endpoint, api_key, json_post, post_json, post_sse, unreadable
 from agentd.providers.openai_stream import ChunkAssembly
-from agentd.providers.streaming import stream_answer
+from agentd.providers.streaming import stream_completion
 
 _DEFAULT_BASE_URLS = {"openai": "https://api.openai.com/v1", "ollama": "http://localhost:11434/v1"}
 KEY_ENV = "OPENAI_API_KEY"
@@ -76,26 +76,18 @@ class OpenAIProvider:
             )
         return self._completion(body, request.model)
 
-    async def stream(self, request: CompletionRequest) -> AsyncGenerator[TextDelta | Completion, None]:
+    def stream(self, request: CompletionRequest) -> AsyncGenerator[TextDelta | Completion, None]:
         """The answer as it is written (`stream: true`), then the same Completion `complete` returns."""
-        headers = self._headers(request.model)
         # include_usage: the last chunk carries the usage (OpenAI; Ollama since 0.5.2; vLLM; llama.cpp)
         payload = {**self._payload(request), "stream": True, "stream_options": {"include_usage": True}}
-        assembly = ChunkAssembly()
-        async with self._slots:
-            answer = stream_answer(
-                self._client,
-                self._endpoint,
-                "/chat/completions",
-                payload,
-                assembly,
-                model=request.model,
-                headers=headers,
-            )
-            async with contextlib.aclosing(answer):
-                async for text in answer:
-                    yield TextDelta(text)
-        yield self._completion(assembly.body(), request.model)
+        post = json_post(
+            self._client, self._endpoint, "/chat/completions", payload, self._headers(request.model)
+        )
+        events = post_sse(self._client, self._endpoint, post, model=request.model)
+        read = functools.partial(self._completion, model=request.model)
+        return stream_completion(
+            events, ChunkAssembly(), self._slots, read, endpoint=self._endpoint, model=request.model
+        )
 
     def _headers(self, model: str) -> dict[str, str]:
         key = self._key(model)

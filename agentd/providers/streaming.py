@@ -7,15 +7,15 @@ which the provider then reads exactly as it reads that call's reply.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Callable
 from typing import Any, Protocol
 
-import httpx
-
 from agentd.errors import ProviderError
-from agentd.providers.http import Endpoint, post_sse, unreadable
+from agentd.providers.base import Completion, TextDelta
+from agentd.providers.http import Endpoint, unreadable
 from agentd.providers.sse import ServerSentEvent
 
 
@@ -36,20 +36,19 @@ class Assembly(Protocol):
         ...
 
 
-async def stream_answer(
-    client: httpx.AsyncClient,
-    endpoint: Endpoint,
-    path: str,
-    payload: Mapping[str, Any],
+async def stream_completion(
+    events: AsyncGenerator[ServerSentEvent, None],
     assembly: Assembly,
+    slots: asyncio.BoundedSemaphore,
+    read: Callable[[dict[str, Any]], Completion],
     *,
+    endpoint: Endpoint,
     model: str,
-    headers: Mapping[str, str] | None = None,
-) -> AsyncGenerator[str, None]:
-    """POST `payload` as a streamed call and yield the answer's text as it comes; `assembly` holds
-    the whole answer when this ends. A stream that ends before the answer is whole is a ProviderError."""
-    events = post_sse(client, endpoint, path, payload, model=model, headers=headers)
-    async with contextlib.aclosing(events):
+) -> AsyncGenerator[TextDelta | Completion, None]:
+    """A provider's stream: the text of `events` as it comes, then `read` of the whole answer (the
+    provider's reading of a non-streamed reply). Holds one of the provider's `slots` while it reads.
+    A stream that ends before the answer is whole is a ProviderError."""
+    async with slots, contextlib.aclosing(events):
         async for event in events:
             try:
                 text = assembly.feed(event)
@@ -59,10 +58,11 @@ async def stream_answer(
             except StreamProblem as problem:
                 raise ProviderError(str(problem), provider=endpoint.provider, model=model) from None
             if text:
-                yield text
+                yield TextDelta(text)
             if assembly.done:
                 break
     if not assembly.complete:
         raise ProviderError(
             "the stream ended before the answer was complete", provider=endpoint.provider, model=model
         )
+    yield read(assembly.body())

@@ -655,19 +655,20 @@ class FakeDiscord:
         """What the bot's messages in a channel say now, oldest first (edits applied, deleted ones gone)."""
         return [m.content for m in self.sent if m.channel_id == channel_id and not m.deleted]
 
-    def _own_message(self, request: web.Request) -> SentMessage | None:
+    def _own_message(self, request: web.Request) -> SentMessage | web.Response:
+        """The bot's message a PATCH or DELETE names, or the error Discord would answer."""
+        if not self._authorized(request):
+            return _json({"message": "401: Unauthorized", "code": 0}, status=401)
         channel_id, message_id = int(request.match_info["channel_id"]), int(request.match_info["message_id"])
         for sent in self.sent:
             if sent.id == message_id and sent.channel_id == channel_id and not sent.deleted:
                 return sent
-        return None
+        return _json({"message": "Unknown Message", "code": 10008}, status=404)
 
     async def _edit_message(self, request: web.Request) -> web.StreamResponse:
-        if not self._authorized(request):
-            return _json({"message": "401: Unauthorized", "code": 0}, status=401)
         sent = self._own_message(request)
-        if sent is None:
-            return _json({"message": "Unknown Message", "code": 10008}, status=404)
+        if isinstance(sent, web.Response):
+            return sent
         body = await request.json()
         sent.content = str(body.get("content") or "")
         self.edits.append((sent.id, sent.content))
@@ -677,11 +678,9 @@ class FakeDiscord:
         return _json(self._message_payload(sent.id, channel, self.bot, sent.content, [], edited))
 
     async def _delete_message(self, request: web.Request) -> web.StreamResponse:
-        if not self._authorized(request):
-            return _json({"message": "401: Unauthorized", "code": 0}, status=401)
         sent = self._own_message(request)
-        if sent is None:
-            return _json({"message": "Unknown Message", "code": 10008}, status=404)
+        if isinstance(sent, web.Response):
+            return sent
         sent.deleted = True
         self.deletes.append(sent.id)
         await self._changed_now()

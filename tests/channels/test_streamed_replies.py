@@ -33,6 +33,7 @@ from agentd.testing.fake_telegram import FakeTelegram
 from agentd.testing.waiting import wait_until
 
 EVERY = 0.05  # seconds between edits: quick, for a fake on loopback
+STREAMING = {"stream": True, "stream_edit_seconds": EVERY}
 WORDS = " ".join(f"word{i}" for i in range(30)) + "."
 ALICE = 1111
 
@@ -64,13 +65,8 @@ async def discord_platform(host: RecordingHost, monkeypatch: pytest.MonkeyPatch)
     await fake.start()
     general = fake.add_text_channel(fake.add_guild("home"), "general")
     alice = fake.add_user("alice")
-    spec = DiscordSpec(
-        token=fake.token,
-        api_base_url=fake.api_base_url,
-        gateway_url=fake.gateway_url,
-        stream=True,
-        stream_edit_seconds=EVERY,
-    )
+    endpoints = {"api_base_url": fake.api_base_url, "gateway_url": fake.gateway_url}
+    spec = DiscordSpec(token=fake.token, **endpoints, **STREAMING)
     channel = DiscordChannel(host.agent, spec, guild_ready_timeout=0.05)
     try:
         async with running(channel, host):
@@ -90,13 +86,8 @@ async def discord_platform(host: RecordingHost, monkeypatch: pytest.MonkeyPatch)
 @contextlib.asynccontextmanager
 async def slack_platform(host: RecordingHost, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Platform]:
     async with FakeSlack() as fake:
-        spec = SlackSpec(
-            bot_token=fake.bot_token,
-            app_token=fake.app_token,
-            api_base_url=fake.api_url,
-            stream=True,
-            stream_edit_seconds=EVERY,
-        )
+        tokens = {"bot_token": fake.bot_token, "app_token": fake.app_token}
+        spec = SlackSpec(**tokens, api_base_url=fake.api_url, **STREAMING)
         async with running(SlackChannel(host.agent, spec), host):
             await fake.wait_for_connections(1)
 
@@ -117,9 +108,7 @@ async def slack_platform(host: RecordingHost, monkeypatch: pytest.MonkeyPatch) -
 @contextlib.asynccontextmanager
 async def telegram_platform(host: RecordingHost, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Platform]:
     async with FakeTelegram() as fake:
-        spec = TelegramSpec(
-            token=fake.token, api_base_url=fake.api_base_url, stream=True, stream_edit_seconds=EVERY
-        )
+        spec = TelegramSpec(token=fake.token, api_base_url=fake.api_base_url, **STREAMING)
         async with running(TelegramChannel(host.agent, spec), host):
             yield Platform(
                 "telegram",
@@ -218,9 +207,7 @@ async def test_telegram_pauses_its_edits_for_as_long_as_a_429_asks(monkeypatch: 
     host = RecordingHost(reply_with=lambda _: WORDS, piece_delay=0.02)  # about 0.6 s of writing
     async with FakeTelegram() as fake:
         fake.fail("editMessageText", how="429", retry_after=1)
-        spec = TelegramSpec(
-            token=fake.token, api_base_url=fake.api_base_url, stream=True, stream_edit_seconds=EVERY
-        )
+        spec = TelegramSpec(token=fake.token, api_base_url=fake.api_base_url, **STREAMING)
         async with running(TelegramChannel(host.agent, spec), host):
             fake.send_text("go", user_id=ALICE)
             await wait_until(lambda: fake.visible(ALICE) == [WORDS], "the reply", 10)
