@@ -139,7 +139,8 @@ def create_app(directory: AgentDirectory) -> FastAPI:
         if agent is None:
             raise ApiError(404, f"no agent named {name!r}")
         if agent.status != "running":
-            raise ApiError(503, f"agent {name!r} is {agent.status}")
+            reason = agent.lifecycle.last_error
+            raise ApiError(503, f"agent {name!r} is {agent.status}" + (f": {reason}" if reason else ""))
         return agent
 
     @app.get("/healthz", tags=["daemon"])
@@ -149,7 +150,9 @@ def create_app(directory: AgentDirectory) -> FastAPI:
 
     turns: set[asyncio.Task[None]] = set()  # streamed turns, alive whether or not their client stays
 
-    def streamed(target: Agent, event: InboundEvent) -> StreamingResponse:
+    async def streamed(target: Agent, event: InboundEvent) -> StreamingResponse:
+        await target.ready()  # data that cannot be opened is a 503 now, not an event in a 200 stream
+
         async def run(sink: ReplySink) -> Reply:
             return await target.handle(event, sink=sink)
 
@@ -178,7 +181,7 @@ def create_app(directory: AgentDirectory) -> FastAPI:
             sent_at=_epoch(message.sent_at),
         )
         if stream:
-            return streamed(target, event)
+            return await streamed(target, event)
         return _out(await target.handle(event))
 
     @app.post(
@@ -196,12 +199,18 @@ def create_app(directory: AgentDirectory) -> FastAPI:
         event = InboundEvent(agent, f"repl:{line.session}", line.text, "repl", user_id="local")
         target = agent_or_404(agent)
         if stream:
-            return streamed(target, event)
+            return await streamed(target, event)
         return _out(await target.handle(event))
 
     @app.get("/agents", tags=["agents"], dependencies=[Depends(require_token)])
     async def agents() -> dict[str, Any]:
-        return {"agents": directory.describe_agents(), "memory_models": directory.memory_models()}
+        """Every agent; what the daemon holds for all of them (open files, hot threads' memory); memory
+        models that failed lately."""
+        return {
+            "daemon": directory.describe_daemon(),
+            "agents": directory.describe_agents(),
+            "memory_models": directory.memory_models(),
+        }
 
     @app.get("/audit", tags=["daemon"], dependencies=[Depends(require_token)])
     async def audit(

@@ -247,6 +247,7 @@ def add_openai_routes(
 
         headers = {CONVERSATION_HEADER: call.key}
         if body.stream:
+            await agent.ready()  # data that cannot be opened is a 503 now, not an error chunk in a 200
             chunks = _chunks(TurnStream(run, turns), agent.name)
             return StreamingResponse(chunks, media_type="text/event-stream", headers=SSE_HEADERS | headers)
         reply = await run(None)
