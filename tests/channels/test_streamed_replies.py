@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import discord
@@ -24,8 +25,10 @@ from agentd.channels.splitting import split_message
 from agentd.channels.telegram import TelegramChannel
 from agentd.channels.telegram_routing import TelegramTarget
 from agentd.config.discord import DiscordSpec
+from agentd.config.loader import parse_agent
 from agentd.config.slack import SlackSpec
 from agentd.config.telegram import TelegramSpec
+from agentd.errors import ConfigError
 from agentd.testing.channel_host import RecordingHost
 from agentd.testing.fake_discord import FakeDiscord
 from agentd.testing.fake_slack import FakeSlack
@@ -224,3 +227,12 @@ async def test_telegram_edits_a_group_at_most_every_three_seconds() -> None:
         TelegramChannel("bot", TelegramSpec(token="1:x")).stream_edit_every(TelegramTarget(ALICE, None))
         is None
     )
+
+
+def test_stream_settings_are_checked_where_they_are_written() -> None:
+    text = "channels:\n  telegram: {token: t, stream: true, stream_edit_seconds: 0}\n"
+    with pytest.raises(ConfigError) as refused:
+        parse_agent(Path("bot.yaml"), text=text, env={})
+    assert "bot.yaml:2:" in str(refused.value) and "greater than 0" in str(refused.value)
+    spec = parse_agent(Path("bot.yaml"), text="channels:\n  discord: {token: t, stream: true}\n", env={})
+    assert spec.channels.discord is not None and spec.channels.discord.stream_edit_seconds == 1.5
