@@ -25,7 +25,7 @@ from typing import Any
 
 from agentd.cli.local import local_agent
 from agentd.cli.remote import answer, running_daemon, streamed_answer
-from agentd.cli.terminal import Spinner, TerminalReply
+from agentd.cli.terminal import Spinner, TerminalReply, main_thread_only
 from agentd.engine.agent import Agent
 from agentd.events import CONVERSATION_ID_RE, InboundEvent, ReplySink
 
@@ -72,7 +72,12 @@ def _loop_thread() -> Iterator[Callable[[Any], Any]]:
     """An event loop on a thread of its own, so the terminal stays in the main thread (readline, Ctrl-C)
     while the agent's background work goes on between lines."""
     loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, name="agentd-chat-loop", daemon=True)
+
+    def serve() -> None:
+        main_thread_only()  # and so are the threads this one starts (the store's, httpx's)
+        loop.run_forever()
+
+    thread = threading.Thread(target=serve, name="agentd-chat-loop", daemon=True)
     thread.start()
 
     def run(coro: Any) -> Any:

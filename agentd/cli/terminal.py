@@ -11,12 +11,19 @@ from __future__ import annotations
 
 import itertools
 import shutil
+import signal
 import sys
 import threading
 import unicodedata
 from typing import TextIO
 
 FRAMES = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
+
+
+def main_thread_only() -> None:
+    """Keep SIGINT (Ctrl-C) for the main thread: delivered to another thread it would not wake the
+    main one out of readline's wait, and the terminal would seem to ignore it until Enter."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
 
 
 class Spinner:
@@ -30,6 +37,7 @@ class Spinner:
             self._thread.start()
 
     def _spin(self) -> None:
+        main_thread_only()
         for frame in itertools.cycle(FRAMES):
             if self._done.wait(0.1):
                 break
