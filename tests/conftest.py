@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from agentd.testing.fake_llm import FakeLLM
 from agentd.testing.postgres import PostgresServer
 from tests.support import Harness
 
@@ -17,6 +18,13 @@ async def harness(tmp_path: Path) -> AsyncIterator[Harness]:
     h = Harness(tmp_path / "data")
     yield h
     await h.close()
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeLLM]:
+    """A fake OpenAI/Anthropic server on loopback (channel tests name their own platform fakes so)."""
+    with FakeLLM() as server:
+        yield server
 
 
 @pytest.fixture(scope="session")

@@ -12,13 +12,15 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from dataclasses import replace
 
 from agentd.config.models import AgentSpec
-from agentd.engine.prompt import build_prompt
+from agentd.engine.prompt import build_prompt, build_system
 from agentd.engine.state import AgentState
+from agentd.engine.streaming import StepSink, call_model
 from agentd.engine.tools import run_tool_calls
 from agentd.errors import OperatorError, ProviderError
-from agentd.events import InboundEvent, Reply
+from agentd.events import InboundEvent, Reply, ReplySink
 from agentd.memory.base import Memory, MemoryContext, TurnInput
 from agentd.memory.screening import transcript_copy
 from agentd.memory.tooling import ToolCall
@@ -38,7 +40,12 @@ async def run_turn(
     thread: StoredThread,
     event: InboundEvent,
     parent_run_id: str | None = None,
+    *,
+    sink: ReplySink | None = None,
+    instructions: str = "",
 ) -> Reply:
+    """`sink` hears the reply as it is written; `instructions` are appended to the system prompt
+    of this turn only (an API client's own system messages)."""
     started = time.time()
     run = RunRecord(
         id=uuid.uuid4().hex,
@@ -58,9 +65,12 @@ async def run_turn(
         thread,
         TurnInput(event.conversation_key, event.text, event.user_id, event.sent_at),
     )
+    if instructions:
+        prompt = replace(prompt, system=build_system(prompt.system, [instructions]))
     for note in prompt.notes:
         log.info("agent %s run %s: %s", state.name, run.id, note)
     tools, tool_specs, history = prompt.tools, prompt.tool_specs, prompt.history
+    step_sink = None if sink is None else StepSink(sink, f"agent {state.name} run {run.id}")
     fixed_chars, history_chars = prompt.fixed_chars(), prompt.history_chars
 
     new: list[Message] = [Message.user(event.text, event.user_id, event.sent_at)]
@@ -81,7 +91,7 @@ async def run_turn(
                 max_output_tokens=spec.model.max_output_tokens,
                 hints=prompt.hints,
             )
-            completion = await provider.complete(request)
+            completion = await call_model(provider, request, step_sink)
             run.model_calls += 1
             if completion.usage is not None:
                 run.input_tokens += completion.usage.input_tokens
@@ -119,6 +129,8 @@ async def run_turn(
                 )
                 reply_text = answer.text or f"(stopped after {spec.max_tool_steps} tool steps)"
                 break
+            if step_sink is not None:
+                step_sink.restart()  # the text of this step was not the reply: tools come first
             results = await run_tool_calls(
                 tools, calls, ToolCall(event.conversation_key, run.id, event.user_id, event.sent_at)
             )
@@ -126,6 +138,8 @@ async def run_turn(
             new_chars += results.char_count()
             steps += 1
     except (ProviderError, OperatorError) as e:
+        if step_sink is not None:
+            step_sink.restart()  # a stream broken off half-way is no answer
         run.status, run.error = "error", str(e)
         error = "provider_error"
         reply_text = (
