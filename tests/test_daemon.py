@@ -41,7 +41,11 @@ async def test_a_data_file_from_a_newer_agentd_fails_that_agent_alone(tmp_path: 
             answer = await client.post("/agents/good/messages", json={"conversation_id": "c", "text": "hi"})
             assert answer.status_code == 200 and "You said: hi" in answer.json()["reply"]
             refused = await client.post("/agents/newer/messages", json={"conversation_id": "c", "text": "hi"})
-            assert refused.status_code == 404
+            # listed, so not "no agent named": unavailable, and why
+            assert refused.status_code == 503
+            assert "is not running: it could not start: this data was written by a newer agentd" in (
+                refused.json()["error"]
+            )
             audit = (await client.get("/audit", params={"agent": "newer", "kind": "config"})).json()["events"]
             assert [(e["action"], "newer agentd" in e["data"]["error"]) for e in audit] == [("failed", True)]
     # nothing of the newer file was changed

@@ -26,7 +26,9 @@ import uvicorn
 from agentd.channels.base import HttpChannel
 from agentd.config.loader import parse_daemon
 from agentd.config.models import DaemonSpec, is_loopback
-from agentd.daemon.fleet import Fleet
+from agentd.daemon.fleet import Fleet, log_startup
+from agentd.daemon.metrics import Metrics
+from agentd.daemon.observe import DaemonObserver
 from agentd.daemon.periodic import GC_FREEZE_EVERY, PRUNE_EVERY, delivery_cutoff, every, freeze_gc
 from agentd.daemon.resources import _FROM_SETTINGS, DAEMON_STORE, Resources
 from agentd.daemon.server import EmbeddedServer, bind, url
@@ -73,8 +75,14 @@ class Daemon:
                 "(every request then needs Authorization: Bearer <token>), or bind to 127.0.0.1"
             )
         self.reload_interval = reload_interval
+        self.metrics = Metrics(lambda: self.fleet.entries)
         self.resources = Resources(
-            self.settings, data_dir, embedder=embedder, providers=providers, breakers=breakers
+            self.settings,
+            data_dir,
+            embedder=embedder,
+            providers=providers,
+            breakers=breakers,
+            observer=DaemonObserver(self.metrics),
         )
         self.watcher = FolderWatcher(agents_dir)
         self.fleet = Fleet(self.resources, self.daemon_audit, self.spawn)
@@ -201,11 +209,7 @@ class Daemon:
                 )
                 self.server = EmbeddedServer(config)
                 server_task = self.spawn(self.server.serve(sockets=[sock]))
-                log.info(
-                    "agentd listening on %s (%d agents)", url(self.host, self.port), len(self.fleet.entries)
-                )
-                agents = ", ".join(sorted(self.fleet.entries))
-                print(f"agentd: listening on {url(self.host, self.port)} with agents: {agents}", flush=True)
+                log_startup(url(self.host, self.port), self.fleet)
                 await self._stop.wait()
                 # Stop intake first (HTTP finishes requests already in flight), then drain, then close.
                 self.server.should_exit = True
@@ -240,6 +244,9 @@ class Daemon:
     def agent(self, name: str) -> Agent | None:
         return self.fleet.agent(name)
 
+    def agent_problem(self, name: str) -> str | None:
+        return self.fleet.problem(name)
+
     def has_webhook(self, name: str) -> bool:
         agent = self.fleet.agent(name)
         return bool(agent and agent.spec.channels.webhook is not None)
@@ -249,6 +256,9 @@ class Daemon:
 
     def memory_models(self) -> dict[str, dict[str, Any]]:
         return self.resources.breakers.describe()
+
+    def metrics_text(self) -> tuple[bytes, str]:
+        return self.metrics.exposition()
 
     async def query_audit(
         self, agent: str | None, kind: str | None, since: float | None, limit: int

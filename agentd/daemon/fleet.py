@@ -43,6 +43,10 @@ class AgentEntry:
             return self.agent.status
         return "error" if self.last_error else "stopped"
 
+    @property
+    def conversations_waiting(self) -> int:
+        return self.agent.conversations_waiting if self.agent is not None else 0
+
     def channel_states(self) -> list[dict[str, Any]]:
         spec = self.agent.spec if self.agent else self.spec
         if spec is None:
@@ -86,6 +90,17 @@ class Fleet:
     def agent(self, name: str) -> Agent | None:
         entry = self.entries.get(name)
         return entry.agent if entry is not None else None
+
+    def problem(self, name: str) -> str | None:
+        """Why a listed agent has no runtime (its file was rejected, it could not start); None when
+        there is no such agent, or it has one."""
+        entry = self.entries.get(name)
+        if entry is None or entry.agent is not None:
+            return None
+        if entry.last_error is None:
+            return "it is stopped"
+        what = "its file was rejected" if entry.spec is None else "it could not start"
+        return f"{what}: {entry.last_error}"
 
     # -- load, reload, remove ----------------------------------------------------------------
 
@@ -209,3 +224,23 @@ class Fleet:
                 }
             )
         return out
+
+
+def log_startup(address: str, fleet: Fleet) -> None:
+    """The startup line: the agents served, and apart, those rejected with their errors (a warning)."""
+    served = sorted(name for name, entry in fleet.entries.items() if entry.status == "running")
+    rejected = {
+        name: entry.last_error or entry.status
+        for name, entry in sorted(fleet.entries.items())
+        if entry.status != "running"
+    }
+    line = f"listening on {address}, serving {_agents(len(served))}: {', '.join(served) or 'none'}"
+    if rejected:
+        details = "; ".join(f"{name} ({' | '.join(error.splitlines())})" for name, error in rejected.items())
+        line += f"; rejected {_agents(len(rejected))}: {details}"
+    data = {"address": address, "served": served, "rejected": rejected}
+    log.log(logging.WARNING if rejected else logging.INFO, "%s", line, extra={"data": data})
+
+
+def _agents(count: int) -> str:
+    return f"{count} agent{'' if count == 1 else 's'}"

@@ -43,6 +43,10 @@ class ConversationLocks:
     def busy(self) -> int:
         return len(self._locks)
 
+    def waiting(self) -> int:
+        """Conversations with events queued behind the one being handled."""
+        return sum(1 for holders in self._holders.values() if holders > 1)
+
 
 class HotThreads:
     """LRU of the active threads of recently used conversations.

@@ -15,6 +15,7 @@ import httpx
 from agentd.errors import OperatorError
 from agentd.providers.base import ModelProvider
 from agentd.providers.offline import OfflineProvider
+from agentd.providers.timed import ReportCall, TimedProvider
 
 # kind -> "module:Class"; remote kinds are built with keyword arguments from their ProviderSpec.
 PROVIDER_KINDS: dict[str, str] = {
@@ -26,10 +27,18 @@ BUILTIN_NAMES = ("openai", "anthropic", "ollama", "offline")
 
 
 class ProviderRegistry:
-    def __init__(self, specs: dict[str, Any], client: httpx.AsyncClient | None = None):
-        # specs: name -> ProviderSpec (agentd.config.ProviderSpec); built-ins need none.
+    def __init__(
+        self,
+        specs: dict[str, Any],
+        client: httpx.AsyncClient | None = None,
+        *,
+        report_calls: ReportCall | None = None,
+    ):
+        """`specs`: name -> ProviderSpec (agentd.config.ProviderSpec); built-ins need none.
+        `report_calls`: told the duration and outcome of every completion (the daemon's metrics)."""
         self._specs = dict(specs)
         self._client = client
+        self._report_calls = report_calls
         self._built: dict[str, ModelProvider] = {}
 
     def names(self) -> list[str]:
@@ -37,7 +46,10 @@ class ProviderRegistry:
 
     def register(self, name: str, provider: ModelProvider) -> None:
         """Use this provider object for `name/...` references (in-process fakes, embedding)."""
-        self._built[name] = provider
+        self._built[name] = self._timed(name, provider)
+
+    def _timed(self, name: str, provider: ModelProvider) -> ModelProvider:
+        return provider if self._report_calls is None else TimedProvider(name, provider, self._report_calls)
 
     def check(self, ref: str) -> None:
         """Raise OperatorError when the reference names no known provider."""
@@ -53,8 +65,7 @@ class ProviderRegistry:
         name, _, model = ref.partition("/")
         provider = self._built.get(name)
         if provider is None:
-            provider = self._build(name)
-            self._built[name] = provider
+            provider = self._built[name] = self._timed(name, self._build(name))
         return provider, model
 
     def _build(self, name: str) -> ModelProvider:

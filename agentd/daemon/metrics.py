@@ -1,0 +1,158 @@
+"""`GET /metrics`: the daemon's counters and histograms in Prometheus text (prometheus-client).
+
+One registry per daemon, never the library's global default, so a process can hold
+several daemons (the tests do) without their series mixing. Counters and histograms
+are fed as things happen (a run committed, a model call, a store commit); the gauges
+(agents by status, conversations waiting, channel states) are read from the fleet at
+each scrape, so they can never drift from what `GET /agents` shows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from typing import Protocol
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from agentd.store.records import RunRecord
+
+# A turn is a model call or a few (plus tools): tens of milliseconds offline, up to minutes remote.
+TURN_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+# A group commit is one transaction on the store thread: well under a millisecond to a slow fsync.
+COMMIT_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1)
+NO_CHANNEL = "none"  # a run that belongs to no conversation (a sweep, say)
+
+
+class AgentGauges(Protocol):
+    """What a scrape reads about one agent of the fleet."""
+
+    @property
+    def status(self) -> str: ...
+
+    @property
+    def conversations_waiting(self) -> int: ...
+
+    def channel_states(self) -> list[dict[str, object]]: ...
+
+
+def channel_of(conversation_key: str | None) -> str:
+    """The channel a conversation key belongs to: `webhook` for webhook:t-1 (keys are <channel>:<id>)."""
+    return conversation_key.split(":", 1)[0] if conversation_key else NO_CHANNEL
+
+
+class Metrics:
+    """The daemon's series; `agents()` gives the fleet at scrape time, by agent name."""
+
+    def __init__(self, agents: Callable[[], Mapping[str, AgentGauges]]):
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.turns = Counter(
+            "agentd_turns",
+            "Message turns answered, by agent, channel and outcome (ok, error).",
+            ["agent", "channel", "outcome"],
+            registry=r,
+        )
+        self.commands = Counter(
+            "agentd_commands",
+            "Commands (/new, /status, ...) run, by agent and channel.",
+            ["agent", "channel"],
+            registry=r,
+        )
+        self.memory_runs = Counter(
+            "agentd_memory_runs",
+            "Memory runs (compaction, summary, fold, extraction, ...) by agent, trigger and outcome.",
+            ["agent", "trigger", "outcome"],
+            registry=r,
+        )
+        self.tokens = Counter(
+            "agentd_tokens",
+            "Model tokens by agent and direction (in, out); estimated when the provider reports none.",
+            ["agent", "direction"],
+            registry=r,
+        )
+        self.turn_seconds = Histogram(
+            "agentd_turn_duration_seconds",
+            "Message turns from the event to the committed reply, by channel.",
+            ["channel"],
+            buckets=TURN_BUCKETS,
+            registry=r,
+        )
+        self.model_call_seconds = Histogram(
+            "agentd_model_call_duration_seconds",
+            "Model calls (retries included) by provider, purpose (chat, summary, ...) and outcome.",
+            ["provider", "purpose", "outcome"],
+            buckets=TURN_BUCKETS,
+            registry=r,
+        )
+        self.store_commit_seconds = Histogram(
+            "agentd_store_commit_duration_seconds",
+            "Store transactions (one group commit of one agent file) on the store thread.",
+            buckets=COMMIT_BUCKETS,
+            registry=r,
+        )
+        r.register(_FleetCollector(agents))
+
+    # -- fed as things happen -------------------------------------------------------------------
+
+    def run_committed(self, agent: str, run: RunRecord) -> None:
+        outcome = run.status
+        if run.trigger == "message":
+            channel = channel_of(run.conversation_key)
+            self.turns.labels(agent, channel, outcome).inc()
+            if run.duration_ms is not None:
+                self.turn_seconds.labels(channel).observe(run.duration_ms / 1000)
+        elif run.trigger == "command":
+            self.commands.labels(agent, channel_of(run.conversation_key)).inc()
+        else:
+            self.memory_runs.labels(agent, run.trigger, outcome).inc()
+        if run.input_tokens:
+            self.tokens.labels(agent, "in").inc(run.input_tokens)
+        if run.output_tokens:
+            self.tokens.labels(agent, "out").inc(run.output_tokens)
+
+    def model_call(self, provider: str, purpose: str, seconds: float, outcome: str) -> None:
+        self.model_call_seconds.labels(provider, purpose, outcome).observe(seconds)
+
+    def store_commit(self, seconds: float) -> None:
+        """Called on the store thread (prometheus-client's metrics are thread-safe)."""
+        self.store_commit_seconds.observe(seconds)
+
+    # -- read at scrape time ---------------------------------------------------------------------
+
+    def exposition(self) -> tuple[bytes, str]:
+        """The body of GET /metrics and its content type."""
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+class _FleetCollector(Collector):
+    def __init__(self, agents: Callable[[], Mapping[str, AgentGauges]]):
+        self._agents = agents
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        agents = dict(self._agents())
+        by_status = GaugeMetricFamily(
+            "agentd_agents", "Agents by status (running, error, stopped, ...).", labels=["status"]
+        )
+        waiting = GaugeMetricFamily(
+            "agentd_conversations_waiting",
+            "Conversations with messages queued behind the one being answered, by agent.",
+            labels=["agent"],
+        )
+        channels = GaugeMetricFamily(
+            "agentd_channel_state",
+            "1 for each channel's current state (starting, running, reconnecting, failed, stopped).",
+            labels=["agent", "channel", "state"],
+        )
+        counts: dict[str, int] = {}
+        for name, agent in sorted(agents.items()):
+            counts[agent.status] = counts.get(agent.status, 0) + 1
+            waiting.add_metric([name], agent.conversations_waiting)
+            for channel in agent.channel_states():
+                channels.add_metric([name, str(channel["name"]), str(channel["status"])], 1)
+        for status, count in sorted(counts.items()):
+            by_status.add_metric([status], count)
+        yield by_status
+        yield waiting
+        yield channels

@@ -1,0 +1,105 @@
+"""The delete routes: a person's episodes, a persistent memory, a conversation. Each is audited with
+who asked (`http:<client address>`)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from fastapi import FastAPI, Path, Query, Request
+from fastapi.params import Depends
+
+from agentd.errors import ToolError
+from agentd.http.auth import client_of
+from agentd.http.bodies import CONVERSATION_KEY_PATTERN, USER_ID_PATTERN, agent_param, documented_pattern
+from agentd.http.directory import AgentDirectory
+from agentd.http.errors import ApiError, errors
+from agentd.http.lookup import check_key, running_agent
+from agentd.http.reads import KEY_DESCRIPTION, conversation_key_param
+
+MEMORY_KEY_PATTERN = r"^[A-Za-z0-9_.:-]{1,64}$"  # agentd.memory.persistent.KEY_RE
+USER_ID_RE_TEXT = "1-128 characters, no spaces"
+
+
+def add_delete_routes(app: FastAPI, directory: AgentDirectory, protected: list[Depends]) -> None:
+    def by(request: Request) -> str:
+        return f"http:{client_of(request)}"
+
+    def check_user(user_id: str | None) -> None:
+        if user_id is not None and not re.match(USER_ID_PATTERN, user_id):
+            raise ApiError(400, f"not a user id: {user_id!r} ({USER_ID_RE_TEXT})")
+
+    @app.delete(
+        "/agents/{agent}/people/{user_id}/episodes",
+        tags=["agents"],
+        dependencies=protected,
+        responses=errors(400, 404, 503),
+    )
+    async def forget_episodes(
+        request: Request,
+        agent: str = agent_param(),
+        user_id: str = Path(
+            **documented_pattern(USER_ID_PATTERN, f"the person's user id ({USER_ID_RE_TEXT})")
+        ),
+    ) -> dict[str, Any]:
+        """Delete every episode of one person (a data-subject request); audited with the count, never text."""
+        check_user(user_id)
+        deleted = await running_agent(directory, agent).forget_episodes(user_id, by=by(request))
+        return {"agent": agent, "user_id": user_id, "deleted": deleted}
+
+    @app.delete(
+        "/agents/{agent}/memories/{key}",
+        tags=["agents"],
+        dependencies=protected,
+        responses=errors(400, 404, 503),
+    )
+    async def forget_memory(
+        request: Request,
+        agent: str = agent_param(),
+        key: str = Path(**documented_pattern(MEMORY_KEY_PATTERN, "the memory's key")),
+        user_id: str | None = Query(
+            default=None, **documented_pattern(USER_ID_PATTERN, "a person's memory (persistent_scope: user)")
+        ),
+        conversation_key: str | None = Query(
+            default=None,
+            **documented_pattern(
+                CONVERSATION_KEY_PATTERN, "an anonymous conversation's memory: " + KEY_DESCRIPTION
+            ),
+        ),
+    ) -> dict[str, Any]:
+        """Delete one persistent memory: the agent's, or with `user_id` that person's; audited with the key
+        (`memory/forget`), never the value."""
+        if not re.match(MEMORY_KEY_PATTERN, key):
+            raise ApiError(400, f"not a memory key: {key!r} (1-64 of letters, digits, '_', '.', ':', '-')")
+        check_user(user_id)
+        if conversation_key is not None:
+            check_key(conversation_key)
+        if user_id is not None and conversation_key is not None:
+            raise ApiError(400, "give user_id or conversation_key, not both: a memory is one person's")
+        target = running_agent(directory, agent)
+        try:
+            await target.forget_memory(
+                key, user_id=user_id, conversation_key=conversation_key, by=by(request)
+            )
+        except ToolError as e:  # the key is well-formed (checked above): it is not held there
+            raise ApiError(404, str(e)) from None
+        return {"agent": agent, "key": key, "deleted": True}
+
+    @app.delete(
+        "/agents/{agent}/conversations/{conversation_key:path}",
+        tags=["agents"],
+        dependencies=protected,
+        responses=errors(400, 404, 503),
+    )
+    async def delete_conversation(
+        request: Request, agent: str = agent_param(), conversation_key: str = conversation_key_param()
+    ) -> dict[str, Any]:
+        """Delete a conversation: every thread, archived ones too, with messages, summaries and memory
+        state; audited with the counts (`conversation/delete`). Runs and audit events stay; episodes and
+        facts made of it stay too (they are the person's: see DELETE …/people/{user_id}/episodes)."""
+        target = running_agent(directory, agent)
+        check_key(conversation_key)
+        deleted = await target.delete_conversation(conversation_key, by=by(request))
+        if not deleted["threads"]:
+            raise ApiError(404, f"agent {agent!r} has no conversation {conversation_key!r}")
+        return {"agent": agent, "conversation_key": conversation_key, **deleted}

@@ -1,0 +1,83 @@
+"""Every error the API answers, in one shape, and documented per route in the OpenAPI.
+
+The body is always `{"error": reason}`; a 422 adds `detail`, one `{field, reason}`
+per field that failed. Each route lists the statuses it can answer (`errors(...)`),
+so the OpenAPI names every one of them with this schema.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from agentd.errors import StoreError
+
+log = logging.getLogger(__name__)
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, reason: str, **extra: Any):
+        self.status, self.reason, self.extra = status, reason, extra
+
+
+class FieldProblem(BaseModel):
+    field: str = Field(description="where: `text` (a body field), `query.limit`, `path.agent`, ...")
+    reason: str
+
+
+class ErrorOut(BaseModel):
+    """What every 4xx and 5xx answer carries."""
+
+    error: str = Field(description="what went wrong and, where it helps, what to do")
+    detail: list[FieldProblem] | None = Field(default=None, description="422 only: one entry per field")
+
+
+WHEN = {
+    400: "Malformed JSON, or a value of the wrong form (a conversation key, a user id, `since`)",
+    401: "Missing or wrong bearer token (only when http.token is set)",
+    404: "No such agent, conversation item or route",
+    413: "The request body is over http.max_body_bytes",
+    422: "A field failed validation: `detail` names each",
+    503: "The agent cannot serve now (its file was rejected, it failed to start, it is stopping) or its "
+    "data file is unavailable: `error` says which",
+}
+
+
+def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """The `responses=` of a route answering these statuses (401 always: any route may need the token)."""
+    codes = sorted({401, *statuses})
+    return {code: {"model": ErrorOut, "description": WHEN[code]} for code in codes}
+
+
+def reasons(problems: Any) -> list[dict[str, Any]]:
+    """pydantic's errors as `{field, reason}`: `text` for a body field, `query.limit` for a parameter."""
+    out = []
+    for err in problems:
+        loc = [str(p) for p in err.get("loc", ()) if p != "body"]
+        out.append({"field": ".".join(loc), "reason": err.get("msg", "invalid")})
+    return out
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(ApiError)
+    async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
+        return JSONResponse({"error": exc.reason, **exc.extra}, status_code=exc.status)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return JSONResponse({"error": "invalid request", "detail": reasons(exc.errors())}, status_code=422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code, headers=exc.headers)
+
+    @app.exception_handler(StoreError)
+    async def _store(request: Request, exc: StoreError) -> JSONResponse:
+        log.error("store error on %s: %s", request.url.path, exc)
+        return JSONResponse({"error": f"the agent's data file is unavailable: {exc}"}, status_code=503)
