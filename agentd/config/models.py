@@ -138,7 +138,8 @@ class HttpSpec(Spec):
     host: str = "127.0.0.1"
     port: int = Field(default=8765, ge=0, le=65535)
     token: str | None = None
-    max_body_bytes: int = Field(default=256_000, gt=0)
+    # a message's 32,000 characters may take 12 bytes each as JSON (\ud83d\ude00 escapes)
+    max_body_bytes: int = Field(default=1_048_576, gt=0)
 
     @field_validator("token")
     @classmethod

@@ -161,11 +161,10 @@ class Agent:
         with self.lifecycle.busy():
             return await delete_conversation(self.state, conversation_key, by)
 
-    async def forget_memory(
-        self, key: str, *, user_id: str | None = None, conversation_key: str | None = None, by: str
-    ) -> None:
-        """Delete one persistent memory (the agent's, or a person's); ToolError when it is not held."""
-        await forget_memory(self.state, key, user_id, conversation_key, by)
+    async def forget_memory(self, key: str, *, scope: str, by: str) -> None:
+        """Delete one persistent memory of `scope` ("" the agent's, user:<id> a person's); ToolError when
+        it is not held there."""
+        await forget_memory(self.state, key, scope, by)
 
     async def sweep_episodes(self, now: float) -> int:
         """Retention over every stored episode (a partition nobody writes to is pruned here)."""

@@ -9,8 +9,6 @@ from __future__ import annotations
 import time
 
 from agentd.engine.state import AgentState
-from agentd.memory.base import speaker_partition
-from agentd.memory.persistent import AGENT_SCOPE
 from agentd.store.records import StoredThread
 from agentd.store.writes import DeleteConversation
 
@@ -27,10 +25,7 @@ async def delete_conversation(state: AgentState, conversation_key: str, by: str)
     return dict(deleted)
 
 
-async def forget_memory(
-    state: AgentState, key: str, user_id: str | None, conversation_key: str | None, by: str
-) -> None:
-    """Delete one persistent memory: the agent's, one person's (`user_id`), or one anonymous
-    conversation's; ToolError when the key is malformed or not held there."""
-    scope = speaker_partition(conversation_key or "", user_id) if user_id or conversation_key else AGENT_SCOPE
+async def forget_memory(state: AgentState, key: str, scope: str, by: str) -> None:
+    """Delete one persistent memory of `scope` ("" the agent's, user:<id> a person's, conversation:<key>
+    an anonymous conversation's); ToolError when the key is malformed or not held there."""
     await state.memory.forget(key, scope=scope, conversation_key=None, run_id=None, by=by)

@@ -13,13 +13,12 @@ from typing import Any, TypeVar
 from fastapi import Path, Request
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from agentd.events import CONVERSATION_ID_RE, Reply
+from agentd.events import CONVERSATION_ID_RE, NOT_SPACE, Reply
 from agentd.http.errors import ApiError, reasons
 
 MAX_TEXT = 32_000
-USER_ID_PATTERN = r"^\S{1,128}$"
+USER_ID_PATTERN = rf"^{NOT_SPACE}{{1,128}}$"
 AGENT_PATTERN = r"^[a-z0-9][a-z0-9_-]*$"
-CONVERSATION_KEY_PATTERN = r"^[a-z][a-z0-9_]*:\S{1,256}$"  # agentd.events.is_conversation_key
 # A time: epoch seconds, or an RFC 3339 date-time (`T` or a space; an offset, else UTC).
 _RFC3339 = re.compile(
     r"^(\d{4}-\d{2}-\d{2})[Tt ](\d{2}:\d{2}):(\d{2})(?:\.(\d+))?([Zz]|[+-]\d{2}:\d{2})?$", re.ASCII
@@ -132,10 +131,10 @@ def epoch_seconds(value: float | str, *, numeric_text: bool = False) -> float:
     as text (a query parameter) or a day alone. ValueError otherwise."""
     if isinstance(value, str):
         seconds = _text_time(value, numeric_text)
-    elif isinstance(value, bool):
-        raise ValueError("expected a number or a date-time, got a boolean")
-    else:
+    elif isinstance(value, int | float) and not isinstance(value, bool):
         seconds = float(value)
+    else:
+        raise ValueError(f"expected a number or a date-time, got {type(value).__name__}")
     if not math.isfinite(seconds):
         raise ValueError(f"expected a finite time, got {value!r}")
     return seconds

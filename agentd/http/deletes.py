@@ -10,24 +10,22 @@ from fastapi import FastAPI, Path, Query, Request
 from fastapi.params import Depends
 
 from agentd.errors import ToolError
+from agentd.events import CONVERSATION_KEY_PATTERN
 from agentd.http.auth import client_of
-from agentd.http.bodies import CONVERSATION_KEY_PATTERN, USER_ID_PATTERN, agent_param, documented_pattern
+from agentd.http.bodies import USER_ID_PATTERN, agent_param, documented_pattern
 from agentd.http.directory import AgentDirectory
 from agentd.http.errors import ApiError, errors
-from agentd.http.lookup import check_key, running_agent
-from agentd.http.reads import KEY_DESCRIPTION, conversation_key_param
+from agentd.http.lookup import USER_ID_FORM, check_key, check_user, running_agent
+from agentd.http.reads import conversation_key_param
 
 MEMORY_KEY_PATTERN = r"^[A-Za-z0-9_.:-]{1,64}$"  # agentd.memory.persistent.KEY_RE
-USER_ID_RE_TEXT = "1-128 characters, no spaces"
+# a persistent memory's scope: the agent's (empty), a person's, an anonymous conversation's
+SCOPE_PATTERN = "^(|user:" + USER_ID_PATTERN[1:-1] + "|conversation:" + CONVERSATION_KEY_PATTERN[1:-1] + ")$"
 
 
 def add_delete_routes(app: FastAPI, directory: AgentDirectory, protected: list[Depends]) -> None:
     def by(request: Request) -> str:
         return f"http:{client_of(request)}"
-
-    def check_user(user_id: str | None) -> None:
-        if user_id is not None and not re.match(USER_ID_PATTERN, user_id):
-            raise ApiError(400, f"not a user id: {user_id!r} ({USER_ID_RE_TEXT})")
 
     @app.delete(
         "/agents/{agent}/people/{user_id}/episodes",
@@ -38,9 +36,7 @@ def add_delete_routes(app: FastAPI, directory: AgentDirectory, protected: list[D
     async def forget_episodes(
         request: Request,
         agent: str = agent_param(),
-        user_id: str = Path(
-            **documented_pattern(USER_ID_PATTERN, f"the person's user id ({USER_ID_RE_TEXT})")
-        ),
+        user_id: str = Path(**documented_pattern(USER_ID_PATTERN, f"the person's user id ({USER_ID_FORM})")),
     ) -> dict[str, Any]:
         """Delete every episode of one person (a data-subject request); audited with the count, never text."""
         check_user(user_id)
@@ -57,33 +53,26 @@ def add_delete_routes(app: FastAPI, directory: AgentDirectory, protected: list[D
         request: Request,
         agent: str = agent_param(),
         key: str = Path(**documented_pattern(MEMORY_KEY_PATTERN, "the memory's key")),
-        user_id: str | None = Query(
-            default=None, **documented_pattern(USER_ID_PATTERN, "a person's memory (persistent_scope: user)")
-        ),
-        conversation_key: str | None = Query(
-            default=None,
+        scope: str = Query(
+            default="",
             **documented_pattern(
-                CONVERSATION_KEY_PATTERN, "an anonymous conversation's memory: " + KEY_DESCRIPTION
+                SCOPE_PATTERN,
+                "whose memory: empty for the agent's; user:<user id> for a person's (persistent_scope: "
+                "user); conversation:<key> for an anonymous conversation's (as `agentd memories` lists them)",
             ),
         ),
     ) -> dict[str, Any]:
-        """Delete one persistent memory: the agent's, or with `user_id` that person's; audited with the key
-        (`memory/forget`), never the value."""
+        """Delete one persistent memory; audited with the key (`memory/forget`), never the value."""
         if not re.match(MEMORY_KEY_PATTERN, key):
             raise ApiError(400, f"not a memory key: {key!r} (1-64 of letters, digits, '_', '.', ':', '-')")
-        check_user(user_id)
-        if conversation_key is not None:
-            check_key(conversation_key)
-        if user_id is not None and conversation_key is not None:
-            raise ApiError(400, "give user_id or conversation_key, not both: a memory is one person's")
+        if not re.match(SCOPE_PATTERN, scope):
+            raise ApiError(400, f"not a scope: {scope!r} (empty, user:<user id> or conversation:<key>)")
         target = running_agent(directory, agent)
         try:
-            await target.forget_memory(
-                key, user_id=user_id, conversation_key=conversation_key, by=by(request)
-            )
+            await target.forget_memory(key, scope=scope, by=by(request))
         except ToolError as e:  # the key is well-formed (checked above): it is not held there
-            raise ApiError(404, str(e)) from None
-        return {"agent": agent, "key": key, "deleted": True}
+            raise ApiError(404, f"{e}{f' in scope {scope!r}' if scope else ''}") from None
+        return {"agent": agent, "key": key, "scope": scope, "deleted": True}
 
     @app.delete(
         "/agents/{agent}/conversations/{conversation_key:path}",

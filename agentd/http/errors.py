@@ -15,6 +15,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match, Route
 
 from agentd.errors import StoreError
 
@@ -75,9 +76,27 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code, headers=exc.headers)
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:
+            # Starlette names the methods of the first route on the path; a path has several (GET, DELETE)
+            headers["Allow"] = ", ".join(_allowed_methods(request))
+        return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code, headers=headers)
 
     @app.exception_handler(StoreError)
     async def _store(request: Request, exc: StoreError) -> JSONResponse:
         log.error("store error on %s: %s", request.url.path, exc)
         return JSONResponse({"error": f"the agent's data file is unavailable: {exc}"}, status_code=503)
+
+
+def _allowed_methods(request: Request) -> list[str]:
+    """The methods of the path that matched: every route of its path format (GET and DELETE of
+    /agents/{agent}/conversations/{conversation_key}), not only the first route's."""
+    matched = [
+        r
+        for r in request.app.router.routes
+        if isinstance(r, Route) and r.matches(request.scope)[0] == Match.PARTIAL
+    ]
+    if not matched:
+        return []
+    path = matched[0].path_format
+    return sorted({m for r in matched if r.path_format == path for m in r.methods or ()})

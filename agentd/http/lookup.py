@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import re
+
 from agentd.engine.agent import Agent
 from agentd.events import is_conversation_key
+from agentd.http.bodies import USER_ID_PATTERN
 from agentd.http.directory import AgentDirectory
 from agentd.http.errors import ApiError
 
@@ -25,3 +28,11 @@ def check_key(conversation_key: str) -> None:
         raise ApiError(
             400, f"not a conversation key: {conversation_key!r} (expected <channel>:<id>, e.g. webhook:t-1)"
         )
+
+
+USER_ID_FORM = "1-128 characters, no spaces"
+
+
+def check_user(user_id: str | None) -> None:
+    if user_id is not None and not re.match(USER_ID_PATTERN, user_id):
+        raise ApiError(400, f"not a user id: {user_id!r} ({USER_ID_FORM})")

@@ -7,8 +7,9 @@ from typing import Any
 from fastapi import FastAPI, Path, Query
 from fastapi.params import Depends
 
+from agentd.events import CONVERSATION_KEY_PATTERN
 from agentd.http.bodies import (
-    CONVERSATION_KEY_PATTERN,
+    TIME_SCHEMA,
     USER_ID_PATTERN,
     agent_param,
     documented_pattern,
@@ -17,7 +18,7 @@ from agentd.http.bodies import (
 )
 from agentd.http.directory import AgentDirectory
 from agentd.http.errors import ApiError, errors
-from agentd.http.lookup import check_key, running_agent
+from agentd.http.lookup import check_key, check_user, running_agent
 
 KEY_DESCRIPTION = "a conversation key, <channel>:<id> (webhook:t-1, repl:local, discord:123, ...)"
 RUN_KEYS = (
@@ -52,9 +53,8 @@ def add_read_routes(app: FastAPI, directory: AgentDirectory, protected: list[Dep
         kind: str | None = Query(default=None, description="config, memory, command, auth, permission, ..."),
         since: str | None = Query(
             default=None,
-            json_schema_extra={"anyOf": [{"type": "number"}, {"type": "string", "format": "date-time"}]},
-            description="only events at or after this time: epoch seconds or an ISO-8601 date-time (UTC "
-            "when it has no offset)",
+            json_schema_extra={"anyOf": [*TIME_SCHEMA["anyOf"], {"type": "string", "maxLength": 0}]},
+            description=f"only events at or after this time: {TIME_SCHEMA['description']}; empty: any time",
         ),
         limit: int = Query(default=100, ge=1, le=1000),
     ) -> dict[str, Any]:
@@ -89,6 +89,7 @@ def add_read_routes(app: FastAPI, directory: AgentDirectory, protected: list[Dep
         """What `/status` says in that conversation, as JSON."""
         target = running_agent(directory, agent)
         check_key(conversation_key)
+        check_user(user_id)
         return await target.status_of(conversation_key, user_id)
 
     @app.get(
@@ -100,7 +101,9 @@ def add_read_routes(app: FastAPI, directory: AgentDirectory, protected: list[Dep
     async def conversations(
         agent: str = agent_param(),
         limit: int = Query(default=50, ge=1, le=1000),
-        offset: int = Query(default=0, ge=0, description="skip this many (the previous page's next_offset)"),
+        offset: int = Query(
+            default=0, ge=0, le=1_000_000_000, description="skip this many (the previous page's next_offset)"
+        ),
     ) -> dict[str, Any]:
         """Conversations with an active thread, the most recently active first, a page at a time."""
         rows = await running_agent(directory, agent).conversations(limit + 1, offset)
