@@ -43,8 +43,9 @@ async def test_a_data_file_from_a_newer_agentd_fails_that_agent_alone(tmp_path: 
             refused = await client.post("/agents/newer/messages", json={"conversation_id": "c", "text": "hi"})
             # listed, so not "no agent named": unavailable, and why
             assert refused.status_code == 503
-            assert "is not running: it could not start: this data was written by a newer agentd" in (
-                refused.json()["error"]
+            assert (
+                "is not running: it could not start: this data was written by a newer agentd"
+                in (refused.json()["error"])
             )
             audit = (await client.get("/audit", params={"agent": "newer", "kind": "config"})).json()["events"]
             assert [(e["action"], "newer agentd" in e["data"]["error"]) for e in audit] == [("failed", True)]

@@ -51,8 +51,9 @@ WHEN = {
 
 
 def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    """The `responses=` of a route answering these statuses (401 always: any route may need the token)."""
-    codes = sorted({401, *statuses})
+    """The `responses=` of a route answering these statuses; 401 (any route may need the token) and
+    422 (any parameter FastAPI checks: documented in this shape, not FastAPI's own) always."""
+    codes = sorted({401, 422, *statuses})
     return {code: {"model": ErrorOut, "description": WHEN[code]} for code in codes}
 
 
