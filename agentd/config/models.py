@@ -171,7 +171,15 @@ class StoreSpec(Spec):
     # NORMAL: an OS crash may lose the last commits but never corrupts; a killed
     # process loses nothing. FULL: fsync on every commit group.
     synchronous: Literal["normal", "full"] = "normal"
-    hot_conversations: int = Field(default=2000, ge=1)
+    # agent files open at once (each holds up to 3 descriptors: the file, its -wal and -shm); the
+    # least recently used beyond this are closed, and so is any unused for close_idle_after_s
+    max_open_files: int = Field(default=256, ge=1)
+    close_idle_after_s: float = Field(default=60.0, gt=0)
+    # one budget for the conversations kept in memory by every agent, in MB (least recently used go first)
+    hot_cache_mb: float = Field(default=512, gt=0)
+    # With several daemons on one store: how long a lease (a conversation being answered, a bot
+    # connection) outlives a daemon that stopped renewing it (killed), before another takes over.
+    lease_s: float = Field(default=15.0, ge=1.0, le=600.0)
 
 
 class DefaultsSpec(Spec):

@@ -52,11 +52,12 @@ class AgentEntry:
         if spec is None:
             return []
         statuses = self.channels.host.statuses if self.channels else {}
+        holders = self.channels.holders if self.channels else {}
         out = []
         for name in spec.channels.enabled():
             default = ("running" if name == "webhook" and self.agent else "stopped", None)
             status, error = statuses.get(name, default)
-            out.append({"name": name, "status": status, "error": error})
+            out.append({"name": name, "status": status, "error": error, "held_by": holders.get(name)})
         return out
 
 
@@ -147,7 +148,14 @@ class Fleet:
             log.info("agent %s: reloaded", name)
         if old is None or old.channels != spec.channels or entry.channels is None:
             await self._stop_channels(entry)
-            entry.channels = AgentChannels(AgentHost(entry, self._spawn), self._spawn)
+            resources = self.resources
+            entry.channels = AgentChannels(
+                AgentHost(entry, self._spawn),
+                self._spawn,
+                resources.leases,
+                resources.daemon_id,
+                resources.settings.store.lease_s,
+            )
             entry.channels.start(spec)
 
     def _parse(self, path: Path) -> AgentSpec:
@@ -167,9 +175,16 @@ class Fleet:
             await self._audit("config", "failed", entry.name, {"file": str(entry.path), "error": str(e)})
             return False
         entry.agent = agent
+        agent.lifecycle.on_fail = lambda reason: self._failed_at_first_use(entry, reason)
         await self._audit("config", "loaded", entry.name, {"file": str(entry.path)})
         log.info("agent %s: loaded (%s)", entry.name, spec.model.name)
         return True
+
+    async def _failed_at_first_use(self, entry: AgentEntry, reason: str) -> None:
+        """An agent's data is opened at its first use, not at start: a file from a newer agentd fails
+        the agent then, as it would have at start (logged, audited, shown in GET /agents)."""
+        log.error("agent %s: cannot serve: %s", entry.name, reason)
+        await self._audit("config", "failed", entry.name, {"file": str(entry.path), "error": reason})
 
     async def remove(self, name: str) -> None:
         entry = self.entries.pop(name, None)
@@ -220,7 +235,10 @@ class Fleet:
                     "memory": spec.memory.model_dump() if spec else None,
                     "channels": entry.channel_states(),
                     "status": entry.status,
-                    "last_error": entry.last_error,
+                    "last_error": entry.last_error
+                    or (entry.agent.lifecycle.last_error if entry.agent else None),
+                    # unopened: not used since start (its data file is opened, and checked, at first use)
+                    "data": entry.agent.data_state if entry.agent else None,
                 }
             )
         return out

@@ -22,13 +22,14 @@ from agentd.config.models import AgentSpec, DaemonSpec
 from agentd.daemon.observe import ObservedStore, Observer
 from agentd.engine.agent import Agent
 from agentd.engine.breakers import Breakers
+from agentd.engine.hot_cache import HotBudget
 from agentd.engine.peers import NoPeers, Peers
 from agentd.engine.state import AgentResources
 from agentd.providers.base import Embedder, ModelProvider
 from agentd.providers.embedders import build_embedder
 from agentd.providers.registry import ProviderRegistry
-from agentd.store.base import Store
-from agentd.store.sqlite import SqliteStore, StoreExecutor
+from agentd.store.base import Leases, Store
+from agentd.store.sqlite import SoleOwner, SqliteStore, StoreExecutor
 
 DAEMON_STORE = "_daemon"  # daemon-level audit (config, auth); '_' cannot start an agent name
 _FROM_SETTINGS: Any = object()
@@ -57,14 +58,17 @@ class Resources:
         self._stack = contextlib.AsyncExitStack()
         # this process among the daemons that may share a store: recorded on its runs and audit events
         self.daemon_id = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+        self.leases: Leases = SoleOwner(self.daemon_id)  # of bot connections among daemons sharing a store
         self.breakers = breakers or Breakers()  # per memory model, shared by every agent of the process
         self.observer = observer
         self.executor: StoreExecutor | None = None
         self.providers: ProviderRegistry | None = None
         self.embedder: Embedder | None = None
+        # every agent's hot threads share one byte budget
+        self.hot_budget = HotBudget(int(settings.store.hot_cache_mb * 2**20))
 
     async def __aenter__(self) -> Resources:
-        executor = StoreExecutor()
+        executor = StoreExecutor(self.settings.store.max_open_files, self.settings.store.close_idle_after_s)
         self._stack.callback(executor.shutdown)
         observer = self.observer
         if observer is not None:
@@ -107,10 +111,21 @@ class Resources:
             providers=self.providers,
             embedder=self.embedder,
             memory_extractor_model=self.settings.memory_extractor_model,
-            hot_conversations=self.settings.store.hot_conversations,
+            hot_budget=self.hot_budget,
             peers=peers if peers is not None else NoPeers(),
             breakers=self.breakers,
         )
+
+    def stats(self) -> dict[str, Any]:
+        """What the process holds for all its agents: open files, the hot threads' memory."""
+        return {
+            "files": self.executor.files.stats() if self.executor is not None else None,
+            "hot_threads": self.hot_budget.stats(),
+        }
+
+    async def close_idle_files(self) -> None:
+        if self.executor is not None:
+            await self.executor.close_idle_files()
 
     def build_agent(self, spec: AgentSpec, peers: Peers | None = None, *, readonly: bool = False) -> Agent:
         """A running agent's parts, not opened yet (`await agent.open()`)."""

@@ -36,10 +36,16 @@ class EventHandler:
 
     async def handle(self, event: InboundEvent, parent_run_id: str | None = None) -> Reply:
         """Answer one event with the current definition; a platform redelivery is answered once."""
-        if event.event_id is not None and await self._is_duplicate(event):
-            return Reply(text="", conversation_key=event.conversation_key, duplicate=True)
         spec = self._state.spec  # read once: a reload mid-run does not change this run
-        return await self._run(event, spec, parent_run_id)
+        try:
+            if event.event_id is not None and await self._is_duplicate(event):
+                return Reply(text="", conversation_key=event.conversation_key, duplicate=True)
+            return await self._run(event, spec, parent_run_id)
+        except BaseException:
+            # not answered (say, its file could not be opened): a redelivery must be answered
+            if event.event_id is not None:
+                self._state.recent_events.pop((event.channel, event.event_id), None)
+            raise
 
     async def _run(self, event: InboundEvent, spec: AgentSpec, parent_run_id: str | None) -> Reply:
         state, key = self._state, event.conversation_key
@@ -50,16 +56,18 @@ class EventHandler:
                     # another daemon may have answered this delivery while we waited for the claim
                     if await state.store.read(DeliverySeen(event.channel, event.event_id)):
                         return Reply(text="", conversation_key=key, duplicate=True)
-                thread = await state.thread(key, memory, claim)
+                thread = await state.thread(key, memory, self._ctx, claim)
                 if memory.settle_due(thread):
                     if memory.settles_first:
                         await self._settle(key, memory, thread, None)
                     else:
                         self._after_run(key, memory, None)  # left over (a restart, a paused model)
                 if is_command(event.text):
-                    return await run_command(Invocation(state, self._ctx, spec, memory, thread, event))
-                reply = await run_turn(state, self._ctx, spec, memory, thread, event, parent_run_id)
-            if memory.settle_due(thread):
+                    reply = await run_command(Invocation(state, self._ctx, spec, memory, thread, event))
+                else:
+                    reply = await run_turn(state, self._ctx, spec, memory, thread, event, parent_run_id)
+                await state.trim(key, memory, self._ctx)
+            if not is_command(event.text) and memory.settle_due(thread):
                 self._after_run(key, memory, reply.run_id)
             return reply
 
@@ -111,8 +119,9 @@ class EventHandler:
         async with locks.hold(key), state.store.claim(key, purpose=purpose) as claim:
             self._waiting.discard(key)  # from here on, new work queues a job behind this one
             if state.store.shared:
-                thread: StoredThread | None = await state.thread(key, memory, claim)
+                thread: StoredThread | None = await state.thread(key, memory, self._ctx, claim)
             else:
                 thread = state.threads.peek(key) if memory.keeps_transcript else None
             if thread is not None and memory.settle_due(thread):
                 await self._settle(key, memory, thread, run_id)
+                await self._state.trim(key, memory, self._ctx)

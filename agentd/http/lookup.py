@@ -19,7 +19,8 @@ def running_agent(directory: AgentDirectory, name: str) -> Agent:
             raise ApiError(404, f"no agent named {name!r}")
         raise ApiError(503, f"agent {name!r} is not running: {problem}")
     if agent.status != "running":
-        raise ApiError(503, f"agent {name!r} is {agent.status}")
+        reason = agent.lifecycle.last_error
+        raise ApiError(503, f"agent {name!r} is {agent.status}" + (f": {reason}" if reason else ""))
     return agent
 
 

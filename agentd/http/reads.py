@@ -43,9 +43,13 @@ def conversation_key_param() -> Any:
 def add_read_routes(app: FastAPI, directory: AgentDirectory, protected: list[Depends]) -> None:
     @app.get("/agents", tags=["agents"], dependencies=protected, responses=errors())
     async def agents() -> dict[str, Any]:
-        """Every agent (model, memory, channels and their states, status, last error, warnings) and the
-        memory models that failed lately."""
-        return {"agents": directory.describe_agents(), "memory_models": directory.memory_models()}
+        """Every agent (model, memory, channels and their states, status, last error, warnings); what the
+        daemon holds for all of them (open files, hot threads' memory); memory models that failed lately."""
+        return {
+            "daemon": directory.describe_daemon(),
+            "agents": directory.describe_agents(),
+            "memory_models": directory.memory_models(),
+        }
 
     @app.get("/audit", tags=["daemon"], dependencies=protected, responses=errors(400, 404, 422))
     async def audit(

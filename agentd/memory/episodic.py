@@ -152,6 +152,12 @@ class EpisodicMemory:
         ids = await store_episodes(ctx, [episode], audits=[audit], retention=self.retention, now=now)
         return f"Saved to episodic memory (episode {ids[0]})."
 
+    async def tail_from(self, ctx: MemoryContext, thread: StoredThread) -> int:
+        # recall reads episodes, never the transcript; `always` stores the exchanges after the cursor
+        if self.spec.write != "always":
+            return thread.next_seq
+        return (await layer_state(ctx, thread, self.layer)).upto_seq + 1
+
     async def sweep(self, ctx: MemoryContext, now: float) -> int:
         return await sweep_retention(ctx.store, ctx.agent, self.retention, now)
 

@@ -34,7 +34,7 @@ from agentd.config.models import MemorySpec
 from agentd.config.strategies import StateStrategy
 from agentd.errors import OperatorError, ProviderError
 from agentd.memory.base import MemoryContext, MemoryView, TurnInput
-from agentd.memory.cursor import after_cursor, cursor_behind, layer_state
+from agentd.memory.cursor import after_cursor, back_to_call, cursor_behind, layer_state
 from agentd.memory.patches import (
     TOOL_RESULT_CHARS,
     FoldResult,
@@ -149,6 +149,17 @@ class StateMemory:
             messages=[m.message for m in messages[start:]],
             notes=notes,
         )
+
+    async def tail_from(self, ctx: MemoryContext, thread: StoredThread) -> int:
+        """What the view reads (see shown_from and tail_start), as a seq: Σ holds the rest."""
+        messages = thread.messages
+        if structured_model(ctx, self.spec.model) is None:
+            return back_to_call(messages, thread.next_seq - self.spec.tail_messages)
+        state = await layer_state(ctx, thread, self.layer)
+        last_exchange = next((m.seq for m in reversed(messages) if m.message.role == "user"), None)
+        if last_exchange is None:  # not among the messages held: older than them (or there is none)
+            last_exchange = (messages[0].seq if messages else thread.next_seq) - 1
+        return back_to_call(messages, min(state.upto_seq + 1, last_exchange))
 
     def shown_from(self, messages: Sequence[StoredMessage], upto_seq: int) -> tuple[int, int]:
         """Where the verbatim messages start (the last exchange, or the queue if it is longer),

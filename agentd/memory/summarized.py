@@ -103,6 +103,10 @@ class SummarizedMemory:
         hints = PromptHints(summary=bool(sections))
         return MemoryView(system_sections=sections, messages=shown, chars=chars, hints=hints)
 
+    async def tail_from(self, ctx: MemoryContext, thread: StoredThread) -> int:
+        # what follows the cursor: the view shows it, a refresh folds it; the summary holds the rest
+        return (await layer_state(ctx, thread, self.layer)).upto_seq + 1
+
     def pending_in_view(self, thread: StoredThread) -> int:
         state = thread.layers.get(self.layer)
         return 0 if state is None else len(thread.messages) - after_cursor(thread.messages, state.upto_seq)
