@@ -100,6 +100,10 @@ async def test_turns_commands_tokens_and_model_calls_are_counted(
     assert value(text, "agentd_store_commit_duration_seconds_count") >= 4
     assert value(text, "agentd_agents", status="running") == 2
     assert value(text, "agentd_channel_state", agent="local", channel="webhook", state="running") == 1
+    # what the process holds for all agents (GET /agents' daemon block)
+    assert value(text, "agentd_open_files") == 3  # the two agents (opened at their first turn), _daemon
+    assert value(text, "agentd_hot_threads_lookups_total", result="miss") >= 2
+    assert 0 < value(text, "agentd_hot_threads_bytes") < value(text, "agentd_hot_threads_budget_bytes")
 
 
 async def test_compactions_are_memory_runs(api: httpx.AsyncClient) -> None:

@@ -82,7 +82,7 @@ class Daemon:
                 "(every request then needs Authorization: Bearer <token>), or bind to 127.0.0.1"
             )
         self.reload_interval = reload_interval
-        self.metrics = Metrics(lambda: self.fleet.entries)
+        self.metrics = Metrics(lambda: self.fleet.entries, lambda: self.resources.stats())
         self.resources = Resources(
             self.settings,
             data_dir,

@@ -10,10 +10,10 @@ each scrape, so they can never drift from what `GET /agents` shows.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from typing import Protocol
+from typing import Any, Protocol
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from agentd.store.records import RunRecord
@@ -43,9 +43,14 @@ def channel_of(conversation_key: str | None) -> str:
 
 
 class Metrics:
-    """The daemon's series; `agents()` gives the fleet at scrape time, by agent name."""
+    """The daemon's series; `agents()` gives the fleet at scrape time, by agent name, and `held()` what
+    the process holds for all of them (Resources.stats: open files, the hot threads' cache)."""
 
-    def __init__(self, agents: Callable[[], Mapping[str, AgentGauges]]):
+    def __init__(
+        self,
+        agents: Callable[[], Mapping[str, AgentGauges]],
+        held: Callable[[], Mapping[str, Any]] = dict,
+    ):
         self.registry = CollectorRegistry()
         r = self.registry
         self.turns = Counter(
@@ -93,6 +98,7 @@ class Metrics:
             registry=r,
         )
         r.register(_FleetCollector(agents))
+        r.register(_HeldCollector(held))
 
     # -- fed as things happen -------------------------------------------------------------------
 
@@ -156,3 +162,41 @@ class _FleetCollector(Collector):
         yield by_status
         yield waiting
         yield channels
+
+
+class _HeldCollector(Collector):
+    """The hot threads' cache (bytes against the budget, hits, misses, evictions) and the open files."""
+
+    def __init__(self, held: Callable[[], Mapping[str, Any]]):
+        self._held = held
+
+    def collect(self) -> Iterator[Metric]:
+        held = self._held()
+        hot, files = held.get("hot_threads"), held.get("files")
+        if hot:
+            yield GaugeMetricFamily(
+                "agentd_hot_threads_bytes", "Bytes of transcripts kept in memory, all agents.", hot["bytes"]
+            )
+            yield GaugeMetricFamily(
+                "agentd_hot_threads_budget_bytes",
+                "The hot threads' budget (store.hot_cache_mb).",
+                hot["budget_bytes"],
+            )
+            lookups = CounterMetricFamily(
+                "agentd_hot_threads_lookups",
+                "Threads looked up in memory, by result (hit, miss).",
+                labels=["result"],
+            )
+            lookups.add_metric(["hit"], hot["hits"])
+            lookups.add_metric(["miss"], hot["misses"])
+            yield lookups
+            yield CounterMetricFamily(
+                "agentd_hot_threads_evictions",
+                "Threads dropped from memory to keep to the budget.",
+                hot["evictions"],
+            )
+        if files:
+            yield GaugeMetricFamily("agentd_open_files", "Agent data files open now.", files["open"])
+            yield GaugeMetricFamily(
+                "agentd_open_files_max", "At most this many open at once.", files["max_open"]
+            )
