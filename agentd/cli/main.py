@@ -171,6 +171,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     from agentd.providers.embedders import check_embedder
 
     result = check_agents(args.dir, args.config, check_embedder)
+    for warning in result.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
     for error in result.errors:
         print(error, file=sys.stderr)
     if result.errors:

@@ -37,6 +37,7 @@ from agentd.daemon.periodic import (
     every,
     freeze_gc,
 )
+from agentd.daemon.provider_checks import warn_unused_providers
 from agentd.daemon.resources import _FROM_SETTINGS, DAEMON_STORE, Resources
 from agentd.daemon.server import EmbeddedServer, bind, url
 from agentd.daemon.watcher import FolderWatcher
@@ -154,6 +155,7 @@ class Daemon:
             finally:
                 gc.freeze()
                 gc.enable()
+            warn_unused_providers(self.settings, [e.spec for e in self.fleet.entries.values() if e.spec])
             self.spawn(every(self.reload_interval, self.sync_agents, "reloading agents"))
             self.spawn(every(GC_FREEZE_EVERY, freeze_gc, "freezing the GC"))
             self.spawn(every(PRUNE_EVERY, self._prune, "pruning old delivery ids and episodes"))

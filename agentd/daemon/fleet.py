@@ -18,6 +18,7 @@ from typing import Any
 from agentd.config.loader import parse_agent
 from agentd.config.models import AgentSpec
 from agentd.daemon.host import AgentChannels, AgentHost, Spawn
+from agentd.daemon.provider_checks import agent_warnings
 from agentd.daemon.resources import Resources
 from agentd.engine.agent import Agent
 from agentd.errors import AgentdError, ConfigError, OperatorError
@@ -35,6 +36,7 @@ class AgentEntry:
     spec: AgentSpec | None = None  # the last good definition
     agent: Agent | None = None
     last_error: str | None = None
+    warnings: list[str] = field(default_factory=list)  # what will fail when it calls its models
     channels: AgentChannels | None = field(default=None, repr=False)
 
     @property
@@ -146,6 +148,7 @@ class Fleet:
             entry.agent.update_spec(spec)
             await self._audit("config", "reloaded", name, {"file": str(path)})
             log.info("agent %s: reloaded", name)
+        self._check_providers(entry, spec)
         if old is None or old.channels != spec.channels or entry.channels is None:
             await self._stop_channels(entry)
             resources = self.resources
@@ -157,6 +160,12 @@ class Fleet:
                 resources.settings.store.lease_s,
             )
             entry.channels.start(spec)
+
+    def _check_providers(self, entry: AgentEntry, spec: AgentSpec) -> None:
+        assert self.resources.providers is not None
+        entry.warnings = agent_warnings(spec, self.resources.settings, self.resources.providers)
+        for warning in entry.warnings:
+            log.warning("agent %s: %s", entry.name, warning)
 
     def _parse(self, path: Path) -> AgentSpec:
         settings = self.resources.settings
@@ -237,6 +246,7 @@ class Fleet:
                     "status": entry.status,
                     "last_error": entry.last_error
                     or (entry.agent.lifecycle.last_error if entry.agent else None),
+                    "warnings": entry.warnings,
                     # unopened: not used since start (its data file is opened, and checked, at first use)
                     "data": entry.agent.data_state if entry.agent else None,
                 }

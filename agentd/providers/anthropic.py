@@ -17,7 +17,7 @@ import httpx
 from agentd.errors import ProviderError
 from agentd.messages import Message, Part, TextPart, ToolCallPart, ToolResultPart
 from agentd.providers.base import Completion, CompletionRequest, Usage
-from agentd.providers.http import Endpoint, api_key, post_json, unreadable
+from agentd.providers.http import Endpoint, api_key, key_problem, post_json, unreadable
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 API_VERSION = "2023-06-01"
@@ -56,6 +56,9 @@ class AnthropicProvider:
     @property
     def base_url(self) -> str:
         return self._endpoint.base_url
+
+    def credential_problem(self, model: str) -> str | None:
+        return key_problem(self._endpoint, self._api_key, model)
 
     async def complete(self, request: CompletionRequest) -> Completion:
         headers = {

@@ -53,6 +53,15 @@ def api_key(endpoint: Endpoint, configured: str | None, model: str) -> str:
     return key
 
 
+def key_problem(endpoint: Endpoint, configured: str | None, model: str) -> str | None:
+    """What a call would say about the missing key, found without calling (GET /agents' warnings)."""
+    try:
+        api_key(endpoint, configured, model)
+    except CredentialError as e:
+        return str(e)
+    return None
+
+
 async def post_json(
     client: httpx.AsyncClient,
     endpoint: Endpoint,

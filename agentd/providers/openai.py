@@ -16,7 +16,7 @@ import httpx
 from agentd.errors import ProviderError
 from agentd.messages import Message, Part, TextPart, ToolCallPart, ToolResultPart
 from agentd.providers.base import Completion, CompletionRequest, Usage
-from agentd.providers.http import Endpoint, api_key, post_json, unreadable
+from agentd.providers.http import Endpoint, api_key, key_problem, post_json, unreadable
 
 _DEFAULT_BASE_URLS = {"openai": "https://api.openai.com/v1", "ollama": "http://localhost:11434/v1"}
 KEY_ENV = "OPENAI_API_KEY"
@@ -74,6 +74,9 @@ class OpenAIProvider:
                 headers=headers,
             )
         return self._completion(body, request.model)
+
+    def credential_problem(self, model: str) -> str | None:
+        return None if self.kind == "ollama" else key_problem(self._endpoint, self._api_key, model)
 
     def _key(self, model: str) -> str | None:
         if self.kind == "ollama":

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 
 from agentd.errors import OperatorError
-from agentd.providers.base import ModelProvider
+from agentd.providers.base import Completion, CompletionRequest, ModelProvider
 from agentd.providers.offline import OfflineProvider
 from agentd.providers.timed import ReportCall, TimedProvider
 
@@ -70,6 +70,8 @@ class ProviderRegistry:
 
     def _build(self, name: str) -> ModelProvider:
         spec = self._specs.get(name)
+        if spec is not None and spec.unavailable:
+            return UnavailableProvider(name, spec.unavailable)
         kind = spec.kind if spec is not None else name
         if kind == "offline":
             return OfflineProvider()
@@ -90,6 +92,32 @@ class ProviderRegistry:
         provider: ModelProvider = cls(**kwargs)
         return provider
 
+    def credential_problem(self, ref: str) -> str | None:
+        """Why calls to model `ref` cannot succeed as configured (no API key, a variable of its settings
+        not set, an unknown provider), found without calling it; None when nothing is known wrong."""
+        try:
+            provider, model = self.resolve(ref)
+        except OperatorError as e:
+            return str(e)
+        check = getattr(provider, "credential_problem", None)  # providers that need a key have it
+        return check(model) if check is not None else None
+
     async def aclose(self) -> None:
         if self._client is not None:
             await self._client.aclose()
+
+
+class UnavailableProvider:
+    """A provider whose settings name a variable that is not set: every call fails, saying which."""
+
+    def __init__(self, name: str, reason: str):
+        self.name = name
+        self.reason = reason
+
+    def credential_problem(self, model: str) -> str:
+        return (
+            f"provider {self.name} (model {model}) cannot be used: {self.reason}; set it and restart agentd"
+        )
+
+    async def complete(self, request: CompletionRequest) -> Completion:
+        raise OperatorError(self.credential_problem(request.model))
