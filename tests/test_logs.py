@@ -36,11 +36,13 @@ class DownEmbedder:
 def log_lines() -> Iterator[io.StringIO]:
     """agentd's JSON logging, into a buffer, as `agentd run --log-format json` sets it up."""
     buffer = io.StringIO()
-    configure_logging("info", "json", stream=buffer)
-    yield buffer
     root = logging.getLogger()
+    level = root.level
+    configure_logging("info", "json", stream=buffer, force=True)
+    yield buffer
     for handler in [h for h in root.handlers if getattr(h, "stream", None) is buffer]:
         root.removeHandler(handler)
+    root.setLevel(level)
 
 
 def parsed(buffer: io.StringIO) -> list[dict[str, Any]]:

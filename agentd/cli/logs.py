@@ -65,16 +65,39 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(line, default=str, ensure_ascii=False)
 
 
-class _AgentdHandler(logging.StreamHandler):  # type: ignore[type-arg]
-    """Ours, as opposed to handlers someone else (pytest, an embedding program) put on the root."""
+class _AgentdHandler(logging.Handler):
+    """Ours, as opposed to handlers someone else (pytest, an embedding program) put on the root.
+
+    Without a stream of its own it writes to whatever sys.stderr is when a line is logged (not when it
+    was configured): a CLI command run in-process, by a test say, leaves nothing behind that writes
+    to a stream closed since.
+    """
+
+    def __init__(self, stream: TextIO | None = None):
+        super().__init__()
+        self.stream = stream
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            stream = self.stream if self.stream is not None else sys.stderr
+            stream.write(self.format(record) + "\n")
+            stream.flush()
+        except Exception:
+            self.handleError(record)
 
 
-def configure_logging(level: str = "info", fmt: str = "text", stream: TextIO | None = None) -> None:
-    """Route every logger to one handler on stderr (or `stream`) in the chosen format."""
-    handler = _AgentdHandler(stream if stream is not None else sys.stderr)
+def configure_logging(
+    level: str = "info", fmt: str = "text", stream: TextIO | None = None, *, force: bool = False
+) -> None:
+    """Route every logger to one handler on stderr (or `stream`) in the chosen format. Like
+    logging.basicConfig, nothing changes when the program running agentd set up logging itself (a test
+    runner calling the CLI in-process, say), unless `force`."""
+    root = logging.getLogger()
+    if not force and any(not isinstance(h, _AgentdHandler) for h in root.handlers):
+        return
+    handler = _AgentdHandler(stream)
     handler.addFilter(RunIdFilter())
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
-    root = logging.getLogger()
     for old in [h for h in root.handlers if isinstance(h, _AgentdHandler)]:
         root.removeHandler(old)  # configured twice in one process (tests): replaced, not doubled
     root.addHandler(handler)
