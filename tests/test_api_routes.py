@@ -3,12 +3,16 @@ conversation (audited), `/` leading to the UI, a rejected agent saying why, a re
 
 from __future__ import annotations
 
+import asyncio
+import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 import httpx
+import pytest
 
+from agentd.cli import main
 from agentd.daemon import Daemon
 from tests.support import open_api, send
 
@@ -142,3 +146,25 @@ async def test_a_removed_agents_config_events_stay_readable(tmp_path: Path) -> N
         # an empty filter filters nothing
         everything = (await client.get("/audit", params={"agent": "", "kind": "config"})).json()["events"]
         assert {e["agent"] for e in everything} >= {"assistant", "gone"}
+
+
+async def remove_an_agent(root: Path) -> None:
+    async with serving(root, {"assistant": ASSISTANT, "gone": ASSISTANT}) as (daemon, client):
+        await send(client, "assistant", "c", "remember city: Lisbon")
+        (root / "agents" / "gone.yaml").unlink()
+        await daemon.sync_agents()
+
+
+def test_agentd_audit_shows_the_config_events_too_after_the_file_is_gone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    asyncio.run(remove_an_agent(tmp_path))
+    folders = ["--agents", str(tmp_path / "agents"), "--data", str(tmp_path / "data"), "--json"]
+    assert main(["audit", "gone", *folders]) == 0
+    gone = json.loads(capsys.readouterr().out)
+    assert [(e["kind"], e["action"]) for e in gone] == [("config", "loaded"), ("config", "removed")]
+    assert main(["audit", "assistant", *folders]) == 0
+    events = [(e["kind"], e["action"]) for e in json.loads(capsys.readouterr().out)]
+    assert events[0] == ("config", "loaded") and ("memory", "remember") in events
+    with pytest.raises(SystemExit, match="no audit events of agent 'ghost'"):
+        main(["audit", "ghost", *folders])
