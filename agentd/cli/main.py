@@ -10,6 +10,7 @@ from pathlib import Path
 
 from agentd import __version__
 from agentd.cli.chat import cmd_chat
+from agentd.cli.init import cmd_init
 from agentd.cli.local import cmd_forget_episodes, cmd_inspect
 from agentd.cli.logs import LOG_FORMATS, LOG_LEVELS, configure_logging
 from agentd.cli.reports import cmd_audit, cmd_memories, cmd_runs
@@ -46,6 +47,12 @@ def build_parser() -> argparse.ArgumentParser:
         )
         if data:
             sp.add_argument("--data", type=Path, default=Path("data"), help="data folder (default: ./data)")
+
+    init = sub.add_parser(
+        "init", help="start a folder: agents/ with a commented example, agentd.yaml with every setting"
+    )
+    init.add_argument("dir", nargs="?", type=Path, default=Path("."), help="default: the current folder")
+    init.set_defaults(func=cmd_init)
 
     run = sub.add_parser("run", help="run the daemon: every agent, its channels and the HTTP API")
     common(run)
