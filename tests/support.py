@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -134,6 +134,17 @@ async def open_api(
         transport=httpx.ASGITransport(app=create_app(daemon)), base_url="http://agentd"
     )
     return daemon, client
+
+
+@contextlib.asynccontextmanager
+async def serving(root: Path, agents: dict[str, str]) -> AsyncIterator[tuple[Daemon, httpx.AsyncClient]]:
+    """open_api for the length of a `with`: the client closed and the daemon shut down after."""
+    daemon, client = await open_api(root, agents)
+    try:
+        yield daemon, client
+    finally:
+        await client.aclose()
+        await daemon.shutdown()
 
 
 async def send(

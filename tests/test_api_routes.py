@@ -5,29 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import httpx
 import pytest
 
 from agentd.cli import main
-from agentd.daemon import Daemon
-from tests.support import open_api, send
+from tests.support import send, serving
 
 ASSISTANT = "memory: {scope: thread, persistent: true}\nchannels: {webhook: {}}\n"
 PER_USER = "memory: {scope: thread, persistent: true, persistent_scope: user}\nchannels: {webhook: {}}\n"
-
-
-@asynccontextmanager
-async def serving(root: Path, agents: dict[str, str]) -> AsyncIterator[tuple[Daemon, httpx.AsyncClient]]:
-    daemon, client = await open_api(root, agents)
-    try:
-        yield daemon, client
-    finally:
-        await client.aclose()
-        await daemon.shutdown()
 
 
 async def audit(client: httpx.AsyncClient, agent: str, kind: str) -> list[dict[str, object]]:

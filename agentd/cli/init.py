@@ -34,6 +34,6 @@ def cmd_init(args: argparse.Namespace) -> int:
     print(
         f"next: {where}agentd run     (the example agent answers on the built-in offline model), then\n"
         "  curl -s -X POST localhost:8765/agents/assistant/messages -H 'content-type: application/json' \\\n"
-        "    -d '{\"conversation_id\": \"demo\", \"text\": \"remember city: Lisbon\"}'"
+        '    -d \'{"conversation_id": "demo", "text": "remember city: Lisbon"}\''
     )
     return 0

@@ -51,51 +51,51 @@ class Metrics:
         agents: Callable[[], Mapping[str, AgentGauges]],
         held: Callable[[], Mapping[str, Any]] = dict,
     ):
-        self.registry = CollectorRegistry()
-        r = self.registry
-        self.turns = Counter(
+        self.registry = r = CollectorRegistry()
+
+        def counter(name: str, labels: tuple[str, ...], doc: str) -> Counter:
+            return Counter(name, doc, labels, registry=r)
+
+        def histogram(name: str, labels: tuple[str, ...], buckets: tuple[float, ...], doc: str) -> Histogram:
+            return Histogram(name, doc, labels, buckets=buckets, registry=r)
+
+        self.turns = counter(
             "agentd_turns",
+            ("agent", "channel", "outcome"),
             "Message turns answered, by agent, channel and outcome (ok, error).",
-            ["agent", "channel", "outcome"],
-            registry=r,
         )
-        self.commands = Counter(
+        self.commands = counter(
             "agentd_commands",
+            ("agent", "channel"),
             "Commands (/new, /status, ...) run, by agent and channel.",
-            ["agent", "channel"],
-            registry=r,
         )
-        self.memory_runs = Counter(
+        self.memory_runs = counter(
             "agentd_memory_runs",
+            ("agent", "trigger", "outcome"),
             "Memory runs (compaction, summary, fold, extraction, ...) by agent, trigger and outcome.",
-            ["agent", "trigger", "outcome"],
-            registry=r,
         )
-        self.tokens = Counter(
+        self.tokens = counter(
             "agentd_tokens",
+            ("agent", "direction"),
             "Model tokens by agent and direction (in, out); estimated when the provider reports none.",
-            ["agent", "direction"],
-            registry=r,
         )
-        self.turn_seconds = Histogram(
+        self.turn_seconds = histogram(
             "agentd_turn_duration_seconds",
-            "Message turns from the event to the committed reply, by channel.",
-            ["channel"],
-            buckets=TURN_BUCKETS,
-            registry=r,
+            ("channel",),
+            TURN_BUCKETS,
+            "Message turns (prompt, model calls and tools, until the commit), by channel.",
         )
-        self.model_call_seconds = Histogram(
+        self.model_call_seconds = histogram(
             "agentd_model_call_duration_seconds",
+            ("provider", "purpose", "outcome"),
+            TURN_BUCKETS,
             "Model calls (retries included) by provider, purpose (chat, summary, ...) and outcome.",
-            ["provider", "purpose", "outcome"],
-            buckets=TURN_BUCKETS,
-            registry=r,
         )
-        self.store_commit_seconds = Histogram(
+        self.store_commit_seconds = histogram(
             "agentd_store_commit_duration_seconds",
+            (),
+            COMMIT_BUCKETS,
             "Store transactions (one group commit of one agent file) on the store thread.",
-            buckets=COMMIT_BUCKETS,
-            registry=r,
         )
         r.register(_FleetCollector(agents))
         r.register(_HeldCollector(held))

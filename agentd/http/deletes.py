@@ -14,8 +14,8 @@ from agentd.events import CONVERSATION_KEY_PATTERN
 from agentd.http.auth import client_of
 from agentd.http.bodies import USER_ID_PATTERN, agent_param, documented_pattern
 from agentd.http.directory import AgentDirectory
-from agentd.http.errors import ApiError, errors
-from agentd.http.lookup import USER_ID_FORM, check_key, check_user, running_agent
+from agentd.http.errors import ApiError, routes
+from agentd.http.lookup import USER_ID_FORM, check_user, conversation_agent, running_agent
 from agentd.http.reads import conversation_key_param
 
 MEMORY_KEY_PATTERN = r"^[A-Za-z0-9_.:-]{1,64}$"  # agentd.memory.persistent.KEY_RE
@@ -24,15 +24,12 @@ SCOPE_PATTERN = "^(|user:" + USER_ID_PATTERN[1:-1] + "|conversation:" + CONVERSA
 
 
 def add_delete_routes(app: FastAPI, directory: AgentDirectory, protected: list[Depends]) -> None:
+    delete = routes(app, "DELETE", protected)
+
     def by(request: Request) -> str:
         return f"http:{client_of(request)}"
 
-    @app.delete(
-        "/agents/{agent}/people/{user_id}/episodes",
-        tags=["agents"],
-        dependencies=protected,
-        responses=errors(400, 404, 503),
-    )
+    @delete("/agents/{agent}/people/{user_id}/episodes", 400, 404, 503)
     async def forget_episodes(
         request: Request,
         agent: str = agent_param(),
@@ -43,12 +40,7 @@ def add_delete_routes(app: FastAPI, directory: AgentDirectory, protected: list[D
         deleted = await running_agent(directory, agent).forget_episodes(user_id, by=by(request))
         return {"agent": agent, "user_id": user_id, "deleted": deleted}
 
-    @app.delete(
-        "/agents/{agent}/memories/{key}",
-        tags=["agents"],
-        dependencies=protected,
-        responses=errors(400, 404, 503),
-    )
+    @delete("/agents/{agent}/memories/{key}", 400, 404, 503)
     async def forget_memory(
         request: Request,
         agent: str = agent_param(),
@@ -74,20 +66,14 @@ def add_delete_routes(app: FastAPI, directory: AgentDirectory, protected: list[D
             raise ApiError(404, f"{e}{f' in scope {scope!r}' if scope else ''}") from None
         return {"agent": agent, "key": key, "scope": scope, "deleted": True}
 
-    @app.delete(
-        "/agents/{agent}/conversations/{conversation_key:path}",
-        tags=["agents"],
-        dependencies=protected,
-        responses=errors(400, 404, 503),
-    )
+    @delete("/agents/{agent}/conversations/{conversation_key:path}", 400, 404, 503)
     async def delete_conversation(
         request: Request, agent: str = agent_param(), conversation_key: str = conversation_key_param()
     ) -> dict[str, Any]:
         """Delete a conversation: every thread, archived ones too, with messages, summaries and memory
         state; audited with the counts (`conversation/delete`). Runs and audit events stay; episodes and
         facts made of it stay too (they are the person's: see DELETE …/people/{user_id}/episodes)."""
-        target = running_agent(directory, agent)
-        check_key(conversation_key)
+        target = conversation_agent(directory, agent, conversation_key)
         deleted = await target.delete_conversation(conversation_key, by=by(request))
         if not deleted["threads"]:
             raise ApiError(404, f"agent {agent!r} has no conversation {conversation_key!r}")

@@ -8,7 +8,8 @@ so the OpenAPI names every one of them with this schema.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -20,6 +21,7 @@ from starlette.routing import Match, Route
 from agentd.errors import StoreError
 
 log = logging.getLogger(__name__)
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 class ApiError(Exception):
@@ -55,6 +57,24 @@ def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
     422 (any parameter FastAPI checks: documented in this shape, not FastAPI's own) always."""
     codes = sorted({401, 422, *statuses})
     return {code: {"model": ErrorOut, "description": WHEN[code]} for code in codes}
+
+
+def routes(app: FastAPI, method: str, dependencies: Sequence[Any]) -> Callable[..., Callable[[F], F]]:
+    """`routes(app, "GET", protected)(path, 404, 503)` registers a route answering `method` on `path`,
+    behind `dependencies` (the token), with the error statuses it can answer documented."""
+
+    def route(path: str, *statuses: int, tag: str = "agents", **extra: Any) -> Callable[[F], F]:
+        register: Callable[[F], F] = app.api_route(
+            path,
+            methods=[method],
+            tags=[tag],
+            dependencies=list(dependencies),
+            responses=errors(*statuses),
+            **extra,
+        )
+        return register
+
+    return route
 
 
 def reasons(problems: Any) -> list[dict[str, Any]]:

@@ -24,6 +24,13 @@ def running_agent(directory: AgentDirectory, name: str) -> Agent:
     return agent
 
 
+def conversation_agent(directory: AgentDirectory, name: str, conversation_key: str) -> Agent:
+    """The running agent `name`, for a route about one of its conversations (the key checked too)."""
+    agent = running_agent(directory, name)
+    check_key(conversation_key)
+    return agent
+
+
 def check_key(conversation_key: str) -> None:
     if not is_conversation_key(conversation_key):
         raise ApiError(

@@ -17,8 +17,8 @@ from agentd.http.bodies import (
     parse_since,
 )
 from agentd.http.directory import AgentDirectory
-from agentd.http.errors import ApiError, errors
-from agentd.http.lookup import check_key, check_user, running_agent
+from agentd.http.errors import ApiError, routes
+from agentd.http.lookup import check_user, conversation_agent, running_agent
 
 KEY_DESCRIPTION = "a conversation key, <channel>:<id> (webhook:t-1, repl:local, discord:123, ...)"
 RUN_KEYS = (
@@ -41,7 +41,9 @@ def conversation_key_param() -> Any:
 
 
 def add_read_routes(app: FastAPI, directory: AgentDirectory, protected: list[Depends]) -> None:
-    @app.get("/agents", tags=["agents"], dependencies=protected, responses=errors())
+    get = routes(app, "GET", protected)
+
+    @get("/agents")
     async def agents() -> dict[str, Any]:
         """Every agent (model, memory, channels and their states, status, last error, warnings); what the
         daemon holds for all of them (open files, hot threads' memory); memory models that failed lately."""
@@ -51,7 +53,7 @@ def add_read_routes(app: FastAPI, directory: AgentDirectory, protected: list[Dep
             "memory_models": directory.memory_models(),
         }
 
-    @app.get("/audit", tags=["daemon"], dependencies=protected, responses=errors(400, 404, 422))
+    @get("/audit", 400, 404, tag="daemon")
     async def audit(
         agent: str | None = Query(default=None, description="one agent's events, its config events too"),
         kind: str | None = Query(default=None, description="config, memory, command, auth, permission, ..."),
@@ -69,7 +71,7 @@ def add_read_routes(app: FastAPI, directory: AgentDirectory, protected: list[Dep
             raise ApiError(404, f"no agent named {agent!r}, and no audit events of one")
         return {"events": [{**e, "ts": iso(e["ts"])} for e in events]}
 
-    @app.get("/agents/{agent}/runs", tags=["agents"], dependencies=protected, responses=errors(404, 422, 503))
+    @get("/agents/{agent}/runs", 404, 503)
     async def runs(
         agent: str = agent_param(),
         conversation_key: str | None = None,
@@ -79,29 +81,18 @@ def add_read_routes(app: FastAPI, directory: AgentDirectory, protected: list[Dep
         rows = await running_agent(directory, agent).runs(conversation_key, limit)
         return {"runs": [_run_out(r) for r in rows]}
 
-    @app.get(
-        "/agents/{agent}/status",
-        tags=["agents"],
-        dependencies=protected,
-        responses=errors(400, 404, 422, 503),
-    )
+    @get("/agents/{agent}/status", 400, 404, 503)
     async def status(
         agent: str = agent_param(),
         conversation_key: str = Query(**documented_pattern(CONVERSATION_KEY_PATTERN, KEY_DESCRIPTION)),
         user_id: str | None = Query(default=None, **documented_pattern(USER_ID_PATTERN, "whose memory keys")),
     ) -> dict[str, Any]:
         """What `/status` says in that conversation, as JSON."""
-        target = running_agent(directory, agent)
-        check_key(conversation_key)
+        target = conversation_agent(directory, agent, conversation_key)
         check_user(user_id)
         return await target.status_of(conversation_key, user_id)
 
-    @app.get(
-        "/agents/{agent}/conversations",
-        tags=["agents"],
-        dependencies=protected,
-        responses=errors(404, 422, 503),
-    )
+    @get("/agents/{agent}/conversations", 404, 503)
     async def conversations(
         agent: str = agent_param(),
         limit: int = Query(default=50, ge=1, le=1000),
@@ -118,32 +109,20 @@ def add_read_routes(app: FastAPI, directory: AgentDirectory, protected: list[Dep
         return {"conversations": page[:limit], "next_offset": offset + limit if len(rows) > limit else None}
 
     # Before the transcript route below: its `{conversation_key:path}` would take ".../memory" as a key.
-    @app.get(
-        "/agents/{agent}/conversations/{conversation_key:path}/memory",
-        tags=["agents"],
-        dependencies=protected,
-        responses=errors(400, 404, 503),
-    )
+    @get("/agents/{agent}/conversations/{conversation_key:path}/memory", 400, 404, 503)
     async def conversation_memory(
         agent: str = agent_param(), conversation_key: str = conversation_key_param()
     ) -> dict[str, Any]:
         """The memory inspector: per layer, what the model will see on the next turn."""
-        target = running_agent(directory, agent)
-        check_key(conversation_key)
+        target = conversation_agent(directory, agent, conversation_key)
         return await target.inspect(conversation_key)
 
-    @app.get(
-        "/agents/{agent}/conversations/{conversation_key:path}",
-        tags=["agents"],
-        dependencies=protected,
-        responses=errors(400, 404, 503),
-    )
+    @get("/agents/{agent}/conversations/{conversation_key:path}", 400, 404, 503)
     async def conversation(
         agent: str = agent_param(), conversation_key: str = conversation_key_param()
     ) -> dict[str, Any]:
         """What the model will see next: system prompt, summary, messages, tokens against the threshold."""
-        target = running_agent(directory, agent)
-        check_key(conversation_key)
+        target = conversation_agent(directory, agent, conversation_key)
         return await target.next_prompt(conversation_key)
 
 
