@@ -46,6 +46,9 @@ class MemorySpec(Spec):
     # agent: one set of facts for everyone; user: each person's facts are theirs alone
     persistent_scope: Literal["agent", "user"] = "agent"
     strategy: StrategySpec | None = None
+    # secrets (API keys, tokens, private keys, card numbers) in what is written to memory:
+    # redact them, refuse a tool's write that holds one, or allow them (agentd/memory/screening.py)
+    secrets: Literal["redact", "refuse", "allow"] = "redact"
 
     @field_validator("compact_at_tokens", mode="before")
     @classmethod
@@ -61,6 +64,13 @@ class MemorySpec(Spec):
         if count <= 0:
             raise ValueError("expected a positive token count or false")
         return count
+
+
+class TranscriptsSpec(Spec):
+    """How conversation transcripts are stored."""
+
+    # store each turn's messages with secrets redacted (the model of that turn still saw them)
+    redact_secrets: bool = False
 
 
 class WebhookSpec(Spec):
@@ -97,6 +107,7 @@ class AgentSpec(Spec):
     purpose: str = ""
     model: ModelSpec = ModelSpec(name=OFFLINE_MODEL)
     memory: MemorySpec = MemorySpec()
+    transcripts: TranscriptsSpec = TranscriptsSpec()
     channels: ChannelsSpec = ChannelsSpec()
     max_tool_steps: int = Field(default=8, ge=1, le=100)
     subagents: list[SubagentSpec] = []

@@ -58,7 +58,7 @@ class AgentState:
         self.threads = HotThreads(
             store, resources.hot_budget, lambda key: self.locks.held(key) or self.memory_locks.held(key)
         )
-        self.memory = PersistentMemory(store, spec.name, spec.memory.max_value_chars)
+        self.memory = PersistentMemory(store, spec.name, spec.memory.max_value_chars, spec.memory.secrets)
         # platform deliveries seen lately: (channel, event id), oldest first
         self.recent_events: OrderedDict[tuple[str, str], None] = OrderedDict()
         self._memories: dict[tuple[int, int], tuple[AgentSpec, Any, Memory]] = {}
@@ -71,6 +71,7 @@ class AgentState:
     def update_spec(self, spec: AgentSpec) -> None:
         self.spec = spec
         self.memory.max_value_chars = spec.memory.max_value_chars
+        self.memory.secrets = spec.memory.secrets
 
     def memory_of(self, spec: AgentSpec, conversation_key: str) -> Memory:
         """The memory a conversation gets under `spec`: a sub-agent slot's override when the

@@ -20,12 +20,13 @@ from agentd.engine.tools import run_tool_calls
 from agentd.errors import OperatorError, ProviderError
 from agentd.events import InboundEvent, Reply
 from agentd.memory.base import Memory, MemoryContext, TurnInput
+from agentd.memory.screening import transcript_copy
 from agentd.memory.tooling import ToolCall
 from agentd.messages import Message, ToolResultPart, estimate_tokens
 from agentd.providers.base import CompletionRequest
 from agentd.run_context import current_run
 from agentd.store.records import RunRecord, StoredMessage, StoredThread
-from agentd.store.writes import CommitTurn, Delivery
+from agentd.store.writes import AppendAudit, CommitTurn, Delivery
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +137,7 @@ async def run_turn(
     if not reply_text and error is None:
         reply_text = "(the model returned an empty reply)"
     run.duration_ms = (time.time() - started) * 1000
-    await _commit(state, memory, thread, event, run, new)
+    await _commit(state, memory, thread, event, run, new, spec.transcripts.redact_secrets)
     return Reply(text=reply_text, conversation_key=event.conversation_key, run_id=run.id, error=error)
 
 
@@ -147,17 +148,24 @@ async def _commit(
     event: InboundEvent,
     run: RunRecord,
     new: list[Message],
+    redact_secrets: bool = False,
 ) -> None:
     keep = memory.keeps_transcript
-    stored = [StoredMessage(thread.next_seq + i, m, run.id) for i, m in enumerate(new)] if keep else []
+    # transcripts.redact_secrets: the stored copy (which later turns replay) has secrets redacted;
+    # the model of this turn saw them as sent
+    kept, audits = (
+        transcript_copy(new, event.conversation_key, run.id) if keep and redact_secrets else (new, [])
+    )
+    stored = [StoredMessage(thread.next_seq + i, m, run.id) for i, m in enumerate(kept)] if keep else []
     usage = (run.last_input_tokens, run.tokens_estimated) if run.model_calls else None
     delivery = (
         Delivery(event.channel, event.event_id, event.conversation_key)
         if event.event_id is not None
         else None
     )
-    op = CommitTurn(event.conversation_key, thread.id, stored, run, usage, delivery, time.time())
-    [thread_id] = await state.store.write(op)
+    now = time.time()
+    op = CommitTurn(event.conversation_key, thread.id, stored, run, usage, delivery, now)
+    thread_id, *_ = await state.store.write(op, *([AppendAudit(state.name, audits, now)] if audits else []))
     run.thread_id = thread_id
     # Only now, with everything committed, does the hot thread change.
     if keep:

@@ -83,6 +83,11 @@ class MemoryContext(Protocol):
     @property
     def embedder(self) -> Embedder | None: ...
 
+    @property
+    def secrets(self) -> str:
+        """`memory.secrets` of the agent's current definition: redact, refuse or allow."""
+        ...
+
     def agent_model(self, small: bool = False) -> str:
         """The agent's model reference; with small, model.small when set (compaction, summaries)."""
         ...

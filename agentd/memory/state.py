@@ -45,6 +45,7 @@ from agentd.memory.patches import (
 )
 from agentd.memory.runs import commit_memory_run, structured_model
 from agentd.messages import MESSAGE_ADAPTER, Message, render_transcript
+from agentd.providers.remembered import remembered_block
 from agentd.store.records import AuditRecord, LayerState, RunRecord, StoredMessage, StoredThread
 
 log = logging.getLogger(__name__)
@@ -186,8 +187,10 @@ class StateMemory:
                     else "."
                 )
             )
-        value = sigma_json(sigma) if sigma else "{} (nothing kept yet)"
-        return f"{head}\nIt keeps: {self.spec.spec.strip()}\nFields: {fields}\nΣ = {value}"
+        what = f"{head}\nIt keeps: {self.spec.spec.strip()}\nFields: {fields}"
+        if not sigma:
+            return f"{what}\nΣ = {{}} (nothing kept yet)"
+        return remembered_block("state", f"{what}\nΣ, as JSON:", sigma_json(sigma))
 
     def pending_in_view(self, thread: StoredThread) -> int:
         state = thread.layers.get(self.layer)
