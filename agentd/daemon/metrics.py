@@ -83,7 +83,7 @@ class Metrics:
             "agentd_turn_duration_seconds",
             ("channel",),
             TURN_BUCKETS,
-            "Message turns (prompt, model calls and tools, until the commit), by channel.",
+            "Message turns (the prompt, model calls and tools; their commit is a store commit), by channel.",
         )
         self.model_call_seconds = histogram(
             "agentd_model_call_duration_seconds",

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol, TypeVar
 
-from agentd.store.base import Store
+from agentd.store.base import KnowsIfAbsent, Store
 from agentd.store.claims import Claim
 from agentd.store.queries import Query
 from agentd.store.records import RunRecord
@@ -71,6 +71,11 @@ class ObservedStore:
 
     def claim(self, conversation_key: str, purpose: str = "turn") -> AbstractAsyncContextManager[Claim]:
         return self._inner.claim(conversation_key, purpose)
+
+    # Optional capabilities (checked by type, with isinstance) are named here: isinstance looks the
+    # class up, never __getattr__ (Python 3.12+).
+    def absent(self) -> bool:
+        return isinstance(self._inner, KnowsIfAbsent) and self._inner.absent()
 
     def __getattr__(self, name: str) -> Any:
         # what a backend offers beyond the seam (tests' raw SQL, say) stays reachable
