@@ -13,7 +13,12 @@ from typing import Any, Protocol
 
 # A conversation key is "<channel>:<id...>", e.g. "webhook:ticket-7",
 # "discord:1234", "slack:C01:1700000000.0001", "repl:local".
-_KEY_RE = re.compile(r"^[a-z][a-z0-9_]*:[^\s]{1,256}$")
+# Not whitespace, in every regex engine's sense (Python's \s and ECMAScript's differ: \x1c-\x1f and \x85
+# are whitespace to Python, \ufeff to ECMAScript), so the patterns the OpenAPI publishes mean the same
+# to a client as here.
+NOT_SPACE = r"[^\t\n\v\f\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff]"
+CONVERSATION_KEY_PATTERN = rf"^[a-z][a-z0-9_]*:{NOT_SPACE}{{1,256}}$"
+_KEY_RE = re.compile(CONVERSATION_KEY_PATTERN)
 CONVERSATION_ID_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
 
 

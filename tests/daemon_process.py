@@ -35,8 +35,11 @@ class DaemonProcess:
         reload_interval: float = 0.2,
         headers: dict[str, str] | None = None,
         open_files: tuple[int, int] | None = None,
+        args: tuple[str, ...] = (),
     ):
-        """`open_files`: the (soft, hard) RLIMIT_NOFILE the daemon starts with (as `prlimit` would set)."""
+        """`open_files`: the (soft, hard) RLIMIT_NOFILE the daemon starts with (as `prlimit` would set);
+        `args`: more options of `agentd run` (--log-format json, ...)."""
+        self.args = args
         self.root = root
         self.open_files = open_files
         self.port = free_port()
@@ -57,7 +60,14 @@ class DaemonProcess:
     def _spawn(self) -> None:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         env.pop("AGENTD_MODEL", None)
-        command = ["run", "--port", str(self.port), "--reload-interval", str(self.reload_interval)]
+        command = [
+            "run",
+            "--port",
+            str(self.port),
+            "--reload-interval",
+            str(self.reload_interval),
+            *self.args,
+        ]
         limits = self.open_files
 
         def set_limits() -> None:

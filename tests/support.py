@@ -138,6 +138,17 @@ async def open_api(
     return daemon, client
 
 
+@contextlib.asynccontextmanager
+async def serving(root: Path, agents: dict[str, str]) -> AsyncIterator[tuple[Daemon, httpx.AsyncClient]]:
+    """open_api for the length of a `with`: the client closed and the daemon shut down after."""
+    daemon, client = await open_api(root, agents)
+    try:
+        yield daemon, client
+    finally:
+        await client.aclose()
+        await daemon.shutdown()
+
+
 async def send(
     client: httpx.AsyncClient, agent: str, conversation: str, text: str, user_id: str = "ana"
 ) -> None:

@@ -249,8 +249,8 @@ async def test_malformed_json_and_a_wrong_token(served: tuple[Daemon, str]) -> N
 
 async def test_the_openapi_document_describes_the_endpoint(served: tuple[Daemon, str]) -> None:
     _, url = served
-    async with httpx.AsyncClient(base_url=url) as http:
-        doc = (await http.get("/openapi.json")).json()
+    async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {TOKEN}"}) as http:
+        doc = (await http.get("/openapi.json")).json()  # behind the token like every route but /healthz
     route = doc["paths"]["/v1/chat/completions"]["post"]
     assert "messages" in route["requestBody"]["content"]["application/json"]["schema"]["properties"]
     assert "text/event-stream" in route["responses"]["200"]["content"]

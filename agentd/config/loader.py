@@ -14,7 +14,7 @@ import re
 import types
 import typing
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,19 +36,32 @@ class _Located:
     data: Any
     marks: dict[Loc, tuple[int, int]]  # path -> (line, column), 1-based
     key_marks: dict[Loc, tuple[int, int]]
+    unset: dict[Loc, str] = field(default_factory=dict)  # deferred values whose variable is not set
 
 
 def _mark(node: yaml.Node) -> tuple[int, int]:
     return node.start_mark.line + 1, node.start_mark.column + 1
 
 
-def _interpolate(text: str, file: str, mark: tuple[int, int], env: Mapping[str, str]) -> str:
+def _interpolate(
+    text: str,
+    file: str,
+    mark: tuple[int, int],
+    env: Mapping[str, str],
+    on_unset: Callable[[str], None] | None = None,
+) -> str:
+    """`${VAR}` and `${VAR:-default}` replaced; an unset VAR without a default is an error, unless
+    `on_unset` takes it (then it reads as empty)."""
+
     def sub(m: re.Match[str]) -> str:
         var, default = m.group(1), m.group(2)
         if var in env:
             return env[var]
         if default is not None:
             return default
+        if on_unset is not None:
+            on_unset(var)
+            return ""
         raise ConfigError(
             [
                 ConfigProblem(
@@ -77,7 +90,11 @@ def _compose(text: str) -> yaml.Node | None:
     return yaml.compose(text, Loader=yaml.SafeLoader)
 
 
-def _to_python(file: str, text: str, env: Mapping[str, str]) -> _Located:
+def _to_python(
+    file: str, text: str, env: Mapping[str, str], deferred: Callable[[Loc], bool] | None = None
+) -> _Located:
+    """`deferred(loc)`: whether an unset variable in the value at `loc` is recorded in `unset` (the
+    value reads as empty) instead of being an error."""
     try:
         root = _compose(text)
     except yaml.MarkedYAMLError as e:
@@ -88,9 +105,9 @@ def _to_python(file: str, text: str, env: Mapping[str, str]) -> _Located:
     except yaml.YAMLError as e:
         raise ConfigError([ConfigProblem(file, None, None, f"invalid YAML: {e}")]) from None
 
-    walker = _Walker(file, env)
+    walker = _Walker(file, env, deferred)
     data = {} if root is None else walker.walk(root, ())
-    return _Located(data, walker.marks, walker.key_marks)
+    return _Located(data, walker.marks, walker.key_marks, walker.unset)
 
 
 class _Walker:
@@ -101,9 +118,11 @@ class _Walker:
     at a start made the cyclic collector ~40% of the load.
     """
 
-    def __init__(self, file: str, env: Mapping[str, str]):
+    def __init__(self, file: str, env: Mapping[str, str], deferred: Callable[[Loc], bool] | None = None):
         self.file = file
         self.env = env
+        self.deferred = deferred
+        self.unset: dict[Loc, str] = {}
         self.constructor = yaml.constructor.SafeConstructor()
         self.marks: dict[Loc, tuple[int, int]] = {}
         self.key_marks: dict[Loc, tuple[int, int]] = {}
@@ -128,7 +147,15 @@ class _Walker:
             return [self.walk(child, (*loc, i)) for i, child in enumerate(node.value)]
         value = self.constructor.construct_object(node, deep=True)
         if isinstance(value, str) and "${" in value:
-            value = _interpolate(value, file, self.marks[loc], self.env)
+            on_unset = None
+            if self.deferred is not None and self.deferred(loc):
+                line, col = self.marks[loc]
+                where = f"{file}:{line}:{col}: {'.'.join(map(str, loc))}"
+
+                def on_unset(var: str, where: str = where, loc: Loc = loc) -> None:
+                    self.unset.setdefault(loc, f"{where}: environment variable {var} is not set")
+
+            value = _interpolate(value, file, self.marks[loc], self.env, on_unset)
             # An unquoted `${PORT}` should behave as if the number had been written.
             # (a plain scalar's style is None from the pure-Python parser, '' from libyaml's)
             if not getattr(node, "style", None) and value != "":
@@ -338,7 +365,8 @@ def parse_daemon(
     if not path.exists():
         return DaemonSpec()
     file = str(path)
-    located = _to_python(file, path.read_text(encoding="utf-8"), os.environ if env is None else env)
+    text = path.read_text(encoding="utf-8")
+    located = _to_python(file, text, os.environ if env is None else env, deferred=_provider_setting)
     if not isinstance(located.data, dict):
         raise ConfigError([ConfigProblem(file, 1, 1, "expected a mapping of keys (providers, http, ...)")])
     declared = located.data.get("providers")
@@ -347,6 +375,15 @@ def parse_daemon(
         EMBEDDER_CHECK: check_embedder,
     }
     try:
-        return DaemonSpec.model_validate(located.data, context=context)
+        spec = DaemonSpec.model_validate(located.data, context=context)
     except ValidationError as e:
         raise ConfigError(_problems(file, located, e, DaemonSpec)) from None
+    for loc, reason in located.unset.items():
+        spec.providers[str(loc[1])].mark_unavailable(reason)
+    return spec
+
+
+def _provider_setting(loc: Loc) -> bool:
+    """A provider's own setting (`providers.groq.api_key`): a variable it names may be unset, so a
+    provider no agent uses never blocks the start; the agents that use it show the reason."""
+    return len(loc) >= 3 and loc[0] == "providers"

@@ -6,7 +6,7 @@ import ipaddress
 import re
 from typing import Any, Literal
 
-from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic import Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
 from agentd.config.base import Spec
 from agentd.config.discord import DiscordSpec
@@ -140,16 +140,34 @@ class ProviderSpec(Spec):
     kind: ProviderKind
     base_url: str | None = None
     api_key: str | None = None
-    timeout_s: float = Field(default=60.0, gt=0)
-    max_retries: int = Field(default=3, ge=0, le=10)
-    max_concurrency: int = Field(default=16, ge=1)
+    timeout_s: float = Field(
+        default=60.0, gt=0, description="seconds one attempt may take, from connecting to the last byte"
+    )
+    max_retries: int = Field(
+        default=3,
+        ge=0,
+        le=10,
+        description="retries of a 408, 429, 5xx, timeout or dropped connection, with backoff (Retry-After "
+        "honoured); other errors fail at once",
+    )
+    max_concurrency: int = Field(default=16, ge=1, description="calls in flight at once to this provider")
+    _unavailable: str | None = PrivateAttr(default=None)
+
+    @property
+    def unavailable(self) -> str | None:
+        """Why the provider cannot be used (a variable its settings name is not set), or None."""
+        return self._unavailable
+
+    def mark_unavailable(self, reason: str) -> None:
+        self._unavailable = reason
 
 
 class HttpSpec(Spec):
     host: str = "127.0.0.1"
     port: int = Field(default=8765, ge=0, le=65535)
     token: str | None = None
-    max_body_bytes: int = Field(default=256_000, gt=0)
+    # a message's 32,000 characters may take 12 bytes each as JSON (\ud83d\ude00 escapes)
+    max_body_bytes: int = Field(default=1_048_576, gt=0)
 
     @field_validator("token")
     @classmethod

@@ -26,7 +26,9 @@ import uvicorn
 from agentd.channels.base import HttpChannel
 from agentd.config.loader import parse_daemon
 from agentd.config.models import DaemonSpec, is_loopback
-from agentd.daemon.fleet import Fleet
+from agentd.daemon.fleet import Fleet, log_startup
+from agentd.daemon.metrics import Metrics
+from agentd.daemon.observe import DaemonObserver
 from agentd.daemon.periodic import (
     CLOSE_IDLE_FILES_EVERY,
     GC_FREEZE_EVERY,
@@ -35,6 +37,7 @@ from agentd.daemon.periodic import (
     every,
     freeze_gc,
 )
+from agentd.daemon.provider_checks import warn_unused_providers
 from agentd.daemon.resources import _FROM_SETTINGS, DAEMON_STORE, Resources
 from agentd.daemon.server import EmbeddedServer, bind, url
 from agentd.daemon.watcher import FolderWatcher
@@ -80,8 +83,14 @@ class Daemon:
                 "(every request then needs Authorization: Bearer <token>), or bind to 127.0.0.1"
             )
         self.reload_interval = reload_interval
+        self.metrics = Metrics(lambda: self.fleet.entries, lambda: self.resources.stats())
         self.resources = Resources(
-            self.settings, data_dir, embedder=embedder, providers=providers, breakers=breakers
+            self.settings,
+            data_dir,
+            embedder=embedder,
+            providers=providers,
+            breakers=breakers,
+            observer=DaemonObserver(self.metrics),
         )
         self.watcher = FolderWatcher(agents_dir)
         self.fleet = Fleet(self.resources, self.daemon_audit, self.spawn)
@@ -146,6 +155,7 @@ class Daemon:
             finally:
                 gc.freeze()
                 gc.enable()
+            warn_unused_providers(self.settings, [e.spec for e in self.fleet.entries.values() if e.spec])
             self.spawn(every(self.reload_interval, self.sync_agents, "reloading agents"))
             self.spawn(every(GC_FREEZE_EVERY, freeze_gc, "freezing the GC"))
             self.spawn(every(PRUNE_EVERY, self._prune, "pruning old delivery ids and episodes"))
@@ -218,11 +228,7 @@ class Daemon:
                 )
                 self.server = EmbeddedServer(config)
                 server_task = self.spawn(self.server.serve(sockets=[sock]))
-                log.info(
-                    "agentd listening on %s (%d agents)", url(self.host, self.port), len(self.fleet.entries)
-                )
-                agents = ", ".join(sorted(self.fleet.entries))
-                print(f"agentd: listening on {url(self.host, self.port)} with agents: {agents}", flush=True)
+                log_startup(url(self.host, self.port), self.fleet)
                 await self._stop.wait()
                 # Stop intake first (HTTP finishes requests already in flight), then drain, then close.
                 self.server.should_exit = True
@@ -268,6 +274,9 @@ class Daemon:
     def agent(self, name: str) -> Agent | None:
         return self.fleet.agent(name)
 
+    def agent_problem(self, name: str) -> str | None:
+        return self.fleet.problem(name)
+
     def has_webhook(self, name: str) -> bool:
         agent = self.fleet.agent(name)
         return bool(agent and agent.spec.channels.webhook is not None)
@@ -280,6 +289,9 @@ class Daemon:
 
     def memory_models(self) -> dict[str, dict[str, Any]]:
         return self.resources.breakers.describe()
+
+    def metrics_text(self) -> tuple[bytes, str]:
+        return self.metrics.exposition()
 
     async def query_audit(
         self, agent: str | None, kind: str | None, since: float | None, limit: int

@@ -18,6 +18,7 @@ from typing import Any
 from agentd.config.loader import parse_agent
 from agentd.config.models import AgentSpec
 from agentd.daemon.host import AgentChannels, AgentHost, Spawn
+from agentd.daemon.provider_checks import agent_warnings
 from agentd.daemon.resources import Resources
 from agentd.engine.agent import Agent
 from agentd.errors import AgentdError, ConfigError, OperatorError
@@ -35,6 +36,7 @@ class AgentEntry:
     spec: AgentSpec | None = None  # the last good definition
     agent: Agent | None = None
     last_error: str | None = None
+    warnings: list[str] = field(default_factory=list)  # what will fail when it calls its models
     channels: AgentChannels | None = field(default=None, repr=False)
 
     @property
@@ -42,6 +44,10 @@ class AgentEntry:
         if self.agent is not None:
             return self.agent.status
         return "error" if self.last_error else "stopped"
+
+    @property
+    def conversations_waiting(self) -> int:
+        return self.agent.conversations_waiting if self.agent is not None else 0
 
     def channel_states(self) -> list[dict[str, Any]]:
         spec = self.agent.spec if self.agent else self.spec
@@ -88,6 +94,17 @@ class Fleet:
         entry = self.entries.get(name)
         return entry.agent if entry is not None else None
 
+    def problem(self, name: str) -> str | None:
+        """Why a listed agent has no runtime (its file was rejected, it could not start); None when
+        there is no such agent, or it has one."""
+        entry = self.entries.get(name)
+        if entry is None or entry.agent is not None:
+            return None
+        if entry.last_error is None:
+            return "it is stopped"
+        what = "its file was rejected" if entry.spec is None else "it could not start"
+        return f"{what}: {entry.last_error}"
+
     # -- load, reload, remove ----------------------------------------------------------------
 
     async def load(self, name: str, path: Path) -> None:
@@ -131,6 +148,7 @@ class Fleet:
             entry.agent.update_spec(spec)
             await self._audit("config", "reloaded", name, {"file": str(path)})
             log.info("agent %s: reloaded", name)
+        self._check_providers(entry, spec)
         if old is None or old.channels != spec.channels or entry.channels is None:
             await self._stop_channels(entry)
             resources = self.resources
@@ -142,6 +160,12 @@ class Fleet:
                 resources.settings.store.lease_s,
             )
             entry.channels.start(spec)
+
+    def _check_providers(self, entry: AgentEntry, spec: AgentSpec) -> None:
+        assert self.resources.providers is not None
+        entry.warnings = agent_warnings(spec, self.resources.settings, self.resources.providers)
+        for warning in entry.warnings:
+            log.warning("agent %s: %s", entry.name, warning)
 
     def _parse(self, path: Path) -> AgentSpec:
         settings = self.resources.settings
@@ -222,8 +246,29 @@ class Fleet:
                     "status": entry.status,
                     "last_error": entry.last_error
                     or (entry.agent.lifecycle.last_error if entry.agent else None),
+                    "warnings": entry.warnings,
                     # unopened: not used since start (its data file is opened, and checked, at first use)
                     "data": entry.agent.data_state if entry.agent else None,
                 }
             )
         return out
+
+
+def log_startup(address: str, fleet: Fleet) -> None:
+    """The startup line: the agents served, and apart, those rejected with their errors (a warning)."""
+    served = sorted(name for name, entry in fleet.entries.items() if entry.status == "running")
+    rejected = {
+        name: entry.last_error or entry.status
+        for name, entry in sorted(fleet.entries.items())
+        if entry.status != "running"
+    }
+    line = f"listening on {address}, serving {_agents(len(served))}: {', '.join(served) or 'none'}"
+    if rejected:
+        details = "; ".join(f"{name} ({' | '.join(error.splitlines())})" for name, error in rejected.items())
+        line += f"; rejected {_agents(len(rejected))}: {details}"
+    data = {"address": address, "served": served, "rejected": rejected}
+    log.log(logging.WARNING if rejected else logging.INFO, "%s", line, extra={"data": data})
+
+
+def _agents(count: int) -> str:
+    return f"{count} agent{'' if count == 1 else 's'}"

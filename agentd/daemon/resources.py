@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 
 from agentd.config.models import AgentSpec, DaemonSpec
+from agentd.daemon.observe import ObservedStore, Observer
 from agentd.engine.agent import Agent
 from agentd.engine.breakers import Breakers
 from agentd.engine.hot_cache import HotBudget
@@ -45,9 +46,11 @@ class Resources:
         embedder: Embedder | None = _FROM_SETTINGS,
         providers: dict[str, ModelProvider] | None = None,
         breakers: Breakers | None = None,
+        observer: Observer | None = None,
     ):
         """`embedder` and `providers` replace what agentd.yaml names (tests and benchmarks pass fakes);
-        `breakers` the memory models' breakers (tests pass ones with their own pauses)."""
+        `breakers` the memory models' breakers (tests pass ones with their own pauses); `observer`
+        is told of committed runs, model calls and store commits (the daemon's log line and metrics)."""
         self.settings = settings
         self.data_dir = data_dir
         self._embedder_override = embedder
@@ -57,6 +60,7 @@ class Resources:
         self.daemon_id = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
         self.leases: Leases = SoleOwner(self.daemon_id)  # of bot connections among daemons sharing a store
         self.breakers = breakers or Breakers()  # per memory model, shared by every agent of the process
+        self.observer = observer
         self.executor: StoreExecutor | None = None
         self.providers: ProviderRegistry | None = None
         self.embedder: Embedder | None = None
@@ -66,8 +70,13 @@ class Resources:
     async def __aenter__(self) -> Resources:
         executor = StoreExecutor(self.settings.store.max_open_files, self.settings.store.close_idle_after_s)
         self._stack.callback(executor.shutdown)
+        observer = self.observer
+        if observer is not None:
+            executor.on_commit = observer.store_commit
         client = await self._stack.enter_async_context(httpx.AsyncClient())
-        providers = ProviderRegistry(self.settings.providers, client)
+        providers = ProviderRegistry(
+            self.settings.providers, client, report_calls=observer.model_call if observer else None
+        )
         for name, provider in self._provider_overrides.items():
             providers.register(name, provider)
         self.executor, self.providers = executor, providers
@@ -91,9 +100,10 @@ class Resources:
         """The store of the agent (or `_daemon`) `name`; not opened yet."""
         assert self.executor is not None, "Resources used outside `async with`"
         path = self.data_dir / f"{name}.sqlite"
-        return SqliteStore(
+        store: Store = SqliteStore(
             path, self.executor, self.settings.store.synchronous, readonly=readonly, daemon=self.daemon_id
         )
+        return store if self.observer is None else ObservedStore(store, name, self.observer)
 
     def agent_resources(self, peers: Peers | None = None) -> AgentResources:
         assert self.providers is not None, "Resources used outside `async with`"

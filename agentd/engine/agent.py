@@ -15,6 +15,7 @@ from typing import Any
 
 from agentd.config.models import AgentSpec
 from agentd.engine.context import AgentContext
+from agentd.engine.deletions import delete_conversation, forget_memory
 from agentd.engine.handling import EventHandler
 from agentd.engine.inspect import inspect_conversation, next_prompt
 from agentd.engine.lifecycle import Lifecycle
@@ -133,6 +134,11 @@ class Agent:
     def in_flight(self) -> int:
         return self.lifecycle.in_flight
 
+    @property
+    def conversations_waiting(self) -> int:
+        """Conversations with messages queued behind the one being answered."""
+        return self.state.locks.waiting()
+
     async def drain(self, timeout: float | None = None) -> bool:
         return await self.lifecycle.drain(timeout)
 
@@ -210,9 +216,9 @@ class Agent:
         await self.ready()
         return await self.state.store.read(Runs(conversation_key, limit))
 
-    async def conversations(self, limit: int = 200) -> list[dict[str, Any]]:
+    async def conversations(self, limit: int = 200, offset: int = 0) -> list[dict[str, Any]]:
         await self.ready()
-        return await self.state.store.read(Conversations(limit))
+        return await self.state.store.read(Conversations(limit, offset))
 
     async def audit_events(
         self, kind: str | None = None, since: float | None = None, limit: int = 100
@@ -243,6 +249,18 @@ class Agent:
         asked; returns how many. Runs in flight finish first, so none stores an exchange afterwards."""
         await self.drain(30)
         return await forget_partition(self.state.store, self.name, f"user:{user_id}", time.time(), by)
+
+    async def delete_conversation(self, conversation_key: str, by: str) -> dict[str, int]:
+        """Delete the conversation's threads (archived ones too), audited with counts and who asked."""
+        await self.ready()
+        with self.lifecycle.busy():
+            return await delete_conversation(self.state, conversation_key, by)
+
+    async def forget_memory(self, key: str, *, scope: str, by: str) -> None:
+        """Delete one persistent memory of `scope` ("" the agent's, user:<id> a person's); ToolError when
+        it is not held there."""
+        await self.ready()
+        await forget_memory(self.state, key, scope, by)
 
     async def sweep_episodes(self, now: float) -> int:
         """Retention over every stored episode (a partition nobody writes to is pruned here); for an

@@ -51,6 +51,10 @@ class ConversationLocks:
         """Whether an event of the conversation is running or waiting."""
         return key in self._locks
 
+    def waiting(self) -> int:
+        """Conversations with events queued behind the one being handled."""
+        return sum(1 for holders in self._holders.values() if holders > 1)
+
 
 class HotThreads:
     """The active threads of one agent's recently used conversations, under one byte budget with every

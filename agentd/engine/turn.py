@@ -26,6 +26,7 @@ from agentd.memory.screening import transcript_copy
 from agentd.memory.tooling import ToolCall
 from agentd.messages import Message, ToolResultPart, estimate_tokens
 from agentd.providers.base import CompletionRequest
+from agentd.run_context import current_run
 from agentd.store.records import RunRecord, StoredMessage, StoredThread
 from agentd.store.writes import AppendAudit, CommitTurn, Delivery
 
@@ -57,6 +58,7 @@ async def run_turn(
         thread_id=thread.id,
         parent_run_id=parent_run_id,
     )
+    current_run.set(run.id)  # every line logged from here on in this task names the run
     prompt = await build_prompt(
         state,
         ctx,

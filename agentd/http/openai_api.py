@@ -40,8 +40,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agentd.engine.agent import Agent
 from agentd.events import InboundEvent, Reply, ReplySink
-from agentd.http.bodies import MAX_TEXT, ApiError, read_json
+from agentd.http.bodies import MAX_TEXT, body_schema, read_json, sse_event_schema
 from agentd.http.directory import AgentDirectory
+from agentd.http.errors import ApiError
 from agentd.http.streaming import SSE_HEADERS, Failed, Restart, TurnStream
 from agentd.messages import Message
 
@@ -120,6 +121,25 @@ class ModelOut(BaseModel):
 class ModelsOut(BaseModel):
     object: Literal["list"] = "list"
     data: list[ModelOut]
+
+
+class OpenAIErrorBody(BaseModel):
+    message: str
+    type: str = Field(description="invalid_request_error, authentication_error or api_error")
+    param: str | None = None
+    code: str | None = None
+
+
+class OpenAIErrorOut(BaseModel):
+    """How the /v1 routes refuse: OpenAI's error shape, which its clients read."""
+
+    error: OpenAIErrorBody
+
+
+def openai_errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """`responses=` of a /v1 route: each refusal documented in OpenAI's shape (a field that fails
+    validation is a 400 there, as in OpenAI's API; 422 is listed only so no other shape is)."""
+    return {code: {"model": OpenAIErrorOut} for code in sorted({400, 401, 422, *statuses})}
 
 
 def is_openai_path(path: str) -> bool:
@@ -206,13 +226,23 @@ def add_openai_routes(
             if (a := directory.agent(n)) is not None and a.status == "running" and directory.has_webhook(n)
         ]
 
-    @app.get("/v1/models", response_model=ModelsOut, tags=["openai"], dependencies=[Depends(require_token)])
+    @app.get(
+        "/v1/models",
+        response_model=ModelsOut,
+        tags=["openai"],
+        dependencies=[Depends(require_token)],
+        responses=openai_errors(),
+    )
     async def models() -> ModelsOut:
         """The agents an OpenAI client can talk to, as models."""
         return ModelsOut(data=[ModelOut(id=name) for name in served()])
 
     @app.get(
-        "/v1/models/{model}", response_model=ModelOut, tags=["openai"], dependencies=[Depends(require_token)]
+        "/v1/models/{model}",
+        response_model=ModelOut,
+        tags=["openai"],
+        dependencies=[Depends(require_token)],
+        responses=openai_errors(404, 503),
     )
     async def model(model: str) -> ModelOut:
         agent_of(model)
@@ -223,13 +253,8 @@ def add_openai_routes(
         response_model=ChatCompletionOut,
         tags=["openai"],
         dependencies=[Depends(require_token)],
-        openapi_extra={
-            "requestBody": {
-                "required": True,
-                "content": {"application/json": {"schema": ChatCompletionIn.model_json_schema()}},
-            },
-            "responses": {"200": {"content": {"text/event-stream": {"schema": {"type": "string"}}}}},
-        },
+        responses=openai_errors(404, 413, 502, 503),
+        openapi_extra=body_schema(ChatCompletionIn, stream=sse_event_schema(None)),
     )
     async def chat_completions(request: Request) -> Any:
         """Talk to an agent as to an OpenAI model (see the module docstring for the rules)."""

@@ -127,11 +127,20 @@ class PersistentMemory:
         return "Keys held: " + ", ".join(keys) if keys else "No memories held."
 
     async def forget(
-        self, key: object, *, scope: str = AGENT_SCOPE, conversation_key: str | None, run_id: str | None
+        self,
+        key: object,
+        *,
+        scope: str = AGENT_SCOPE,
+        conversation_key: str | None,
+        run_id: str | None,
+        by: str | None = None,
     ) -> str:
+        """Delete a key (the `forget` tool, or `by` someone through the API); ToolError when none."""
         key = self._check_key(key)
         now = time.time()
         data = {"key": key} if not scope else {"key": key, "scope": scope}
+        if by is not None:
+            data["by"] = by
         audit = AuditRecord("memory", "forget", conversation_key, run_id, data)
 
         try:

@@ -19,7 +19,7 @@ from agentd.errors import ProviderError
 from agentd.messages import Message, Part, TextPart, ToolCallPart, ToolResultPart
 from agentd.providers.anthropic_stream import EventAssembly
 from agentd.providers.base import Completion, CompletionRequest, TextDelta, Usage
-from agentd.providers.http import Endpoint, api_key, json_post, post_json, post_sse, unreadable
+from agentd.providers.http import Endpoint, api_key, json_post, key_problem, post_json, post_sse, unreadable
 from agentd.providers.streaming import stream_completion
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
@@ -59,6 +59,9 @@ class AnthropicProvider:
     @property
     def base_url(self) -> str:
         return self._endpoint.base_url
+
+    def credential_problem(self, model: str) -> str | None:
+        return key_problem(self._endpoint, self._api_key, model)
 
     async def complete(self, request: CompletionRequest) -> Completion:
         headers = self._headers(request.model)

@@ -67,6 +67,15 @@ def json_post(
     return client.build_request("POST", url, json=payload, headers=headers, timeout=endpoint.timeout_s)
 
 
+def key_problem(endpoint: Endpoint, configured: str | None, model: str) -> str | None:
+    """What a call would say about the missing key, found without calling (GET /agents' warnings)."""
+    try:
+        api_key(endpoint, configured, model)
+    except CredentialError as e:
+        return str(e)
+    return None
+
+
 async def post_json(
     client: httpx.AsyncClient,
     endpoint: Endpoint,

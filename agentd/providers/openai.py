@@ -18,7 +18,7 @@ import httpx
 from agentd.errors import ProviderError
 from agentd.messages import Message, Part, TextPart, ToolCallPart, ToolResultPart
 from agentd.providers.base import Completion, CompletionRequest, TextDelta, Usage
-from agentd.providers.http import Endpoint, api_key, json_post, post_json, post_sse, unreadable
+from agentd.providers.http import Endpoint, api_key, json_post, key_problem, post_json, post_sse, unreadable
 from agentd.providers.openai_stream import ChunkAssembly
 from agentd.providers.streaming import stream_completion
 
@@ -92,6 +92,9 @@ class OpenAIProvider:
     def _headers(self, model: str) -> dict[str, str]:
         key = self._key(model)
         return {"Authorization": f"Bearer {key}"} if key else {}
+
+    def credential_problem(self, model: str) -> str | None:
+        return None if self.kind == "ollama" else key_problem(self._endpoint, self._api_key, model)
 
     def _key(self, model: str) -> str | None:
         if self.kind == "ollama":

@@ -65,9 +65,10 @@ class MessageCounts(Query[dict[str, int]]):
 
 @dataclass(frozen=True, slots=True)
 class Conversations(Query[list[dict[str, Any]]]):
-    """Conversations with an active thread, the most recently active first."""
+    """Conversations with an active thread, the most recently active first (`offset` skips as many)."""
 
     limit: int = 200
+    offset: int = 0
 
 
 @dataclass(frozen=True, slots=True)

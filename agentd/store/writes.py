@@ -121,6 +121,19 @@ class DeleteTranscript(Write[int]):
 
 
 @dataclass(frozen=True, slots=True)
+class DeleteConversation(Write[dict[str, int]]):
+    """Delete every thread of a conversation (archived ones too) with their messages, summaries and
+    layer states, with one audit row of `agent` saying how many and who asked (`conversation/delete`;
+    none when there was nothing to delete); the result is `{"threads": n, "messages": n}`. Runs and
+    audit rows stay: they are the trail."""
+
+    agent: str
+    conversation_key: str
+    by: str
+    ts: float
+
+
+@dataclass(frozen=True, slots=True)
 class ApplyCompaction(Write[int]):
     """Write the summary and mark every message up to `upto_seq` compacted (rows are kept)."""
 

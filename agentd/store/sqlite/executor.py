@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, TypeVar
@@ -49,6 +50,8 @@ class StoreExecutor:
         self._lock = threading.Lock()
         self._dirty: list[BatchTarget] = []
         self._drain_scheduled = False
+        # told each file's group-commit time, on this thread (the daemon's metrics)
+        self.on_commit: Callable[[float], None] | None = None
 
     async def call(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
@@ -77,7 +80,10 @@ class StoreExecutor:
         by_loop: dict[asyncio.AbstractEventLoop, list[Outcome]] = {}
         for target, batch in batches:
             if batch and target._loop is not None:
+                started = time.perf_counter()
                 by_loop.setdefault(target._loop, []).extend(target._commit_batch(batch))
+                if self.on_commit is not None:
+                    self.on_commit(time.perf_counter() - started)
         for loop, outcomes in by_loop.items():
             loop.call_soon_threadsafe(_resolve, outcomes)
 
