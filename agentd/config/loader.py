@@ -297,7 +297,9 @@ def parse_agent(
         raise ConfigError(
             [
                 ConfigProblem(
-                    file, *_nearest_mark(located, loc), f"{'.'.join(str(p) for p in loc if isinstance(p, str))}: {message}"
+                    file,
+                    *_nearest_mark(located, loc),
+                    f"{'.'.join(str(p) for p in loc if isinstance(p, str))}: {message}",
                 )
                 for loc, message in references
             ]

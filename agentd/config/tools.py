@@ -131,7 +131,6 @@ class ToolsSpec(Spec):
                 )
         return v
 
-
     def patterns(self) -> list[tuple[str, int, str]]:
         """Every pattern with where it is written: (list name, index, pattern)."""
         return [
@@ -157,7 +156,10 @@ class ToolsSpec(Spec):
                 problems.append((loc, f"{pattern!r} names no tool source {source!r}; known: {known}"))
             elif which == "allow" and source in BUILTIN_SOURCES:
                 problems.append(
-                    (loc, f"{pattern!r}: allow applies to MCP servers; built-in tools are always allowed "
-                     "(use deny or ask for them)")
+                    (
+                        loc,
+                        f"{pattern!r}: allow applies to MCP servers; built-in tools are always allowed "
+                        "(use deny or ask for them)",
+                    )
                 )
         return problems

@@ -21,6 +21,7 @@ import httpx
 from agentd.config.models import AgentSpec, DaemonSpec
 from agentd.engine.agent import Agent
 from agentd.engine.breakers import Breakers
+from agentd.engine.outbox import NoOutbox, Outbox
 from agentd.engine.peers import NoPeers, Peers
 from agentd.engine.state import AgentResources
 from agentd.providers.base import Embedder, ModelProvider
@@ -28,6 +29,7 @@ from agentd.providers.embedders import build_embedder
 from agentd.providers.registry import ProviderRegistry
 from agentd.store.base import Store
 from agentd.store.sqlite import SqliteStore, StoreExecutor
+from agentd.tools.mcp_servers import McpServers
 
 DAEMON_STORE = "_daemon"  # daemon-level audit (config, auth); '_' cannot start an agent name
 _FROM_SETTINGS: Any = object()
@@ -91,7 +93,7 @@ class Resources:
             path, self.executor, self.settings.store.synchronous, readonly=readonly, daemon=self.daemon_id
         )
 
-    def agent_resources(self, peers: Peers | None = None) -> AgentResources:
+    def agent_resources(self, peers: Peers | None = None, outbox: Outbox | None = None) -> AgentResources:
         assert self.providers is not None, "Resources used outside `async with`"
         return AgentResources(
             providers=self.providers,
@@ -100,17 +102,31 @@ class Resources:
             hot_conversations=self.settings.store.hot_conversations,
             peers=peers if peers is not None else NoPeers(),
             breakers=self.breakers,
+            outbox=outbox if outbox is not None else NoOutbox(),
         )
 
-    def build_agent(self, spec: AgentSpec, peers: Peers | None = None, *, readonly: bool = False) -> Agent:
-        """A running agent's parts, not opened yet (`await agent.open()`)."""
-        return Agent(spec, self.store(spec.name, readonly=readonly), self.agent_resources(peers))
+    def build_agent(
+        self,
+        spec: AgentSpec,
+        peers: Peers | None = None,
+        *,
+        readonly: bool = False,
+        outbox: Outbox | None = None,
+    ) -> Agent:
+        """A running agent's parts, not opened yet (`await agent.open()`: it starts the MCP servers)."""
+        store = self.store(spec.name, readonly=readonly)
+        return Agent(spec, store, self.agent_resources(peers, outbox), McpServers(spec.name))
 
     async def open_agent(
-        self, spec: AgentSpec, peers: Peers | None = None, *, readonly: bool = False
+        self,
+        spec: AgentSpec,
+        peers: Peers | None = None,
+        *,
+        readonly: bool = False,
+        outbox: Outbox | None = None,
     ) -> Agent:
         """The one constructor of a running agent: built and opened (its store closed again if opening fails)."""
-        agent = self.build_agent(spec, peers, readonly=readonly)
+        agent = self.build_agent(spec, peers, readonly=readonly, outbox=outbox)
         try:
             await agent.open(readonly=readonly)
         except BaseException:

@@ -12,12 +12,13 @@ import time
 from typing import Any
 
 from agentd.config.models import AgentSpec
+from agentd.engine.approvals import OPERATOR, Outcome, describe_pending
 from agentd.engine.context import AgentContext
 from agentd.engine.handling import EventHandler
 from agentd.engine.inspect import inspect_conversation, next_prompt
 from agentd.engine.lifecycle import Lifecycle
 from agentd.engine.state import AgentResources, AgentState
-from agentd.engine.status import status_facts
+from agentd.engine.status import status_facts, tools_report
 from agentd.events import InboundEvent, Reply
 from agentd.memory.episode_writes import forget_partition
 from agentd.memory.persistent import persistent_scope
@@ -25,12 +26,15 @@ from agentd.messages import MESSAGE_ADAPTER
 from agentd.store.base import Store
 from agentd.store.queries import AuditEvents, Conversations, MemoryValue, Runs
 from agentd.store.writes import EnsureIdentity, PruneDeliveries
+from agentd.tools.mcp_servers import McpServers
 
 
 class Agent:
-    def __init__(self, spec: AgentSpec, store: Store, resources: AgentResources):
+    def __init__(
+        self, spec: AgentSpec, store: Store, resources: AgentResources, tool_servers: McpServers | None = None
+    ):
         # `state` is open to the engine's own parts and to tests; everything else uses the methods.
-        self.state = AgentState(spec, store, resources)
+        self.state = AgentState(spec, store, resources, tool_servers)
         self.context = AgentContext(self.state)
         self.lifecycle = Lifecycle()
         self._handler = EventHandler(self.state, self.context, self.lifecycle)
@@ -65,16 +69,27 @@ class Agent:
         if not readonly:
             await store.write(EnsureIdentity({"agent": self.name, "created_at": str(time.time())}))
         await self.state.memory.load()
+        if not readonly:
+            await self.state.tool_servers.apply(self.spec.tools)
+            # runs paused for an approval take their conversations back before any message can
+            await self._handler.approvals.recover()
         self.lifecycle.status = "running"
 
     async def close(self) -> None:
         self.lifecycle.status = "stopped"
         self.lifecycle.cancel_later()  # work waiting for a paused model is redone after a restart
+        await self._handler.approvals.close()  # open approvals wait again after a restart
+        await self.state.tool_servers.stop()
         await self.state.store.close()
 
     def update_spec(self, spec: AgentSpec) -> None:
         """A hot reload: runs already going finish on the definition they began with."""
         self.state.update_spec(spec)
+
+    async def reload(self, spec: AgentSpec) -> None:
+        """A hot reload that also restarts the MCP servers whose definition changed."""
+        self.update_spec(spec)
+        await self.state.tool_servers.apply(spec.tools)
 
     @property
     def in_flight(self) -> int:
@@ -95,6 +110,22 @@ class Agent:
 
     async def inspect(self, conversation_key: str) -> dict[str, Any]:
         return await inspect_conversation(self.state, self.context, conversation_key)
+
+    # -- tools and approvals --------------------------------------------------------------------
+
+    def tools_report(self) -> dict[str, Any]:
+        """Every tool with its source and the policy's decision, and the MCP servers' state."""
+        return tools_report(self.state, self.context)
+
+    def approvals(self) -> list[dict[str, Any]]:
+        """Approvals waiting for a person, oldest first."""
+        now = time.time()
+        records = sorted(self.state.waiting_approvals.values(), key=lambda r: r.created_at)
+        return [describe_pending(r, now) for r in records]
+
+    async def decide_approval(self, approval_id: str, approve: bool, approver: str = OPERATOR) -> Outcome:
+        """Answer an approval through the API (the operator); waits for the resumed run."""
+        return await self._handler.approvals.decide(approval_id, approve, approver)
 
     async def status_of(self, conversation_key: str, user_id: str | None = None) -> dict[str, Any]:
         spec = self.state.spec
@@ -129,9 +160,9 @@ class Agent:
         return await self.state.store.read(Conversations(limit))
 
     async def audit_events(
-        self, kind: str | None = None, since: float | None = None, limit: int = 100
+        self, kind: str | None = None, since: float | None = None, limit: int = 100, tool: str | None = None
     ) -> list[dict[str, Any]]:
-        return await self.state.store.read(AuditEvents(self.name, kind, since, limit))
+        return await self.state.store.read(AuditEvents(self.name, kind, since, limit, tool))
 
     async def audit(
         self,

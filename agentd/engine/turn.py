@@ -5,6 +5,11 @@ message(s), the tool calls and results, the run row, the audit rows and the
 delivery id are committed together. A provider failure still commits what
 happened (the person's message, any completed tool steps, the run as error)
 and answers with a short error; nothing already stored is touched.
+
+A tool call a person must approve pauses the run (agentd.engine.pausing): the
+reply is then the approval request, and the run is resumed (`resume_turn`)
+from its saved progress once someone decides or the request expires; the one
+commit happens at the end, as for any run.
 """
 
 from __future__ import annotations
@@ -12,19 +17,23 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from typing import Any
 
 from agentd.config.models import AgentSpec
+from agentd.engine.pausing import TurnResult, pause_run
+from agentd.engine.progress import Decision, ToolBatch, TurnProgress
 from agentd.engine.prompt import build_prompt
 from agentd.engine.state import AgentState
-from agentd.engine.tools import run_tool_calls
+from agentd.engine.subagents import CHANNEL as SUBAGENT_CHANNEL
+from agentd.engine.tool_gate import ToolGate
 from agentd.errors import OperatorError, ProviderError
 from agentd.events import InboundEvent, Reply
 from agentd.memory.base import Memory, MemoryContext, TurnInput
-from agentd.memory.tooling import ToolCall
 from agentd.messages import Message, ToolResultPart, estimate_tokens
 from agentd.providers.base import CompletionRequest
-from agentd.store.records import RunRecord, StoredMessage, StoredThread
-from agentd.store.writes import CommitTurn, Delivery
+from agentd.store.records import AuditRecord, RunRecord, StoredMessage, StoredThread
+from agentd.store.writes import AppendAudit, CloseApproval, CommitTurn, Delivery, Write
+from agentd.tools.base import ToolCall
 
 log = logging.getLogger(__name__)
 
@@ -37,18 +46,45 @@ async def run_turn(
     thread: StoredThread,
     event: InboundEvent,
     parent_run_id: str | None = None,
-) -> Reply:
-    started = time.time()
+) -> TurnResult:
     run = RunRecord(
         id=uuid.uuid4().hex,
         conversation_key=event.conversation_key,
         trigger="message",
         model=spec.model.name,
         status="ok",
-        started_at=started,
+        started_at=time.time(),
         thread_id=thread.id,
         parent_run_id=parent_run_id,
     )
+    progress = TurnProgress(event, run, [Message.user(event.text, event.user_id, event.sent_at)])
+    return await _drive(state, ctx, spec, memory, thread, progress, None)
+
+
+async def resume_turn(
+    state: AgentState,
+    ctx: MemoryContext,
+    spec: AgentSpec,
+    memory: Memory,
+    thread: StoredThread,
+    progress: TurnProgress,
+    decision: Decision,
+) -> TurnResult:
+    """Go on with a paused run: answer the call that waited with `decision`, then as any turn."""
+    progress.run.thread_id = thread.id
+    return await _drive(state, ctx, spec, memory, thread, progress, decision)
+
+
+async def _drive(
+    state: AgentState,
+    ctx: MemoryContext,
+    spec: AgentSpec,
+    memory: Memory,
+    thread: StoredThread,
+    progress: TurnProgress,
+    decision: Decision | None,
+) -> TurnResult:
+    event, run, new = progress.event, progress.run, progress.new
     prompt = await build_prompt(
         state,
         ctx,
@@ -57,20 +93,30 @@ async def run_turn(
         thread,
         TurnInput(event.conversation_key, event.text, event.user_id, event.sent_at),
     )
-    for note in prompt.notes:
-        log.info("agent %s run %s: %s", state.name, run.id, note)
-    tools, tool_specs, history = prompt.tools, prompt.tool_specs, prompt.history
+    if decision is None:
+        for note in prompt.notes:
+            log.info("agent %s run %s: %s", state.name, run.id, note)
+    tool_specs, history = prompt.tool_specs, prompt.history
     fixed_chars, history_chars = prompt.fixed_chars(), prompt.history_chars
+    caller = ToolCall(event.conversation_key, run.id, event.user_id, event.sent_at)
+    gate = ToolGate(spec, prompt.known, caller, progress.audit, can_ask=event.channel != SUBAGENT_CHANNEL)
 
-    new: list[Message] = [Message.user(event.text, event.user_id, event.sent_at)]
-    new_chars = new[0].char_count()
+    new_chars = sum(m.char_count() for m in new)
     reply_text = ""
     error: str | None = None
-    steps = 0
     try:
+        if progress.batch is not None:
+            if decision is not None:
+                await gate.settle(progress.batch, decision.status, decision.by, decision.approval)
+            needed = await gate.answer(progress.batch)
+            if needed is not None:
+                return await pause_run(state, spec, progress, needed, gate, decision)
+            new.append(progress.batch.message())
+            new_chars += new[-1].char_count()
+            progress.batch, progress.steps = None, progress.steps + 1
         provider, model = state.resources.providers.resolve(spec.model.name)
         while True:
-            allow_tools = steps < spec.max_tool_steps
+            allow_tools = progress.steps < spec.max_tool_steps
             request = CompletionRequest(
                 model=model,
                 system=prompt.system,
@@ -118,12 +164,13 @@ async def run_turn(
                 )
                 reply_text = answer.text or f"(stopped after {spec.max_tool_steps} tool steps)"
                 break
-            results = await run_tool_calls(
-                tools, calls, ToolCall(event.conversation_key, run.id, event.user_id, event.sent_at)
-            )
-            new.append(results)
-            new_chars += results.char_count()
-            steps += 1
+            progress.batch = ToolBatch(list(calls))
+            needed = await gate.answer(progress.batch)
+            if needed is not None:
+                return await pause_run(state, spec, progress, needed, gate, decision)
+            new.append(progress.batch.message())
+            new_chars += new[-1].char_count()
+            progress.batch, progress.steps = None, progress.steps + 1
     except (ProviderError, OperatorError) as e:
         run.status, run.error = "error", str(e)
         error = "provider_error"
@@ -133,9 +180,11 @@ async def run_turn(
         log.warning("agent %s run %s failed: %s", state.name, run.id, e)
     if not reply_text and error is None:
         reply_text = "(the model returned an empty reply)"
-    run.duration_ms = (time.time() - started) * 1000
-    await _commit(state, memory, thread, event, run, new)
-    return Reply(text=reply_text, conversation_key=event.conversation_key, run_id=run.id, error=error)
+    run.duration_ms = (time.time() - run.started_at) * 1000
+    closing = decision.approval if decision is not None else None
+    await _commit(state, memory, thread, event, run, new, progress.audit, closing)
+    reply = Reply(text=reply_text, conversation_key=event.conversation_key, run_id=run.id, error=error)
+    return TurnResult(reply)
 
 
 async def _commit(
@@ -145,6 +194,8 @@ async def _commit(
     event: InboundEvent,
     run: RunRecord,
     new: list[Message],
+    audit: list[AuditRecord],
+    closing: str | None,
 ) -> None:
     keep = memory.keeps_transcript
     stored = [StoredMessage(thread.next_seq + i, m, run.id) for i, m in enumerate(new)] if keep else []
@@ -154,8 +205,14 @@ async def _commit(
         if event.event_id is not None
         else None
     )
-    op = CommitTurn(event.conversation_key, thread.id, stored, run, usage, delivery, time.time())
-    [thread_id] = await state.store.write(op)
+    now = time.time()
+    ops: list[Write[Any]] = [CommitTurn(event.conversation_key, thread.id, stored, run, usage, delivery, now)]
+    if audit:
+        ops.append(AppendAudit(state.name, list(audit), now))
+    if closing is not None:
+        ops.append(CloseApproval(closing))  # the paused run is done: its saved state goes
+    [thread_id, *_] = await state.store.write(*ops)
+    audit.clear()
     run.thread_id = thread_id
     # Only now, with everything committed, does the hot thread change.
     if keep:

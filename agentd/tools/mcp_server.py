@@ -25,7 +25,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import mcp_types as types
@@ -126,7 +126,11 @@ class McpServer:
             self.status, self.error = "restarting", error
             self.restarts += 1
             log.warning(
-                "agent %s: MCP server %s is down (%s); reconnecting in %.1f s", self.agent, self.name, error, wait
+                "agent %s: MCP server %s is down (%s); reconnecting in %.1f s",
+                self.agent,
+                self.name,
+                error,
+                wait,
             )
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), wait)
@@ -194,7 +198,9 @@ class McpServer:
         cursor: str | None = None
         for _ in range(MAX_LIST_PAGES):
             page = await client.list_tools(cursor=cursor)
-            listed += [RemoteTool(t.name, t.description or t.title or "", dict(t.input_schema)) for t in page.tools]
+            listed += [
+                RemoteTool(t.name, t.description or t.title or "", dict(t.input_schema)) for t in page.tools
+            ]
             cursor = page.next_cursor
             if cursor is None:
                 break
@@ -209,20 +215,26 @@ class McpServer:
         deadline = time.monotonic() + timeout
         if not self._ready.is_set() and not await self.wait_ready(min(timeout, 5.0)):
             why = f" ({self.error})" if self.error else ""
-            raise ToolError(f"the tool server {self.name} is not running{why}; try again later or answer without it")
+            raise ToolError(
+                f"the tool server {self.name} is not running{why}; try again later or answer without it"
+            )
         client = self._client
         assert client is not None
         try:
             async with asyncio.timeout(timeout):
                 async with self._slots:
                     left = max(deadline - time.monotonic(), 0.001)
-                    result = await client.call_tool(tool, arguments, read_timeout_seconds=left, meta=meta)
+                    result = await client.call_tool(
+                        tool, arguments, read_timeout_seconds=left, meta=cast(types.RequestParamsMeta, meta)
+                    )
         except TimeoutError:
             raise ToolError(f"{tool} on {self.name} did not answer within {timeout:g} s") from None
         except MCPError as e:
             if e.code == types.CONNECTION_CLOSED:
                 self._lost.set()
-                raise ToolError(f"the tool server {self.name} stopped during the call; it is being restarted") from None
+                raise ToolError(
+                    f"the tool server {self.name} stopped during the call; it is being restarted"
+                ) from None
             if e.code == types.REQUEST_TIMEOUT:
                 raise ToolError(f"{tool} on {self.name} did not answer within {timeout:g} s") from None
             raise ToolError(f"{self.name} refused the call to {tool}: {e.message}") from None

@@ -12,6 +12,7 @@ misspelled `deny` would otherwise allow what it was meant to forbid.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from agentd.config.tools import McpServerSpec, ToolsSpec
@@ -70,7 +71,10 @@ class McpServers:
         problems = Policy(self.spec).unmatched(name, [t.name for t in server.tools])
         if problems and problems != self._problems.get(name):
             log.error(
-                "agent %s: MCP server %s: its tools are not offered: %s", self.agent, name, "; ".join(problems)
+                "agent %s: MCP server %s: its tools are not offered: %s",
+                self.agent,
+                name,
+                "; ".join(problems),
             )
         self._problems[name] = problems
 
@@ -89,6 +93,12 @@ class McpServers:
         schema = remote.input_schema or {"type": "object", "properties": {}}
         spec = ToolSpec(model_tool_name(server.name, name), remote.description, schema)
         return Tool(spec, call, source=server.name, origin=name)
+
+    async def wait_ready(self, timeout: float) -> None:
+        """Wait (at most `timeout` seconds in all) for every server to have connected."""
+        deadline = time.monotonic() + timeout
+        for server in list(self.servers.values()):
+            await server.wait_ready(max(deadline - time.monotonic(), 0.0))
 
     # -- what the engine reads ------------------------------------------------------------------
 

@@ -70,4 +70,3 @@ async def watched(transport: Transport, lost: asyncio.Event) -> AsyncIterator[An
             finally:
                 group.cancel_scope.cancel()
                 receive.close()
-

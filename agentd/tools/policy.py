@@ -53,5 +53,7 @@ class Policy:
                 continue
             if not any(pattern_matches(pattern, source, tool) for tool in tools):
                 listed = ", ".join(sorted(tools)) or "none"
-                problems.append(f"{which} pattern {pattern!r} matches no tool of {source} (its tools: {listed})")
+                problems.append(
+                    f"{which} pattern {pattern!r} matches no tool of {source} (its tools: {listed})"
+                )
         return problems

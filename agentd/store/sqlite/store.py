@@ -16,6 +16,7 @@ from agentd.store.queries import Query
 
 # Importing the SQL modules registers their handlers.
 from agentd.store.sqlite import (
+    approvals,
     audit,
     episodes,
     facts,
@@ -34,7 +35,18 @@ from agentd.store.writes import Write, stamped
 T = TypeVar("T")
 Batch = Sequence[Write[Any]]
 NO_CLAIM = Claim()
-_SQL_MODULES = (audit, episodes, facts, identity, inbound, memories, memory_state, runs, transcripts)
+_SQL_MODULES = (
+    approvals,
+    audit,
+    episodes,
+    facts,
+    identity,
+    inbound,
+    memories,
+    memory_state,
+    runs,
+    transcripts,
+)
 
 
 def connect(path: Path, synchronous: str = "normal", *, readonly: bool = False) -> sqlite3.Connection:
