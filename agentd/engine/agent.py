@@ -113,6 +113,14 @@ class Agent:
 
     # -- tools and approvals --------------------------------------------------------------------
 
+    async def start_tool_servers(self, wait_s: float = 0.0) -> None:
+        """Start the MCP servers of the definition (open() does); wait up to `wait_s` for them to connect."""
+        await self.state.tool_servers.apply(self.spec.tools)
+        await self.state.tool_servers.wait_ready(wait_s)
+
+    async def stop_tool_servers(self) -> None:
+        await self.state.tool_servers.stop()
+
     def tools_report(self) -> dict[str, Any]:
         """Every tool with its source and the policy's decision, and the MCP servers' state."""
         return tools_report(self.state, self.context)

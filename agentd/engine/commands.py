@@ -183,6 +183,18 @@ async def _status(inv: Invocation) -> CommandResult:
                 f"Memory model {ref}: paused after {counted(breaker['failures'], 'failure')}, "
                 f"retrying in {breaker['retry_in_s']:g} s; the chat goes on ({breaker['last_error']})"
             )
+    for approval in facts["approvals"]:
+        lines.append(
+            f"Waiting for approval [{approval['id']}]: {approval['summary']}, asked by "
+            f"{approval['requested_by']}; expires in {max(1, round(approval['expires_in_s'] / 60))} min "
+            f"(/approve {approval['id']} or /deny {approval['id']})"
+        )
+    if facts["approvals"]:
+        waiting = facts["messages_waiting"]
+        lines.append(
+            f"{counted(waiting, 'later message')} of this conversation "
+            f"{'waits' if waiting == 1 else 'wait'} in order behind it"
+        )
     return CommandResult("\n".join(lines), "status")
 
 

@@ -88,7 +88,8 @@ async def pause_run(
     await state.store.write(*ops)
     progress.audit.clear()
     text = approval_request_text(record, spec.tools.approvers != [])
-    return TurnResult(Reply(text=text, conversation_key=event.conversation_key, run_id=run.id), paused=record)
+    reply = Reply(text=text, conversation_key=event.conversation_key, run_id=run.id, approval=record.id)
+    return TurnResult(reply, paused=record)
 
 
 def approval_request_text(record: ApprovalRecord, named_approvers: bool) -> str:

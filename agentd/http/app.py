@@ -24,6 +24,7 @@ from agentd.engine.agent import Agent
 from agentd.errors import StoreError
 from agentd.events import CONVERSATION_ID_RE, InboundEvent, Reply, is_conversation_key
 from agentd.http.directory import AgentDirectory
+from agentd.http.tools_routes import add_tool_routes
 from agentd.http.ui import add_ui_routes
 
 log = logging.getLogger(__name__)
@@ -63,6 +64,9 @@ class MessageOut(BaseModel):
     run_id: str | None
     conversation_key: str
     error: str | None = None
+    approval: str | None = Field(
+        default=None, description="the id of a tool call waiting for approval (the reply says which)"
+    )
 
 
 def iso(ts: float | None) -> str | None:
@@ -198,10 +202,13 @@ def create_app(directory: AgentDirectory) -> FastAPI:
         kind: str | None = None,
         since: str | None = None,
         limit: int = Query(default=100, ge=1, le=1000),
+        tool: str | None = Query(
+            default=None, description="only events about this tool (e.g. files__write_file)"
+        ),
     ) -> dict[str, Any]:
         if agent is not None and directory.agent(agent) is None and agent not in _names(directory):
             raise ApiError(404, f"no agent named {agent!r}")
-        events = await directory.query_audit(agent, kind, parse_since(since), limit)
+        events = await directory.query_audit(agent, kind, parse_since(since), limit, tool)
         return {"events": [{**e, "ts": iso(e["ts"])} for e in events]}
 
     @app.get("/agents/{agent}/runs", tags=["agents"], dependencies=[Depends(require_token)])
@@ -261,6 +268,7 @@ def create_app(directory: AgentDirectory) -> FastAPI:
     # so they are not behind the bearer token: Slack and Telegram cannot send one.
     app.add_api_route("/slack/{agent}/events", platform, methods=["POST"], include_in_schema=False)
     app.add_api_route("/telegram/{agent}", platform, methods=["POST"], include_in_schema=False)
+    add_tool_routes(app, agent_or_404, require_token, ApiError)
     add_ui_routes(app, directory)
     return app
 
@@ -287,7 +295,11 @@ async def _read_json(request: Request, model: type[M], limit: int) -> M:
 
 def _out(reply: Reply) -> MessageOut:
     return MessageOut(
-        reply=reply.text, run_id=reply.run_id, conversation_key=reply.conversation_key, error=reply.error
+        reply=reply.text,
+        run_id=reply.run_id,
+        conversation_key=reply.conversation_key,
+        error=reply.error,
+        approval=reply.approval,
     )
 
 
