@@ -61,7 +61,8 @@ class McpServerSpec(Spec):
     cwd: str | None = None
     url: str | None = None
     headers: dict[str, str] = {}
-    timeout_s: float = Field(default=30.0, gt=0, le=3600)  # a call, and connecting
+    timeout_s: float = Field(default=30.0, gt=0, le=3600)  # one call
+    connect_timeout_s: float = Field(default=30.0, gt=0, le=3600)  # starting and connecting
     max_concurrent_calls: int = Field(default=4, ge=1, le=256)
     max_result_chars: int = Field(default=20_000, ge=100, le=10_000_000)
 

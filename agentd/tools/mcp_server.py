@@ -146,7 +146,7 @@ class McpServer:
         )
         async with contextlib.AsyncExitStack() as stack:
             # asyncio's timeout, not anyio's: the client's task groups stay open past this block
-            async with asyncio.timeout(self.spec.timeout_s):
+            async with asyncio.timeout(self.spec.connect_timeout_s):
                 await stack.enter_async_context(client)
                 self.protocol = client.protocol_version
                 await self._list_tools(client)
