@@ -60,7 +60,9 @@ async def test_an_allowed_tool_runs_and_its_call_is_audited(
     harness: Harness, fake: FakeLLM, client: httpx.AsyncClient, server: dict[str, object]
 ) -> None:
     agent = await tool_agent(
-        harness, openai(fake, client), agent_yaml({"files": server}, allow=["files.read_file", "files.whoami"])
+        harness,
+        openai(fake, client),
+        agent_yaml({"files": server}, allow=["files.read_file", "files.whoami"]),
     )
     fake.reply(tool_calls=[("files__read_file", {"path": "notes.txt"})])
     fake.reply("You need milk.")
@@ -190,7 +192,8 @@ async def test_a_changed_tool_list_is_picked_up(
     fake.reply("grown")
     await say(agent)("grow")
     await wait_until(
-        lambda: "files__fresh" in [t.name for t in agent.state.tool_servers.tools()], "the new tool to be listed"
+        lambda: "files__fresh" in [t.name for t in agent.state.tool_servers.tools()],
+        "the new tool to be listed",
     )
     fake.reply("hello")
     await say(agent)("what now?")
