@@ -79,6 +79,7 @@ class ChatChannel(ABC, Generic[RawT, TargetT]):
     typing_every: float | None = None  # seconds between typing calls; None: the platform shows none
     drain_seconds = 3.0  # stop lets handlers in flight finish this long, then cancels them
     rate_limit_retries = 5  # a chunk survives this many rate limits, each after the platform's wait
+    exclusive = True  # one connection per bot (see Channel.exclusive); HTTP-callback modes say otherwise
 
     def __init__(self, agent: str, allow: AllowList) -> None:
         self.agent = agent

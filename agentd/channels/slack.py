@@ -92,6 +92,7 @@ class SlackChannel(ChatChannel[dict[str, Any], SlackTarget]):
     ):
         super().__init__(agent, AllowList(spec.allowed_users, spec.allowed_channels, "channel"))
         self.spec = spec
+        self.exclusive = spec.app_token is not None  # Socket Mode; the Events API is served by any daemon
         if spec.signing_secret:
             self.http_path = f"/slack/{agent}/events"
         self._ping_interval = ping_interval

@@ -78,6 +78,7 @@ class TelegramChannel(ChatChannel[Update, TelegramTarget]):
         self.spec = spec
         if spec.mode == "webhook":
             self.http_path = f"/telegram/{agent}"
+        self.exclusive = spec.mode == "polling"  # getUpdates allows one poller; webhooks reach any daemon
         self._app: Application[Any, Any, Any, Any, Any, Any] | None = None
         self._requests: list[HTTPXRequest] = []
         self._bot = Bot(0, "")

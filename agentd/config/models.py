@@ -177,6 +177,9 @@ class StoreSpec(Spec):
     # process loses nothing. FULL: fsync on every commit group.
     synchronous: Literal["normal", "full"] = "normal"
     hot_conversations: int = Field(default=2000, ge=1)
+    # With several daemons on one store: how long a lease (a conversation being answered, a bot
+    # connection) outlives a daemon that stopped renewing it (killed), before another takes over.
+    lease_s: float = Field(default=15.0, ge=1.0, le=600.0)
 
 
 class DefaultsSpec(Spec):

@@ -49,11 +49,12 @@ class AgentEntry:
         if spec is None:
             return []
         statuses = self.channels.host.statuses if self.channels else {}
+        holders = self.channels.holders if self.channels else {}
         out = []
         for name in spec.channels.enabled():
             default = ("running" if name == "webhook" and self.agent else "stopped", None)
             status, error = statuses.get(name, default)
-            out.append({"name": name, "status": status, "error": error})
+            out.append({"name": name, "status": status, "error": error, "held_by": holders.get(name)})
         return out
 
 
@@ -150,7 +151,14 @@ class Fleet:
             log.info("agent %s: reloaded", name)
         if old is None or old.channels != spec.channels or entry.channels is None:
             await self._stop_channels(entry)
-            entry.channels = AgentChannels(AgentHost(entry, self._spawn), self._spawn)
+            resources = self.resources
+            entry.channels = AgentChannels(
+                AgentHost(entry, self._spawn),
+                self._spawn,
+                resources.leases,
+                resources.daemon_id,
+                resources.settings.store.lease_s,
+            )
             entry.channels.start(spec)
 
     def _parse(self, path: Path) -> AgentSpec:

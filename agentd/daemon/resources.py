@@ -27,8 +27,8 @@ from agentd.engine.state import AgentResources
 from agentd.providers.base import Embedder, ModelProvider
 from agentd.providers.embedders import build_embedder
 from agentd.providers.registry import ProviderRegistry
-from agentd.store.base import Store
-from agentd.store.sqlite import SqliteStore, StoreExecutor
+from agentd.store.base import Leases, Store
+from agentd.store.sqlite import SoleOwner, SqliteStore, StoreExecutor
 from agentd.tools.mcp_servers import McpServers
 
 DAEMON_STORE = "_daemon"  # daemon-level audit (config, auth); '_' cannot start an agent name
@@ -56,6 +56,7 @@ class Resources:
         self._stack = contextlib.AsyncExitStack()
         # this process among the daemons that may share a store: recorded on its runs and audit events
         self.daemon_id = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+        self.leases: Leases = SoleOwner(self.daemon_id)  # of bot connections among daemons sharing a store
         self.breakers = breakers or Breakers()  # per memory model, shared by every agent of the process
         self.executor: StoreExecutor | None = None
         self.providers: ProviderRegistry | None = None

@@ -62,3 +62,22 @@ class Store(Protocol):
         that runs beside the turns (one at a time, across daemons too).
         """
         ...
+
+
+class Leases(Protocol):
+    """Named leases among the daemons sharing a store: a singleton (a bot connection) runs on the one
+    daemon holding its lease; a lease not renewed within its time passes to another daemon."""
+
+    async def acquire(self, name: str, holder: str, ttl: float) -> int | None:
+        """The lease's token when `holder` now holds it (new, renewed or taken over), else None."""
+        ...
+
+    async def renew(self, name: str, holder: str, token: int, ttl: float) -> bool:
+        """Extend a held lease; False when it was lost (expired and taken)."""
+        ...
+
+    async def release(self, name: str, holder: str, token: int) -> None: ...
+
+    async def holder(self, name: str) -> str | None:
+        """Who holds the lease now (None: nobody, or it expired)."""
+        ...

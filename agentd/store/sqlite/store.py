@@ -223,3 +223,23 @@ def _as_store_error(path: Path, e: Exception) -> Exception:
     if isinstance(e, sqlite3.Error):
         return StoreError(f"{path}: {e}")
     return e
+
+
+class SoleOwner:
+    """Leases on a single-owner store: this daemon owns the data folder (its lock file), so it holds
+    every lease there is."""
+
+    def __init__(self, holder: str):
+        self._holder = holder
+
+    async def acquire(self, name: str, holder: str, ttl: float) -> int | None:
+        return 1
+
+    async def renew(self, name: str, holder: str, token: int, ttl: float) -> bool:
+        return True
+
+    async def release(self, name: str, holder: str, token: int) -> None:
+        return None
+
+    async def holder(self, name: str) -> str | None:
+        return self._holder
