@@ -71,7 +71,12 @@ async def test_writes_are_audited_by_key_without_value_and_reads_are_not(harness
     ]
     # every call is a tool event too (reads included), and none carries the value
     calls = [(d["tool"], a) for k, a, d in rows if k == "tool"]
-    assert calls == [("remember", "called"), ("recall", "called"), ("list_memories", "called"), ("forget", "called")]
+    assert calls == [
+        ("remember", "called"),
+        ("recall", "called"),
+        ("list_memories", "called"),
+        ("forget", "called"),
+    ]
     assert "hidden value" not in json.dumps(rows)
 
 

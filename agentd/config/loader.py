@@ -295,14 +295,17 @@ def parse_agent(
     references = spec.reference_problems()
     if references:
         raise ConfigError(
-            [
-                ConfigProblem(
-                    file,
-                    *_nearest_mark(located, loc),
-                    f"{'.'.join(str(p) for p in loc if isinstance(p, str))}: {message}",
-                )
-                for loc, message in references
-            ]
+            sorted(
+                [
+                    ConfigProblem(
+                        file,
+                        *_nearest_mark(located, loc),
+                        f"{'.'.join(str(p) for p in loc if isinstance(p, str))}: {message}",
+                    )
+                    for loc, message in references
+                ],
+                key=lambda p: (p.line or 0, p.column or 0),
+            )
         )
     return spec
 
