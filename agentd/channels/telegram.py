@@ -54,6 +54,8 @@ COMMANDS = (
     BotCommand("compact", "Summarise older messages now"),
     BotCommand("new", "Start a fresh conversation (the old one stays in the log)"),
     BotCommand("reset", "Forget this conversation"),
+    BotCommand("approve", "Let a tool call waiting for approval run: /approve <id>"),
+    BotCommand("deny", "Refuse a tool call waiting for approval: /deny <id>"),
     BotCommand("help", "List the commands"),
 )
 TYPING_EVERY = 4.5  # Telegram shows "typing…" for 5 s after each sendChatAction
