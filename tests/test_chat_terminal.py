@@ -102,7 +102,7 @@ def terminal(root: Path) -> Iterator[Terminal]:
 def test_up_recalls_the_last_line_and_exit_leaves_without_asking_the_model(terminal: Terminal) -> None:
     terminal.wait_for("you> ")
     terminal.type("first line\r")
-    terminal.wait_for("You said: first line")
+    terminal.wait_for("You said: first line\r\nyou> ")  # the next prompt: readline reads keys again
     terminal.type("\x1b[A\r")  # Up, Enter: the line again, from readline's history
     shown = terminal.wait_for("I see 2 earlier messages")
     assert shown.count("You said: first line") == 2

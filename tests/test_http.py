@@ -134,7 +134,7 @@ async def test_read_endpoints(api: httpx.AsyncClient) -> None:
     agents = (await api.get("/agents")).json()["agents"]
     assert [a["name"] for a in agents] == ["assistant", "quiet"]
     assert agents[0]["status"] == "running" and agents[0]["model"] == "offline/offline"
-    assert agents[0]["channels"] == [{"name": "webhook", "status": "running", "error": None}]
+    assert agents[0]["channels"] == [{"name": "webhook", "status": "running", "error": None, "held_by": None}]
 
     runs = (await api.get("/agents/assistant/runs", params={"conversation_key": "webhook:c"})).json()["runs"]
     assert len(runs) == 1 and runs[0]["trigger"] == "message" and runs[0]["tokens_estimated"] is True

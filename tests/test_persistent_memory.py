@@ -7,6 +7,7 @@ import json
 from agentd.engine.agent import Agent
 from agentd.messages import Message
 from agentd.providers.base import CompletionRequest
+from agentd.providers.remembered import material_of
 from agentd.testing.scripted import ScriptedProvider
 from tests.support import Harness, say
 
@@ -21,7 +22,8 @@ async def audit_rows(runtime: Agent) -> list[tuple[str, str, dict[str, object]]]
 
 
 def tool_results(request: CompletionRequest) -> list[tuple[str, str, bool]]:
-    return [(p.name, p.content, p.is_error) for m in request.messages for p in m.tool_results]
+    """(tool, what it returned, error?); a recalled value is quoted in a remembered block: its material."""
+    return [(p.name, material_of(p.content), p.is_error) for m in request.messages for p in m.tool_results]
 
 
 async def test_remember_recall_list_forget(harness: Harness) -> None:

@@ -17,6 +17,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import itertools
+import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -63,12 +64,23 @@ def _in_process(args: argparse.Namespace) -> int:
             run(opened.__aexit__(None, None, None))
 
 
+def _main_thread_only() -> None:
+    """Keep SIGINT (Ctrl-C) for the main thread: delivered to another thread it would not wake the
+    main one out of readline's wait, and the terminal would seem to ignore it until Enter."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+
+
 @contextlib.contextmanager
 def _loop_thread() -> Iterator[Callable[[Any], Any]]:
     """An event loop on a thread of its own, so the terminal stays in the main thread (readline, Ctrl-C)
     while the agent's background work goes on between lines."""
     loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, name="agentd-chat-loop", daemon=True)
+
+    def serve() -> None:
+        _main_thread_only()  # and so are the threads this one starts (the store's, httpx's)
+        loop.run_forever()
+
+    thread = threading.Thread(target=serve, name="agentd-chat-loop", daemon=True)
     thread.start()
 
     def run(coro: Any) -> Any:
@@ -121,6 +133,7 @@ def _spinner(show: bool) -> Iterator[None]:
     done = threading.Event()
 
     def spin() -> None:
+        _main_thread_only()
         for frame in itertools.cycle("⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"):
             if done.wait(0.1):
                 break

@@ -144,6 +144,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from agentd.daemon import Daemon
+    from agentd.daemon.limits import raise_open_files_limit
+
+    raise_open_files_limit()
 
     async def go() -> None:
         daemon = Daemon(

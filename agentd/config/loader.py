@@ -62,9 +62,24 @@ def _interpolate(text: str, file: str, mark: tuple[int, int], env: Mapping[str, 
     return _ENV_RE.sub(sub, text)
 
 
+# libyaml's parser composes the same nodes with the same marks ~15x faster (18 µs for a small agent
+# file instead of 280: most of a 10,000-agent start). Its error messages differ from the pure-Python
+# parser's, so a file it refuses is parsed again by the pure one, whose message is the one reported.
+_FAST_LOADER: Any = getattr(yaml, "CSafeLoader", None)
+
+
+def _compose(text: str) -> yaml.Node | None:
+    if _FAST_LOADER is not None:
+        try:
+            return yaml.compose(text, Loader=_FAST_LOADER)
+        except yaml.YAMLError:
+            pass
+    return yaml.compose(text, Loader=yaml.SafeLoader)
+
+
 def _to_python(file: str, text: str, env: Mapping[str, str]) -> _Located:
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        root = _compose(text)
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         line, col = (mark.line + 1, mark.column + 1) if mark else (None, None)
@@ -73,39 +88,54 @@ def _to_python(file: str, text: str, env: Mapping[str, str]) -> _Located:
     except yaml.YAMLError as e:
         raise ConfigError([ConfigProblem(file, None, None, f"invalid YAML: {e}")]) from None
 
-    constructor = yaml.SafeLoader("")
-    marks: dict[Loc, tuple[int, int]] = {}
-    key_marks: dict[Loc, tuple[int, int]] = {}
+    walker = _Walker(file, env)
+    data = {} if root is None else walker.walk(root, ())
+    return _Located(data, walker.marks, walker.key_marks)
 
-    def walk(node: yaml.Node, loc: Loc) -> Any:
-        marks[loc] = _mark(node)
+
+class _Walker:
+    """Nodes to plain Python, recording each path's line and column.
+
+    A class, not a recursive closure: a closure that refers to itself is a cycle
+    holding the whole node tree until a full collection, and 10,000 agent files
+    at a start made the cyclic collector ~40% of the load.
+    """
+
+    def __init__(self, file: str, env: Mapping[str, str]):
+        self.file = file
+        self.env = env
+        self.constructor = yaml.constructor.SafeConstructor()
+        self.marks: dict[Loc, tuple[int, int]] = {}
+        self.key_marks: dict[Loc, tuple[int, int]] = {}
+
+    def walk(self, node: yaml.Node, loc: Loc) -> Any:
+        file = self.file
+        self.marks[loc] = _mark(node)
         if isinstance(node, yaml.MappingNode):
             out: dict[str, Any] = {}
             for key_node, value_node in node.value:
-                key = constructor.construct_object(key_node, deep=True)
+                key = self.constructor.construct_object(key_node, deep=True)
                 if not isinstance(key, str):
                     raise ConfigError(
                         [ConfigProblem(file, *_mark(key_node), f"expected a text key, got {key!r}")]
                     )
                 if key in out:
                     raise ConfigError([ConfigProblem(file, *_mark(key_node), f"duplicate key {key!r}")])
-                key_marks[(*loc, key)] = _mark(key_node)
-                out[key] = walk(value_node, (*loc, key))
+                self.key_marks[(*loc, key)] = _mark(key_node)
+                out[key] = self.walk(value_node, (*loc, key))
             return out
         if isinstance(node, yaml.SequenceNode):
-            return [walk(child, (*loc, i)) for i, child in enumerate(node.value)]
-        value = constructor.construct_object(node, deep=True)
+            return [self.walk(child, (*loc, i)) for i, child in enumerate(node.value)]
+        value = self.constructor.construct_object(node, deep=True)
         if isinstance(value, str) and "${" in value:
-            value = _interpolate(value, file, marks[loc], env)
+            value = _interpolate(value, file, self.marks[loc], self.env)
             # An unquoted `${PORT}` should behave as if the number had been written.
-            if getattr(node, "style", None) is None and value != "":
+            # (a plain scalar's style is None from the pure-Python parser, '' from libyaml's)
+            if not getattr(node, "style", None) and value != "":
                 resolved = yaml.safe_load(value)
                 if isinstance(resolved, int | float | bool):
                     value = resolved
         return value
-
-    data = {} if root is None else walk(root, ())
-    return _Located(data, marks, key_marks)
 
 
 def _fields_at(model: type[BaseModel], loc: Loc, data: Any) -> list[str]:

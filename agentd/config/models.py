@@ -47,6 +47,9 @@ class MemorySpec(Spec):
     # agent: one set of facts for everyone; user: each person's facts are theirs alone
     persistent_scope: Literal["agent", "user"] = "agent"
     strategy: StrategySpec | None = None
+    # secrets (API keys, tokens, private keys, card numbers) in what is written to memory:
+    # redact them, refuse a tool's write that holds one, or allow them (agentd/memory/screening.py)
+    secrets: Literal["redact", "refuse", "allow"] = "redact"
 
     @field_validator("compact_at_tokens", mode="before")
     @classmethod
@@ -62,6 +65,13 @@ class MemorySpec(Spec):
         if count <= 0:
             raise ValueError("expected a positive token count or false")
         return count
+
+
+class TranscriptsSpec(Spec):
+    """How conversation transcripts are stored."""
+
+    # store each turn's messages with secrets redacted (the model of that turn still saw them)
+    redact_secrets: bool = False
 
 
 class WebhookSpec(Spec):
@@ -98,6 +108,7 @@ class AgentSpec(Spec):
     purpose: str = ""
     model: ModelSpec = ModelSpec(name=OFFLINE_MODEL)
     memory: MemorySpec = MemorySpec()
+    transcripts: TranscriptsSpec = TranscriptsSpec()
     channels: ChannelsSpec = ChannelsSpec()
     max_tool_steps: int = Field(default=8, ge=1, le=100)
     subagents: list[SubagentSpec] = []
@@ -176,7 +187,12 @@ class StoreSpec(Spec):
     # NORMAL: an OS crash may lose the last commits but never corrupts; a killed
     # process loses nothing. FULL: fsync on every commit group.
     synchronous: Literal["normal", "full"] = "normal"
-    hot_conversations: int = Field(default=2000, ge=1)
+    # agent files open at once (each holds up to 3 descriptors: the file, its -wal and -shm); the
+    # least recently used beyond this are closed, and so is any unused for close_idle_after_s
+    max_open_files: int = Field(default=256, ge=1)
+    close_idle_after_s: float = Field(default=60.0, gt=0)
+    # one budget for the conversations kept in memory by every agent, in MB (least recently used go first)
+    hot_cache_mb: float = Field(default=512, gt=0)
     # With several daemons on one store: how long a lease (a conversation being answered, a bot
     # connection) outlives a daemon that stopped renewing it (killed), before another takes over.
     lease_s: float = Field(default=15.0, ge=1.0, le=600.0)

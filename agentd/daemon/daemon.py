@@ -27,7 +27,14 @@ from agentd.channels.base import HttpChannel
 from agentd.config.loader import parse_daemon
 from agentd.config.models import DaemonSpec, is_loopback
 from agentd.daemon.fleet import Fleet
-from agentd.daemon.periodic import GC_FREEZE_EVERY, PRUNE_EVERY, delivery_cutoff, every, freeze_gc
+from agentd.daemon.periodic import (
+    CLOSE_IDLE_FILES_EVERY,
+    GC_FREEZE_EVERY,
+    PRUNE_EVERY,
+    delivery_cutoff,
+    every,
+    freeze_gc,
+)
 from agentd.daemon.resources import _FROM_SETTINGS, DAEMON_STORE, Resources
 from agentd.daemon.server import EmbeddedServer, bind, url
 from agentd.daemon.watcher import FolderWatcher
@@ -40,7 +47,7 @@ from agentd.store.base import Store
 from agentd.store.folder_lock import DataFolderLock
 from agentd.store.queries import AuditEvents
 from agentd.store.records import AuditRecord
-from agentd.store.writes import AppendAudit
+from agentd.store.writes import AppendAudit, Write
 
 log = logging.getLogger("agentd")
 
@@ -85,6 +92,7 @@ class Daemon:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stop = asyncio.Event()
         self._signals = 0
+        self._audit_batch: list[Write[Any]] | None = None  # while agents load: committed together
         self._folder_lock: DataFolderLock | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -129,11 +137,20 @@ class Daemon:
             self._group = await stack.enter_async_context(asyncio.TaskGroup())
             stack.push_async_callback(self._cancel_tasks)
             stack.push_async_callback(self.fleet.close_all)
-            await self.sync_agents()
-            gc.freeze()
+            # The first load builds every agent (10,000 at most starts): the cyclic collector would
+            # walk that growing heap again and again (~40% of the load) and find nothing, since
+            # loading leaves no cyclic garbage; so it stays off until the load is frozen out of reach.
+            gc.disable()
+            try:
+                await self.sync_agents()
+            finally:
+                gc.freeze()
+                gc.enable()
             self.spawn(every(self.reload_interval, self.sync_agents, "reloading agents"))
             self.spawn(every(GC_FREEZE_EVERY, freeze_gc, "freezing the GC"))
             self.spawn(every(PRUNE_EVERY, self._prune, "pruning old delivery ids and episodes"))
+            sweep = min(CLOSE_IDLE_FILES_EVERY, self.settings.store.close_idle_after_s / 2)
+            self.spawn(every(sweep, self.resources.close_idle_files, "closing idle agent files"))
         except BaseException:
             await stack.aclose()
             raise
@@ -218,10 +235,18 @@ class Daemon:
     async def sync_agents(self) -> None:
         """Bring running agents in line with the files: start new, reload changed, stop deleted."""
         changes = self.watcher.scan()
-        for name, path in changes.changed.items():
-            await self.fleet.load(name, path)
-        for name in changes.removed:
-            await self.fleet.remove(name)
+        # one commit for the audit rows of every agent loaded (10,000 at a start), not one each
+        self._audit_batch = []
+        try:
+            for name, path in changes.changed.items():
+                await self.fleet.load(name, path)
+            for name in changes.removed:
+                await self.fleet.remove(name)
+        finally:
+            batch, self._audit_batch = self._audit_batch, None
+            if batch:
+                assert self.daemon_store is not None
+                await self.daemon_store.write(*batch)
 
     async def _prune(self) -> None:
         """Hourly: platform delivery ids past a week, and episodes past their agent's retention."""
@@ -232,8 +257,11 @@ class Daemon:
 
     async def daemon_audit(self, kind: str, action: str, agent: str | None, data: dict[str, Any]) -> None:
         assert self.daemon_store is not None
-        record = AuditRecord(kind, action, data=data)
-        await self.daemon_store.write(AppendAudit(agent or "daemon", [record], time.time()))
+        op = AppendAudit(agent or "daemon", [AuditRecord(kind, action, data=data)], time.time())
+        if self._audit_batch is not None:
+            self._audit_batch.append(op)
+        else:
+            await self.daemon_store.write(op)
 
     # -- AgentDirectory (for the HTTP layer) ------------------------------------------------------
 
@@ -246,6 +274,9 @@ class Daemon:
 
     def describe_agents(self) -> list[dict[str, Any]]:
         return self.fleet.describe()
+
+    def describe_daemon(self) -> dict[str, Any]:
+        return {"agents": len(self.fleet.entries), **self.resources.stats()}
 
     def memory_models(self) -> dict[str, dict[str, Any]]:
         return self.resources.breakers.describe()

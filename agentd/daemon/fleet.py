@@ -178,9 +178,16 @@ class Fleet:
             await self._audit("config", "failed", entry.name, {"file": str(entry.path), "error": str(e)})
             return False
         entry.agent = agent
+        agent.lifecycle.on_fail = lambda reason: self._failed_at_first_use(entry, reason)
         await self._audit("config", "loaded", entry.name, {"file": str(entry.path)})
         log.info("agent %s: loaded (%s)", entry.name, spec.model.name)
         return True
+
+    async def _failed_at_first_use(self, entry: AgentEntry, reason: str) -> None:
+        """An agent's data is opened at its first use, not at start: a file from a newer agentd fails
+        the agent then, as it would have at start (logged, audited, shown in GET /agents)."""
+        log.error("agent %s: cannot serve: %s", entry.name, reason)
+        await self._audit("config", "failed", entry.name, {"file": str(entry.path), "error": reason})
 
     async def remove(self, name: str) -> None:
         entry = self.entries.pop(name, None)
@@ -231,7 +238,10 @@ class Fleet:
                     "memory": spec.memory.model_dump() if spec else None,
                     "channels": entry.channel_states(),
                     "status": entry.status,
-                    "last_error": entry.last_error,
+                    "last_error": entry.last_error
+                    or (entry.agent.lifecycle.last_error if entry.agent else None),
+                    # unopened: not used since start (its data file is opened, and checked, at first use)
+                    "data": entry.agent.data_state if entry.agent else None,
                     # each MCP server's state, tools and problems (a pattern that matches no tool)
                     "tool_servers": entry.agent.state.tool_servers.describe() if entry.agent else {},
                 }

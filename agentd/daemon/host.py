@@ -12,6 +12,7 @@ from agentd.channels.base import Channel
 from agentd.channels.registry import CHANNEL_KINDS, build_channel
 from agentd.config.models import AgentSpec
 from agentd.engine.agent import Agent
+from agentd.errors import StoreError
 from agentd.events import InboundEvent, Reply
 from agentd.store.base import Leases
 
@@ -38,7 +39,17 @@ class AgentHost:
         agent = self._owner.agent
         if agent is None or agent.status != "running":
             raise RuntimeError(f"agent {self.agent} is not running")
-        return await agent.handle(event)
+        try:
+            return await agent.handle(event)
+        except StoreError as e:
+            # the person gets an answer (HTTP gets a 503); nothing of the message was kept
+            log.error("agent %s: %s: %s", self.agent, event.conversation_key, e)
+            return Reply(
+                text="Sorry, I cannot reach my memory just now, so I did not take in your message: "
+                "please send it again in a moment.",
+                conversation_key=event.conversation_key,
+                error="store_unavailable",
+            )
 
     async def audit(
         self,

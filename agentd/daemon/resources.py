@@ -21,6 +21,7 @@ import httpx
 from agentd.config.models import AgentSpec, DaemonSpec
 from agentd.engine.agent import Agent
 from agentd.engine.breakers import Breakers
+from agentd.engine.hot_cache import HotBudget
 from agentd.engine.outbox import NoOutbox, Outbox
 from agentd.engine.peers import NoPeers, Peers
 from agentd.engine.state import AgentResources
@@ -61,9 +62,11 @@ class Resources:
         self.executor: StoreExecutor | None = None
         self.providers: ProviderRegistry | None = None
         self.embedder: Embedder | None = None
+        # every agent's hot threads share one byte budget
+        self.hot_budget = HotBudget(int(settings.store.hot_cache_mb * 2**20))
 
     async def __aenter__(self) -> Resources:
-        executor = StoreExecutor()
+        executor = StoreExecutor(self.settings.store.max_open_files, self.settings.store.close_idle_after_s)
         self._stack.callback(executor.shutdown)
         client = await self._stack.enter_async_context(httpx.AsyncClient())
         providers = ProviderRegistry(self.settings.providers, client)
@@ -100,11 +103,22 @@ class Resources:
             providers=self.providers,
             embedder=self.embedder,
             memory_extractor_model=self.settings.memory_extractor_model,
-            hot_conversations=self.settings.store.hot_conversations,
+            hot_budget=self.hot_budget,
             peers=peers if peers is not None else NoPeers(),
             breakers=self.breakers,
             outbox=outbox if outbox is not None else NoOutbox(),
         )
+
+    def stats(self) -> dict[str, Any]:
+        """What the process holds for all its agents: open files, the hot threads' memory."""
+        return {
+            "files": self.executor.files.stats() if self.executor is not None else None,
+            "hot_threads": self.hot_budget.stats(),
+        }
+
+    async def close_idle_files(self) -> None:
+        if self.executor is not None:
+            await self.executor.close_idle_files()
 
     def build_agent(
         self,

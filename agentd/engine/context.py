@@ -36,6 +36,10 @@ class AgentContext:
     def embedder(self) -> Embedder | None:
         return self._state.resources.embedder
 
+    @property
+    def secrets(self) -> str:
+        return self._state.spec.memory.secrets
+
     def agent_model(self, small: bool = False) -> str:
         model = self._state.spec.model
         return (model.small or model.name) if small else model.name

@@ -47,14 +47,20 @@ class EventHandler:
 
     async def handle(self, event: InboundEvent, parent_run_id: str | None = None) -> Reply:
         """Answer one event with the current definition; a platform redelivery is answered once."""
-        if event.event_id is not None and await self._is_duplicate(event):
-            return Reply(text="", conversation_key=event.conversation_key, duplicate=True)
         spec = self._state.spec  # read once: a reload mid-run does not change this run
-        if is_approval_command(event.text):
-            return await answer_approval(self.approvals, event)
-        if command_name(event.text) == "status" and self.approvals.pending_in(event.conversation_key):
-            return await self._status_now(event, spec)
-        return await self._run(event, spec, parent_run_id)
+        try:
+            if event.event_id is not None and await self._is_duplicate(event):
+                return Reply(text="", conversation_key=event.conversation_key, duplicate=True)
+            if is_approval_command(event.text):
+                return await answer_approval(self.approvals, event)
+            if command_name(event.text) == "status" and self.approvals.pending_in(event.conversation_key):
+                return await self._status_now(event, spec)
+            return await self._run(event, spec, parent_run_id)
+        except BaseException:
+            # not answered (say, its file could not be opened): a redelivery must be answered
+            if event.event_id is not None:
+                self._state.recent_events.pop((event.channel, event.event_id), None)
+            raise
 
     async def _run(self, event: InboundEvent, spec: AgentSpec, parent_run_id: str | None) -> Reply:
         state, key = self._state, event.conversation_key
@@ -68,25 +74,28 @@ class EventHandler:
                         # another daemon may have answered this delivery while we waited for the claim
                         if await state.store.read(DeliverySeen(event.channel, event.event_id)):
                             return Reply(text="", conversation_key=key, duplicate=True)
-                    thread = await state.thread(key, memory, claim)
+                    thread = await state.thread(key, memory, self._ctx, claim)
                     if memory.settle_due(thread):
                         if memory.settles_first:
                             await self._settle(key, memory, thread, None)
                         else:
                             self._after_run(key, memory, None)  # left over (a restart, a paused model)
                     if is_command(event.text):
-                        return await run_command(Invocation(state, self._ctx, spec, memory, thread, event))
-                    result = await run_turn(state, self._ctx, spec, memory, thread, event, parent_run_id)
-                    if result.paused is not None:
-                        # the paused run keeps the conversation until a person decides
-                        self.approvals.hold(result.paused, release)
-                        paused = True
+                        reply = await run_command(Invocation(state, self._ctx, spec, memory, thread, event))
+                    else:
+                        result = await run_turn(state, self._ctx, spec, memory, thread, event, parent_run_id)
+                        reply = result.reply
+                        if result.paused is not None:
+                            # the paused run keeps the conversation until a person decides
+                            self.approvals.hold(result.paused, release)
+                            paused = True
+                    await state.trim(key, memory, self._ctx)
             finally:
                 if not paused:
                     release()
-            if not paused and memory.settle_due(thread):
-                self._after_run(key, memory, result.reply.run_id)
-            return result.reply
+            if not paused and not is_command(event.text) and memory.settle_due(thread):
+                self._after_run(key, memory, reply.run_id)
+            return reply
 
     async def _take(self, key: str) -> Callable[[], None]:
         """The conversation's place in order; waiting behind a paused run is not work in flight."""
@@ -109,8 +118,9 @@ class EventHandler:
         # after a restart the MCP servers may still be connecting: an approved call needs its tool
         await state.tool_servers.wait_ready(RESUME_WAIT_S)
         async with state.store.claim(key) as claim:
-            thread = await state.thread(key, memory, claim)
+            thread = await state.thread(key, memory, self._ctx, claim)
             result = await resume_turn(state, self._ctx, spec, memory, thread, progress, decision)
+            await state.trim(key, memory, self._ctx)
         if result.paused is None and memory.settle_due(thread):
             self._after_run(key, memory, result.reply.run_id)
         return result
@@ -119,7 +129,7 @@ class EventHandler:
         """/status while the conversation waits for an approval: answered at once, not in order."""
         state = self._state
         memory = state.memory_of(spec, event.conversation_key)
-        thread = await state.thread(event.conversation_key, memory)
+        thread = await state.thread(event.conversation_key, memory, self._ctx)
         return await run_command(Invocation(state, self._ctx, spec, memory, thread, event))
 
     async def _is_duplicate(self, event: InboundEvent) -> bool:
@@ -170,8 +180,9 @@ class EventHandler:
         async with locks.hold(key), state.store.claim(key, purpose=purpose) as claim:
             self._waiting.discard(key)  # from here on, new work queues a job behind this one
             if state.store.shared:
-                thread: StoredThread | None = await state.thread(key, memory, claim)
+                thread: StoredThread | None = await state.thread(key, memory, self._ctx, claim)
             else:
                 thread = state.threads.peek(key) if memory.keeps_transcript else None
             if thread is not None and memory.settle_due(thread):
                 await self._settle(key, memory, thread, run_id)
+                await self._state.trim(key, memory, self._ctx)

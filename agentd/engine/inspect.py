@@ -23,7 +23,7 @@ async def next_prompt(
     """What the next turn would send (recall is searched with no text here, so nothing is recalled)."""
     spec = state.spec
     memory = state.memory_of(spec, conversation_key)
-    thread = await state.thread(conversation_key, memory)
+    thread = await state.thread(conversation_key, memory, ctx)
     prompt = await build_prompt(state, ctx, spec, memory, thread, TurnInput(conversation_key, "", user_id))
     threshold = memory.compaction.compact_at_tokens if memory.compaction is not None else None
     return {
@@ -53,7 +53,7 @@ async def inspect_conversation(
     """
     spec = state.spec
     memory = state.memory_of(spec, conversation_key)
-    thread = await state.thread(conversation_key, memory)
+    thread = await state.thread(conversation_key, memory, ctx)
     described = await memory.describe(ctx, thread)
     layers = described.get("layers")
     if not isinstance(layers, list):

@@ -29,6 +29,7 @@ from agentd.engine.tool_gate import ToolGate
 from agentd.errors import OperatorError, ProviderError
 from agentd.events import InboundEvent, Reply
 from agentd.memory.base import Memory, MemoryContext, TurnInput
+from agentd.memory.screening import transcript_copy
 from agentd.messages import Message, ToolResultPart, estimate_tokens
 from agentd.providers.base import CompletionRequest
 from agentd.store.records import AuditRecord, RunRecord, StoredMessage, StoredThread
@@ -182,7 +183,9 @@ async def _drive(
         reply_text = "(the model returned an empty reply)"
     run.duration_ms = (time.time() - run.started_at) * 1000
     closing = decision.approval if decision is not None else None
-    await _commit(state, memory, thread, event, run, new, progress.audit, closing)
+    await _commit(
+        state, memory, thread, event, run, new, progress.audit, closing, spec.transcripts.redact_secrets
+    )
     reply = Reply(text=reply_text, conversation_key=event.conversation_key, run_id=run.id, error=error)
     return TurnResult(reply)
 
@@ -196,9 +199,15 @@ async def _commit(
     new: list[Message],
     audit: list[AuditRecord],
     closing: str | None,
+    redact_secrets: bool = False,
 ) -> None:
     keep = memory.keeps_transcript
-    stored = [StoredMessage(thread.next_seq + i, m, run.id) for i, m in enumerate(new)] if keep else []
+    # transcripts.redact_secrets: the stored copy (which later turns replay) has secrets redacted;
+    # the model of this turn saw them as sent
+    kept, audits = (
+        transcript_copy(new, event.conversation_key, run.id) if keep and redact_secrets else (new, [])
+    )
+    stored = [StoredMessage(thread.next_seq + i, m, run.id) for i, m in enumerate(kept)] if keep else []
     usage = (run.last_input_tokens, run.tokens_estimated) if run.model_calls else None
     delivery = (
         Delivery(event.channel, event.event_id, event.conversation_key)
@@ -207,8 +216,8 @@ async def _commit(
     )
     now = time.time()
     ops: list[Write[Any]] = [CommitTurn(event.conversation_key, thread.id, stored, run, usage, delivery, now)]
-    if audit:
-        ops.append(AppendAudit(state.name, list(audit), now))
+    if audit or audits:
+        ops.append(AppendAudit(state.name, [*audit, *audits], now))
     if closing is not None:
         ops.append(CloseApproval(closing))  # the paused run is done: its saved state goes
     [thread_id, *_] = await state.store.write(*ops)

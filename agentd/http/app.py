@@ -139,7 +139,8 @@ def create_app(directory: AgentDirectory) -> FastAPI:
         if agent is None:
             raise ApiError(404, f"no agent named {name!r}")
         if agent.status != "running":
-            raise ApiError(503, f"agent {name!r} is {agent.status}")
+            reason = agent.lifecycle.last_error
+            raise ApiError(503, f"agent {name!r} is {agent.status}" + (f": {reason}" if reason else ""))
         return agent
 
     @app.get("/healthz", tags=["daemon"])
@@ -194,7 +195,13 @@ def create_app(directory: AgentDirectory) -> FastAPI:
 
     @app.get("/agents", tags=["agents"], dependencies=[Depends(require_token)])
     async def agents() -> dict[str, Any]:
-        return {"agents": directory.describe_agents(), "memory_models": directory.memory_models()}
+        """Every agent; what the daemon holds for all of them (open files, hot threads' memory); memory
+        models that failed lately."""
+        return {
+            "daemon": directory.describe_daemon(),
+            "agents": directory.describe_agents(),
+            "memory_models": directory.memory_models(),
+        }
 
     @app.get("/audit", tags=["daemon"], dependencies=[Depends(require_token)])
     async def audit(

@@ -22,6 +22,10 @@ class AgentDirectory(Protocol):
 
     def describe_agents(self) -> list[dict[str, Any]]: ...
 
+    def describe_daemon(self) -> dict[str, Any]:
+        """What the daemon holds for every agent: open files, the hot threads' memory."""
+        ...
+
     def memory_models(self) -> dict[str, dict[str, Any]]:
         """Memory models that failed lately, by reference: their breaker (open, failures, retry in)."""
         ...

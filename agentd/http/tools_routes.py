@@ -33,7 +33,7 @@ def add_tool_routes(
     @app.get("/agents/{agent}/approvals", tags=["agents"], dependencies=guarded)
     async def approvals(agent: str) -> dict[str, Any]:
         """Tool calls waiting for a person's approval, oldest first."""
-        return {"approvals": agent_or_404(agent).approvals()}
+        return {"approvals": await agent_or_404(agent).approvals()}
 
     @app.post("/agents/{agent}/approvals/{approval_id}", tags=["agents"], dependencies=guarded)
     async def decide(agent: str, approval_id: str, body: DecisionIn) -> dict[str, Any]:

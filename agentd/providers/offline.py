@@ -2,11 +2,13 @@
 
 It tells the person how many earlier messages of the conversation it sees,
 whether a summary or recalled exchanges came with them and which memory keys
-it holds (read from the request's hints, never from the prompt's wording), really calls the memory tools when asked
-("remember KEY: VALUE", "recall KEY", "forget KEY", "what do you remember") and any
-offered tool on request ("call TOOL {json arguments}"),
-summarises for compaction with an extractive rule, and reports no usage, so
-the runtime estimates tokens and marks them as estimated.
+it holds (read from the request's hints, never from the prompt's wording),
+really calls the memory tools when asked ("remember KEY: VALUE", "recall KEY",
+"forget KEY", "what do you remember") and any offered tool on request ("call
+TOOL {json arguments}"), repeats a recalled value (the
+material of its remembered block), summarises for compaction with an
+extractive rule, and reports no usage, so the runtime estimates tokens and
+marks them as estimated.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 
 from agentd.messages import Message, ToolCallPart
 from agentd.providers.base import Completion, CompletionRequest
+from agentd.providers.remembered import material_of
 
 _REMEMBER = re.compile(r"^\s*remember\s+(\S+?)\s*[:=]\s*(.+?)\s*$", re.I | re.S)
 _RECALL = re.compile(r"^\s*recall\s+(\S+?)\s*[?.!]?\s*$", re.I)
@@ -69,7 +72,7 @@ def _after_tools(tool_message: Message) -> str:
         if result.is_error:
             lines.append(f"{result.name} failed: {result.content}")
         elif result.name == "recall":
-            lines.append(f"I remember: {result.content}")
+            lines.append(f"I remember: {material_of(result.content)}")
         else:
             lines.append(result.content)
     return "\n".join(lines)

@@ -107,7 +107,7 @@ async def test_ask_then_approve_runs_the_call_and_later_messages_wait_in_order(
     assert decided["by"] == "webhook:ana" and called["approval"] == approval
     assert called["approved_by"] == "webhook:ana" and called["duration_ms"] > 0
     assert all(r.get("run_id") for r in await agent.audit_events("tool"))
-    assert agent.approvals() == []
+    assert (await agent.approvals()) == []
 
 
 async def test_ask_then_deny_gives_the_model_a_refusal(
@@ -136,7 +136,7 @@ async def test_an_approval_nobody_answers_expires_as_refused(
     script_write(fake, "Nobody approved, so I did not save it.")
     approval_id(await say(agent)("save a note"))
     await wait_until(lambda: len(fake.requests) == 2, "the run to resume after the expiry", 10)
-    await wait_until(lambda: not agent.approvals(), "the approval to close")
+    await wait_until(lambda: not agent.state.waiting_approvals, "the approval to close")
     [refusal] = tool_results(fake.requests[1].json)
     assert "Nobody approved this call in time; it was not run." in refusal
     assert not (root / "note.txt").exists()
@@ -152,7 +152,7 @@ async def test_a_pending_approval_survives_a_restart(
     approval = approval_id(await say(agent)("save a note", "delivery-1"))
     agent = await harness.restart(agent)
     await agent.state.tool_servers.wait_ready(20)
-    assert [a["id"] for a in agent.approvals()] == [approval]
+    assert [a["id"] for a in (await agent.approvals())] == [approval]
     # the redelivered message is not run again; the conversation is still held by the paused run
     assert (await say(agent)("save a note", "delivery-1")).duplicate
     later = asyncio.create_task(say(agent)("anything else?"))
@@ -187,7 +187,7 @@ async def test_an_approver_who_is_not_allowed_is_refused_and_audited(
         "decision": "approved",
         "reason": "not an approver",
     }
-    assert [a["id"] for a in agent.approvals()] == [approval]
+    assert [a["id"] for a in (await agent.approvals())] == [approval]
     # the admin answers from Slack, another conversation: the answer is told to them, as the webhook
     # conversation cannot be posted into
     admin = InboundEvent(agent.name, "slack:D1", f"/approve {approval}", "slack", user_id="U777")

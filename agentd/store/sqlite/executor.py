@@ -23,6 +23,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, TypeVar
 
+from agentd.store.sqlite.files import OpenFiles
+
 T = TypeVar("T")
 Outcome = tuple["asyncio.Future[Any]", Any, "BaseException | None"]
 
@@ -38,10 +40,12 @@ class BatchTarget(Protocol):
 
 
 class StoreExecutor:
-    """The store thread, and the queue of files with writes waiting."""
+    """The store thread, the queue of files with writes waiting, and the files open (`files`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_open_files: int = 256, close_idle_after_s: float = 60.0) -> None:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentd-store")
+        # the connections live here because this thread is the only one that uses them
+        self.files = OpenFiles(max_open_files, close_idle_after_s)
         self._lock = threading.Lock()
         self._dirty: list[BatchTarget] = []
         self._drain_scheduled = False
@@ -76,6 +80,10 @@ class StoreExecutor:
                 by_loop.setdefault(target._loop, []).extend(target._commit_batch(batch))
         for loop, outcomes in by_loop.items():
             loop.call_soon_threadsafe(_resolve, outcomes)
+
+    async def close_idle_files(self) -> int:
+        """Close the files unused for a while (they reopen on their next use); returns how many."""
+        return await self.call(self.files.close_idle)
 
     def shutdown(self) -> None:
         self._pool.shutdown(wait=True)
