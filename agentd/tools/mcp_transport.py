@@ -38,7 +38,7 @@ async def transport_of(spec: McpServerSpec, errlog: Any = None) -> AsyncIterator
             env=dict(spec.env),
             cwd=spec.cwd,
         )
-        async with stdio_client(params, errlog=errlog or sys.stderr) as streams:
+        async with stdio_client(params, errlog=errlog or _stderr()) as streams:
             yield streams
         return
     assert spec.url is not None
@@ -48,6 +48,16 @@ async def transport_of(spec: McpServerSpec, errlog: Any = None) -> AsyncIterator
         streamable_http_client(spec.url, http_client=http) as streams,
     ):
         yield streams
+
+
+def _stderr() -> Any:
+    """Where a stdio server's stderr goes: ours, or the process's own when ours is not a file (a test's
+    capture, an embedding application): the subprocess needs a real descriptor."""
+    try:
+        sys.stderr.fileno()
+        return sys.stderr
+    except (AttributeError, OSError, ValueError):
+        return sys.__stderr__
 
 
 @contextlib.asynccontextmanager
