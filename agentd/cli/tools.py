@@ -12,13 +12,9 @@ import asyncio
 import json
 from typing import Any
 
-from agentd.cli.local import FolderPeers
+from agentd.cli.local import FolderPeers, agent_spec
 from agentd.cli.remote import answer, running_daemon
-from agentd.cli.settings import settings_of
-from agentd.config.folder import find_agent_file
-from agentd.config.loader import parse_agent
 from agentd.daemon.resources import Resources
-from agentd.errors import AgentdError
 
 CONNECT_WAIT_S = 15.0
 
@@ -38,11 +34,7 @@ def cmd_tools(args: argparse.Namespace) -> int:
 
 
 async def _in_process(args: argparse.Namespace) -> dict[str, Any]:
-    path = find_agent_file(args.agents, args.agent)
-    if path is None:
-        raise AgentdError(f"no agent file {args.agents / args.agent}.yaml")
-    settings = settings_of(args)
-    spec = parse_agent(path, default_model=settings.defaults.model)
+    settings, spec = agent_spec(args)
     async with Resources(settings, args.data) as resources:
         agent = resources.build_agent(spec, FolderPeers(args.agents, settings.defaults.model), readonly=True)
         try:

@@ -64,6 +64,7 @@ class Fleet:
 
     def __init__(self, resources: Resources, audit: Audit, spawn: Spawn):
         self.resources = resources
+        resources.outbox = self  # resumed runs post into conversations through the agents' channels
         self._audit = audit
         self._spawn = spawn
         self.entries: dict[str, AgentEntry] = {}
@@ -171,7 +172,7 @@ class Fleet:
 
     async def _start(self, entry: AgentEntry, spec: AgentSpec) -> bool:
         try:
-            agent = await self.resources.open_agent(spec, peers=self, outbox=self)
+            agent = await self.resources.open_agent(spec, peers=self)
         except AgentdError as e:
             entry.last_error = str(e)
             log.error("agent %s: cannot start: %s", entry.name, e)

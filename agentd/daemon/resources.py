@@ -59,6 +59,8 @@ class Resources:
         self.daemon_id = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
         self.leases: Leases = SoleOwner(self.daemon_id)  # of bot connections among daemons sharing a store
         self.breakers = breakers or Breakers()  # per memory model, shared by every agent of the process
+        # where a run resumed after an approval posts its answer: the daemon sets its fleet here
+        self.outbox: Outbox = NoOutbox()
         self.executor: StoreExecutor | None = None
         self.providers: ProviderRegistry | None = None
         self.embedder: Embedder | None = None
@@ -97,7 +99,7 @@ class Resources:
             path, self.executor, self.settings.store.synchronous, readonly=readonly, daemon=self.daemon_id
         )
 
-    def agent_resources(self, peers: Peers | None = None, outbox: Outbox | None = None) -> AgentResources:
+    def agent_resources(self, peers: Peers | None = None) -> AgentResources:
         assert self.providers is not None, "Resources used outside `async with`"
         return AgentResources(
             providers=self.providers,
@@ -106,7 +108,7 @@ class Resources:
             hot_budget=self.hot_budget,
             peers=peers if peers is not None else NoPeers(),
             breakers=self.breakers,
-            outbox=outbox if outbox is not None else NoOutbox(),
+            outbox=self.outbox,
         )
 
     def stats(self) -> dict[str, Any]:
@@ -120,28 +122,16 @@ class Resources:
         if self.executor is not None:
             await self.executor.close_idle_files()
 
-    def build_agent(
-        self,
-        spec: AgentSpec,
-        peers: Peers | None = None,
-        *,
-        readonly: bool = False,
-        outbox: Outbox | None = None,
-    ) -> Agent:
+    def build_agent(self, spec: AgentSpec, peers: Peers | None = None, *, readonly: bool = False) -> Agent:
         """A running agent's parts, not opened yet (`await agent.open()`: it starts the MCP servers)."""
         store = self.store(spec.name, readonly=readonly)
-        return Agent(spec, store, self.agent_resources(peers, outbox), McpServers(spec.name))
+        return Agent(spec, store, self.agent_resources(peers), McpServers(spec.name))
 
     async def open_agent(
-        self,
-        spec: AgentSpec,
-        peers: Peers | None = None,
-        *,
-        readonly: bool = False,
-        outbox: Outbox | None = None,
+        self, spec: AgentSpec, peers: Peers | None = None, *, readonly: bool = False
     ) -> Agent:
         """The one constructor of a running agent: built and opened (its store closed again if opening fails)."""
-        agent = self.build_agent(spec, peers, readonly=readonly, outbox=outbox)
+        agent = self.build_agent(spec, peers, readonly=readonly)
         try:
             await agent.open(readonly=readonly)
         except BaseException:

@@ -26,7 +26,7 @@ from agentd.engine.lifecycle import Lifecycle
 from agentd.engine.pausing import TurnResult
 from agentd.engine.progress import Decision, TurnProgress
 from agentd.engine.state import RECENT_EVENTS, AgentState
-from agentd.engine.turn import resume_turn, run_turn
+from agentd.engine.turn import run_turn
 from agentd.errors import ModelPaused, StoreError
 from agentd.events import InboundEvent, Reply
 from agentd.memory.base import Memory
@@ -119,7 +119,9 @@ class EventHandler:
         await state.tool_servers.wait_ready(RESUME_WAIT_S)
         async with state.store.claim(key) as claim:
             thread = await state.thread(key, memory, self._ctx, claim)
-            result = await resume_turn(state, self._ctx, spec, memory, thread, progress, decision)
+            result = await run_turn(
+                state, self._ctx, spec, memory, thread, progress.event, resume=(progress, decision)
+            )
             await state.trim(key, memory, self._ctx)
         if result.paused is None and memory.settle_due(thread):
             self._after_run(key, memory, result.reply.run_id)

@@ -7,7 +7,7 @@ happened (the person's message, any completed tool steps, the run as error)
 and answers with a short error; nothing already stored is touched.
 
 A tool call a person must approve pauses the run (agentd.engine.pausing): the
-reply is then the approval request, and the run is resumed (`resume_turn`)
+reply is then the approval request, and the run is resumed (`run_turn(resume=...)`)
 from its saved progress once someone decides or the request expires; the one
 commit happens at the end, as for any run.
 """
@@ -47,7 +47,15 @@ async def run_turn(
     thread: StoredThread,
     event: InboundEvent,
     parent_run_id: str | None = None,
+    *,
+    resume: tuple[TurnProgress, Decision] | None = None,
 ) -> TurnResult:
+    """A message turn; with `resume`, a paused run goes on from its progress: the call that waited is
+    answered with the decision, then the run continues as any turn."""
+    if resume is not None:
+        progress, decision = resume
+        progress.run.thread_id = thread.id
+        return await _drive(state, ctx, spec, memory, thread, progress, decision)
     run = RunRecord(
         id=uuid.uuid4().hex,
         conversation_key=event.conversation_key,
@@ -60,20 +68,6 @@ async def run_turn(
     )
     progress = TurnProgress(event, run, [Message.user(event.text, event.user_id, event.sent_at)])
     return await _drive(state, ctx, spec, memory, thread, progress, None)
-
-
-async def resume_turn(
-    state: AgentState,
-    ctx: MemoryContext,
-    spec: AgentSpec,
-    memory: Memory,
-    thread: StoredThread,
-    progress: TurnProgress,
-    decision: Decision,
-) -> TurnResult:
-    """Go on with a paused run: answer the call that waited with `decision`, then as any turn."""
-    progress.run.thread_id = thread.id
-    return await _drive(state, ctx, spec, memory, thread, progress, decision)
 
 
 async def _drive(
@@ -109,12 +103,9 @@ async def _drive(
         if progress.batch is not None:
             if decision is not None:
                 await gate.settle(progress.batch, decision.status, decision.by, decision.approval)
-            needed = await gate.answer(progress.batch)
-            if needed is not None:
-                return await pause_run(state, spec, progress, needed, gate, decision)
-            new.append(progress.batch.message())
+            if (paused := await _answer_batch(state, spec, progress, gate, decision)) is not None:
+                return paused
             new_chars += new[-1].char_count()
-            progress.batch, progress.steps = None, progress.steps + 1
         provider, model = state.resources.providers.resolve(spec.model.name)
         while True:
             allow_tools = progress.steps < spec.max_tool_steps
@@ -166,12 +157,9 @@ async def _drive(
                 reply_text = answer.text or f"(stopped after {spec.max_tool_steps} tool steps)"
                 break
             progress.batch = ToolBatch(list(calls))
-            needed = await gate.answer(progress.batch)
-            if needed is not None:
-                return await pause_run(state, spec, progress, needed, gate, decision)
-            new.append(progress.batch.message())
+            if (paused := await _answer_batch(state, spec, progress, gate, decision)) is not None:
+                return paused
             new_chars += new[-1].char_count()
-            progress.batch, progress.steps = None, progress.steps + 1
     except (ProviderError, OperatorError) as e:
         run.status, run.error = "error", str(e)
         error = "provider_error"
@@ -188,6 +176,19 @@ async def _drive(
     )
     reply = Reply(text=reply_text, conversation_key=event.conversation_key, run_id=run.id, error=error)
     return TurnResult(reply)
+
+
+async def _answer_batch(
+    state: AgentState, spec: AgentSpec, progress: TurnProgress, gate: ToolGate, decision: Decision | None
+) -> TurnResult | None:
+    """Answer the batch's calls: the pause when one needs a person, else its results join the run."""
+    assert progress.batch is not None
+    needed = await gate.answer(progress.batch)
+    if needed is not None:
+        return await pause_run(state, spec, progress, needed, gate, decision)
+    progress.new.append(progress.batch.message())
+    progress.batch, progress.steps = None, progress.steps + 1
+    return None
 
 
 async def _commit(

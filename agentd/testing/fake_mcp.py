@@ -21,15 +21,14 @@ import asyncio
 import contextlib
 import json
 import os
-import socket
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
-import uvicorn
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
+
+from agentd.testing.serving import serve_on_loopback
 
 
 def build_server(root: Path) -> MCPServer:
@@ -102,35 +101,11 @@ def build_server(root: Path) -> MCPServer:
     return server
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 @contextlib.asynccontextmanager
-async def serve_http(root: Path, port: int | None = None) -> AsyncIterator[str]:
+async def serve_http(root: Path) -> AsyncIterator[str]:
     """Serve the fake over Streamable HTTP on 127.0.0.1 in this loop; yields its URL."""
-    server = build_server(root)
-    sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", port or 0))
-    app = server.streamable_http_app()
-    config = uvicorn.Config(app, log_level="warning", lifespan="on")
-    http = uvicorn.Server(config)
-    task = asyncio.get_running_loop().create_task(http.serve(sockets=[sock]))
-    try:
-        while not http.started:
-            if task.done():
-                task.result()
-            await asyncio.sleep(0.01)
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}/mcp"
-    finally:
-        http.should_exit = True
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(task, 10)
-        sock.close()
+    async with serve_on_loopback(build_server(root).streamable_http_app(), lifespan="on") as base:
+        yield f"{base}/mcp"
 
 
 def stdio_command() -> list[str]:
@@ -146,6 +121,3 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main(sys.argv[1:])
-
-
-__all__: list[Any] = ["build_server", "free_port", "main", "serve_http", "stdio_command"]

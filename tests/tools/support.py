@@ -4,7 +4,6 @@ Streamable HTTP, and a fake OpenAI or Anthropic model on loopback that calls the
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -30,26 +29,16 @@ def agent_yaml(servers: dict[str, dict[str, Any]], **policy: Any) -> str:
 
 
 def openai(fake: FakeLLM, client: httpx.AsyncClient) -> OpenAIProvider:
-    return OpenAIProvider(
-        name="fake",
-        kind="openai",
-        client=client,
-        base_url=fake.openai_base_url,
-        api_key="sk-test",
-        timeout_s=10.0,
-        max_retries=0,
-    )
+    return OpenAIProvider(name="fake", kind="openai", client=client, **_fake_endpoint(fake, "openai"))
 
 
 def anthropic(fake: FakeLLM, client: httpx.AsyncClient) -> AnthropicProvider:
-    return AnthropicProvider(
-        name="fake",
-        client=client,
-        base_url=fake.anthropic_base_url,
-        api_key="sk-test",
-        timeout_s=10.0,
-        max_retries=0,
-    )
+    return AnthropicProvider(name="fake", client=client, **_fake_endpoint(fake, "anthropic"))
+
+
+def _fake_endpoint(fake: FakeLLM, api: str) -> dict[str, Any]:
+    url = fake.openai_base_url if api == "openai" else fake.anthropic_base_url
+    return {"base_url": url, "api_key": "sk-test", "timeout_s": 10.0, "max_retries": 0}
 
 
 async def tool_agent(harness: Harness, provider: Any, yaml_text: str, wait: bool = True) -> Agent:
@@ -71,8 +60,3 @@ def offered(request_json: dict[str, Any]) -> list[str]:
 
 def tool_results(request_json: dict[str, Any]) -> list[str]:
     return [m["content"] for m in request_json["messages"] if m["role"] == "tool"]
-
-
-async def aclient() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(trust_env=False) as client:
-        yield client

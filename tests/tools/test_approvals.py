@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import httpx
-import pytest
 
 from agentd.engine.agent import Agent
 from agentd.events import InboundEvent, Reply
@@ -18,25 +16,6 @@ from agentd.testing.fake_llm import FakeLLM
 from agentd.testing.waiting import wait_until
 from tests.support import Harness, open_api, say
 from tests.tools.support import agent_yaml, openai, stdio_server, tool_agent, tool_events, tool_results
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeLLM]:
-    with FakeLLM() as server:
-        yield server
-
-
-@pytest.fixture
-async def client() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(trust_env=False) as c:
-        yield c
-
-
-@pytest.fixture
-def root(tmp_path: Path) -> Path:
-    folder = tmp_path / "files"
-    folder.mkdir()
-    return folder
 
 
 def approval_id(reply: Reply) -> str:

@@ -4,7 +4,7 @@ HTTP, a fake OpenAI/Anthropic model on loopback calling them, the policy, the li
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
@@ -24,26 +24,6 @@ from tests.tools.support import (
     tool_events,
     tool_results,
 )
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeLLM]:
-    with FakeLLM() as server:
-        yield server
-
-
-@pytest.fixture
-async def client() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(trust_env=False) as c:
-        yield c
-
-
-@pytest.fixture
-def root(tmp_path: Path) -> Path:
-    folder = tmp_path / "files"
-    folder.mkdir()
-    (folder / "notes.txt").write_text("buy milk", encoding="utf-8")
-    return folder
 
 
 @pytest.fixture(params=["stdio", "http"])

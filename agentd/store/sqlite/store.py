@@ -16,7 +16,7 @@ from agentd.store.queries import Query
 
 # Importing the SQL modules registers their handlers.
 from agentd.store.sqlite import (
-    approvals,
+    approvals,  # noqa: F401 - imported for its handlers alone, as every module here
     audit,
     episodes,
     facts,
@@ -35,18 +35,7 @@ from agentd.store.writes import Write, stamped
 T = TypeVar("T")
 Batch = Sequence[Write[Any]]
 NO_CLAIM = Claim()
-_SQL_MODULES = (
-    approvals,
-    audit,
-    episodes,
-    facts,
-    identity,
-    inbound,
-    memories,
-    memory_state,
-    runs,
-    transcripts,
-)
+_SQL_MODULES = (audit, episodes, facts, identity, inbound, memories, memory_state, runs, transcripts)
 
 
 def connect(path: Path, synchronous: str = "normal", *, readonly: bool = False) -> sqlite3.Connection:
