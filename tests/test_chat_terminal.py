@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from agentd.testing.waiting import wait_until
+
 SLOW = "purpose: You help.\nmemory: {scope: thread}\nmodel: slow/m\n"
 
 
@@ -44,6 +46,16 @@ class Terminal:
 
     def type(self, keys: str) -> None:
         os.write(self.master, keys.encode())
+
+    def waiting_for_a_key(self) -> bool:
+        """Whether the chat's main thread sleeps in readline's select(), as when a person sits at the
+        prompt. (A Ctrl-C landing in the microseconds between printing the prompt and that select()
+        is only seen by CPython's readline at the next key: no person types that fast.)"""
+        try:
+            wchan = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/wchan").read_text()
+        except OSError:
+            return False
+        return "select" in wchan or "poll_schedule" in wchan
 
     def wait_for(self, text: str, timeout: float = 20.0) -> str:
         deadline = time.monotonic() + timeout
@@ -119,8 +131,9 @@ def test_ctrl_d_leaves_on_a_new_line(terminal: Terminal) -> None:
     assert terminal.seen.rstrip(" ").endswith("you> \r\n")
 
 
-def test_ctrl_c_at_the_prompt_leaves_at_once(terminal: Terminal) -> None:
+async def test_ctrl_c_at_the_prompt_leaves_at_once(terminal: Terminal) -> None:
     terminal.wait_for("you> ")
+    await wait_until(terminal.waiting_for_a_key, "the chat to wait for a key")
     terminal.type("\x03")  # no Enter needed
     assert terminal.exit_code(timeout=10) == 130
 
