@@ -108,7 +108,9 @@ async def test_outside_allow_is_denied_and_deny_beats_ask_beats_allow(
     assert report["files__read_file"] == ("allow", "allow: files.*")
     assert report["files__crash"] == ("deny", "deny: files.crash")
     # the inspector shows the tools the next turn offers: what the policy does not deny
-    shown = {t["name"]: (t["source"], t["decision"]) for t in (await agent.next_prompt("webhook:c1"))["tools"]}
+    shown = {
+        t["name"]: (t["source"], t["decision"]) for t in (await agent.next_prompt("webhook:c1"))["tools"]
+    }
     assert shown["files__write_file"] == ("files", "ask") and shown["files__read_file"] == ("files", "allow")
     assert "files__delete_file" not in shown and "files__crash" not in shown
 
