@@ -123,9 +123,9 @@ class InsertApproval(Write[None]):
 
 
 @dataclass(frozen=True, slots=True)
-class DecideApproval(Write[bool]):
-    """Record a decision (approved | refused | expired) on a pending approval; False when it was no
-    longer pending (someone else decided first, or it expired): then nothing changes."""
+class DecideApproval(Write[None]):
+    """Record a decision (approved | refused | expired) on a pending approval; RowMissing when it is no
+    longer pending (someone else decided first, or it expired): then nothing of the batch is kept."""
 
     id: str
     status: str

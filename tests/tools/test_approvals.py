@@ -8,10 +8,13 @@ import re
 from pathlib import Path
 
 import httpx
+import pytest
 
 from agentd.engine.agent import Agent
 from agentd.events import InboundEvent, Reply
 from agentd.store.queries import ActiveThread, AuditEvents
+from agentd.store.records import AuditRecord
+from agentd.store.writes import AppendAudit, DecideApproval, RowMissing
 from agentd.testing.fake_llm import FakeLLM
 from agentd.testing.waiting import wait_until
 from tests.support import Harness, open_api, say
@@ -106,6 +109,13 @@ async def test_ask_then_deny_gives_the_model_a_refusal(
     ]
     again = await say(agent)(f"/approve {approval}")
     assert again.text == f"Approval [{approval}] was already refused."
+    # a second decision in the store refuses its whole batch (its audit row too)
+    late = AuditRecord("tool", "expired", "webhook:c1", None, {"approval": approval})
+    with pytest.raises(RowMissing):
+        await agent.state.store.write(
+            DecideApproval(approval, "expired", None, 0.0), AppendAudit(agent.name, [late], 0.0)
+        )
+    assert [a for a, _ in await tool_events(agent)] == ["approval_requested", "refused"]
 
 
 async def test_an_approval_nobody_answers_expires_as_refused(

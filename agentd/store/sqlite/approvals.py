@@ -9,7 +9,7 @@ from typing import Any
 from agentd.store.queries import ApprovalById, OpenApprovals
 from agentd.store.records import ApprovalRecord
 from agentd.store.sqlite.dispatch import handles
-from agentd.store.writes import CloseApproval, DecideApproval, InsertApproval
+from agentd.store.writes import CloseApproval, DecideApproval, InsertApproval, RowMissing
 
 _COLUMNS = (
     "id, conversation_key, run_id, tool, server, args, shown_args, requested_by, approvers, created_at,"
@@ -47,12 +47,13 @@ def insert_approval(conn: sqlite3.Connection, op: InsertApproval) -> None:
 
 
 @handles(DecideApproval)
-def decide_approval(conn: sqlite3.Connection, op: DecideApproval) -> bool:
+def decide_approval(conn: sqlite3.Connection, op: DecideApproval) -> None:
     cursor = conn.execute(
         "UPDATE approvals SET status = ?, decided_by = ?, decided_at = ? WHERE id = ? AND status = 'pending'",
         (op.status, op.by, op.at, op.id),
     )
-    return cursor.rowcount == 1
+    if cursor.rowcount != 1:
+        raise RowMissing(f"approval {op.id} is not pending")
 
 
 @handles(CloseApproval)
