@@ -1,7 +1,8 @@
 """What channels and the engine exchange: an inbound event, a reply, and the host a channel runs in.
 
 Channels know only this module: they turn a platform message into an
-`InboundEvent`, hand it to `ChannelHost.dispatch`, and send the `Reply` back.
+`InboundEvent`, hand it to `ChannelHost.dispatch`, and send the `Reply` back
+(optionally showing it as it is written, through a `ReplySink`).
 """
 
 from __future__ import annotations
@@ -54,13 +55,31 @@ class Reply:
     approval: str | None = None
 
 
+class ReplySink(Protocol):
+    """Hears a reply while the model writes it, to show it as it grows.
+
+    `delta` gets each new piece of the text of the current model call. When that
+    call turns out to be calling tools, `restart` says the text heard since the
+    last restart (e.g. "Let me look that up.") is not the reply: the next
+    call's text starts afresh. The returned Reply is always what the person
+    should end up seeing (it differs from what was heard after an error, or for
+    an empty answer). Calls are synchronous and must not block: a slow consumer
+    buffers, it never holds up the model. Nothing a sink hears is stored.
+    """
+
+    def delta(self, text: str) -> None: ...
+
+    def restart(self) -> None: ...
+
+
 class ChannelHost(Protocol):
     """What the daemon gives a channel: the only way a channel reaches the rest of agentd."""
 
     agent: str
 
-    async def dispatch(self, event: InboundEvent) -> Reply:
-        """Run the event through the agent (ordered per conversation) and return the reply.
+    async def dispatch(self, event: InboundEvent, sink: ReplySink | None = None) -> Reply:
+        """Run the event through the agent (ordered per conversation) and return the reply; `sink`
+        hears the reply's text as it is written (commands and duplicates send it nothing).
 
         Returns a Reply with duplicate=True, and does nothing else, when this
         (channel, event_id) was answered before.

@@ -23,7 +23,7 @@ async def harness(tmp_path: Path) -> AsyncIterator[Harness]:
 
 @pytest.fixture
 def fake() -> Iterator[FakeLLM]:
-    """A fake OpenAI/Anthropic server on loopback."""
+    """A fake OpenAI/Anthropic server on loopback (channel tests name their own platform fakes so)."""
     with FakeLLM() as server:
         yield server
 

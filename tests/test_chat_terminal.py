@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from agentd.testing.fake_llm import FakeLLM
 from agentd.testing.waiting import wait_until
+from tests.daemon_process import DaemonProcess
 
 SLOW = "purpose: You help.\nmemory: {scope: thread}\nmodel: slow/m\n"
 
@@ -57,9 +59,9 @@ class Terminal:
             return False
         return "select" in wchan or "poll_schedule" in wchan
 
-    def wait_for(self, text: str, timeout: float = 20.0) -> str:
+    def wait_for(self, text: str, timeout: float = 20.0, times: int = 1) -> str:
         deadline = time.monotonic() + timeout
-        while text not in self.seen:
+        while self.seen.count(text) < times:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise AssertionError(f"never saw {text!r}; the terminal shows:\n{self.seen}")
@@ -69,7 +71,7 @@ class Terminal:
                     self.seen += os.read(self.master, 4096).decode(errors="replace")
                 except OSError:  # the child closed the terminal
                     break
-        assert text in self.seen, f"never saw {text!r}; the terminal shows:\n{self.seen}"
+        assert self.seen.count(text) >= times, f"never saw {text!r}; the terminal shows:\n{self.seen}"
         return self.seen
 
     def exit_code(self, timeout: float = 10.0) -> int:
@@ -116,8 +118,8 @@ def test_up_recalls_the_last_line_and_exit_leaves_without_asking_the_model(termi
     terminal.type("first line\r")
     terminal.wait_for("You said: first line\r\nyou> ")  # the next prompt: readline reads keys again
     terminal.type("\x1b[A\r")  # Up, Enter: the line again, from readline's history
-    shown = terminal.wait_for("I see 2 earlier messages")
-    assert shown.count("You said: first line") == 2
+    terminal.wait_for("I see 2 earlier messages")
+    terminal.wait_for("You said: first line", times=2)  # streamed: the whole reply, the second time
     assert "^[[A" not in terminal.seen
     terminal.type("exit\r")
     assert terminal.exit_code() == 0
@@ -139,8 +141,6 @@ async def test_ctrl_c_at_the_prompt_leaves_at_once(terminal: Terminal) -> None:
 
 
 def test_a_slow_model_shows_a_spinner_and_ctrl_c_leaves_while_waiting(root: Path) -> None:
-    from agentd.testing.fake_llm import FakeLLM
-
     with FakeLLM() as fake:
         (root / "agentd.yaml").write_text(
             f"providers: {{slow: {{kind: openai, base_url: '{fake.openai_base_url}', api_key: k}}}}\n"
@@ -154,5 +154,74 @@ def test_a_slow_model_shows_a_spinner_and_ctrl_c_leaves_while_waiting(root: Path
             term.wait_for("thinking…")
             term.type("\x03")
             assert term.exit_code(timeout=10) == 130
+        finally:
+            term.close()
+
+
+# -- the reply as it is written --------------------------------------------------------------------
+
+STREAMED = "purpose: You help.\nmemory: {scope: thread, persistent: true}\nmodel: fake/m\n"
+
+
+def on_fake_model(root: Path, fake: FakeLLM) -> None:
+    (root / "agentd.yaml").write_text(
+        f"providers: {{fake: {{kind: openai, base_url: '{fake.openai_base_url}', api_key: k}}}}\n"
+    )
+    (root / "agents" / "assistant.yaml").write_text(STREAMED)
+
+
+def shows_words_as_they_come(term: Terminal, fake: FakeLLM) -> None:
+    fake.reply("alpha beta omega", pieces=["alpha ", "beta ", "omega"], delay=0.6)
+    term.wait_for("you> ")
+    term.type("hello\r")
+    seen = term.wait_for("alpha")
+    assert "omega" not in seen, "the first word shows before the last is written"
+    assert seen.index("thinking…") < seen.index("alpha"), "the spinner turns until the first text"
+    seen = term.wait_for("omega")
+    assert "alpha beta omega" in seen
+    term.type("exit\r")
+    assert term.exit_code() == 0
+
+
+def test_the_reply_is_printed_as_it_is_written(root: Path) -> None:
+    with FakeLLM() as fake:
+        on_fake_model(root, fake)
+        term = Terminal(root, "assistant")
+        try:
+            shows_words_as_they_come(term, fake)
+        finally:
+            term.close()
+
+
+async def test_through_a_running_daemon_the_reply_is_printed_as_it_is_written(root: Path) -> None:
+    with FakeLLM() as fake:
+        on_fake_model(root, fake)
+        daemon = await DaemonProcess(root).start()
+        term = Terminal(root, "assistant")
+        try:
+            shows_words_as_they_come(term, fake)
+            assert f"the daemon at {daemon.url}" in term.seen
+        finally:
+            term.close()
+            assert daemon.stop() == 0
+
+
+def test_text_written_before_a_tool_call_is_taken_back(root: Path) -> None:
+    with FakeLLM() as fake:
+        on_fake_model(root, fake)
+        fake.reply(
+            "Let me note that. ", tool_calls=[("remember", {"key": "tea", "value": "green"})], delay=0.2
+        )
+        fake.reply("Noted: tea.", delay=0.2)
+        term = Terminal(root, "assistant")
+        try:
+            term.wait_for("you> ")
+            term.type("I drink green tea\r")
+            seen = term.wait_for("Noted: tea.")
+            preamble = seen.index("Let me note that.")
+            erased = seen.index("\x1b[J", preamble)  # cleared from the reply's first row down
+            assert preamble < erased < seen.rindex("Noted: tea.")
+            term.type("exit\r")
+            assert term.exit_code() == 0
         finally:
             term.close()

@@ -100,6 +100,7 @@ class SlackChannel(ChatChannel[dict[str, Any], SlackTarget]):
         self._reconnect_cap = reconnect_cap
         self._connect_timeout = connect_timeout
         self.drain_seconds = stop_grace
+        self.stream_every = spec.stream_edit_seconds if spec.stream else None  # chat.update: ~1/s (tier 3)
         self._watch_interval = min(1.0, ping_interval)
 
         self._session: aiohttp.ClientSession | None = None
@@ -323,9 +324,22 @@ class SlackChannel(ChatChannel[dict[str, Any], SlackTarget]):
     def target_for(self, conversation_key: str) -> SlackTarget | None:
         return target_of(conversation_key)
 
-    async def send_chunk(self, target: SlackTarget, text: str, part: int) -> None:
+    async def send_chunk(self, target: SlackTarget, text: str, part: int) -> tuple[str, str]:
         assert self._web is not None
-        await self._web.chat_postMessage(channel=target.channel, text=text, thread_ts=target.thread_ts)
+        posted = await self._web.chat_postMessage(
+            channel=target.channel, text=text, thread_ts=target.thread_ts
+        )
+        return str(posted.get("channel") or target.channel), str(posted["ts"])
+
+    async def edit_chunk(self, target: SlackTarget, sent: tuple[str, str], text: str) -> None:
+        assert self._web is not None
+        channel, ts = sent
+        await self._web.chat_update(channel=channel, ts=ts, text=text)
+
+    async def delete_chunk(self, target: SlackTarget, sent: tuple[str, str]) -> None:
+        assert self._web is not None
+        channel, ts = sent
+        await self._web.chat_delete(channel=channel, ts=ts)
 
     def describe_error(self, exc: BaseException) -> str:
         return f"{type(exc).__name__}: {_api_error(exc) or exc}"

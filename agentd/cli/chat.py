@@ -7,7 +7,9 @@ the daemon sees (and two processes never write one SQLite file).
 
 The terminal: line editing and history (readline), `exit`/`quit` or Ctrl-D to
 leave, Ctrl-C leaves at once (also while waiting for the model), a spinner on
-stderr while the model is thinking.
+stderr while the model is thinking, and the reply printed as it is written
+(terminal.py; through the daemon, its streaming REPL route). Printed to a pipe
+instead, each reply comes whole.
 """
 
 from __future__ import annotations
@@ -16,20 +18,19 @@ import argparse
 import asyncio
 import concurrent.futures
 import contextlib
-import itertools
-import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from agentd.cli.local import local_agent
-from agentd.cli.remote import answer, running_daemon
+from agentd.cli.remote import answer, running_daemon, streamed_answer
+from agentd.cli.terminal import Spinner, TerminalReply, main_thread_only
 from agentd.engine.agent import Agent
-from agentd.events import CONVERSATION_ID_RE, InboundEvent
+from agentd.events import CONVERSATION_ID_RE, InboundEvent, ReplySink
 
 LEAVE = {"exit", "quit", ":q"}
-Say = Callable[[str], str]
+Say = Callable[[str, ReplySink | None], str]  # a line, and who hears the reply as it is written
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
@@ -40,9 +41,11 @@ def cmd_chat(args: argparse.Namespace) -> int:
         if client is None:
             return _in_process(args)
 
-        def say(line: str) -> str:
-            sent = client.post(f"/agents/{args.agent}/repl", json={"session": args.session, "text": line})
-            return str(answer(sent)["reply"])
+        def say(line: str, sink: ReplySink | None) -> str:
+            path, body = f"/agents/{args.agent}/repl", {"session": args.session, "text": line}
+            if sink is not None:
+                return str(streamed_answer(client, path, body, sink)["reply"])
+            return str(answer(client.post(path, json=body))["reply"])
 
         where = f"{args.agent} on the daemon at {client.base_url}, conversation repl:{args.session}"
         return _repl(where, say)
@@ -54,20 +57,14 @@ def _in_process(args: argparse.Namespace) -> int:
         agent: Agent = run(opened.__aenter__())
         try:
 
-            def say(line: str) -> str:
+            def say(line: str, sink: ReplySink | None) -> str:
                 event = InboundEvent(agent.name, f"repl:{args.session}", line, "repl", user_id="local")
-                return run(agent.handle(event)).text
+                return run(agent.handle(event, sink=sink)).text
 
             where = f"{agent.name} ({agent.spec.model.name}), conversation repl:{args.session}"
             return _repl(where, say)
         finally:
             run(opened.__aexit__(None, None, None))
-
-
-def _main_thread_only() -> None:
-    """Keep SIGINT (Ctrl-C) for the main thread: delivered to another thread it would not wake the
-    main one out of readline's wait, and the terminal would seem to ignore it until Enter."""
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
 
 
 @contextlib.contextmanager
@@ -77,7 +74,7 @@ def _loop_thread() -> Iterator[Callable[[Any], Any]]:
     loop = asyncio.new_event_loop()
 
     def serve() -> None:
-        _main_thread_only()  # and so are the threads this one starts (the store's, httpx's)
+        main_thread_only()  # and so are the threads this one starts (the store's, httpx's)
         loop.run_forever()
 
     thread = threading.Thread(target=serve, name="agentd-chat-loop", daemon=True)
@@ -100,6 +97,7 @@ def _loop_thread() -> Iterator[Callable[[Any], Any]]:
 
 def _repl(where: str, say: Say) -> int:
     interactive = sys.stdin.isatty()
+    streaming = sys.stdout.isatty()  # a pipe gets each reply whole
     if interactive:
         with contextlib.suppress(ImportError):
             import readline  # noqa: F401  (input() then edits lines and keeps a history)
@@ -116,36 +114,17 @@ def _repl(where: str, say: Say) -> int:
                 return 0
             if not line.strip():
                 continue
-            with _spinner(interactive):
-                reply = say(line)
-            print(reply, flush=True)
+            spinner = Spinner(interactive)
+            try:
+                if streaming:
+                    shown = TerminalReply(spinner)
+                    shown.finish(say(line, shown))
+                else:
+                    reply = say(line, None)
+                    spinner.stop()
+                    print(reply, flush=True)
+            finally:
+                spinner.stop()
     except KeyboardInterrupt:
         print()
         return 130
-
-
-@contextlib.contextmanager
-def _spinner(show: bool) -> Iterator[None]:
-    """A spinner on stderr until the reply is there (only on a terminal)."""
-    if not show:
-        yield
-        return
-    done = threading.Event()
-
-    def spin() -> None:
-        _main_thread_only()
-        for frame in itertools.cycle("⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"):
-            if done.wait(0.1):
-                break
-            sys.stderr.write(f"\r{frame} thinking…")
-            sys.stderr.flush()
-        sys.stderr.write("\r\033[K")
-        sys.stderr.flush()
-
-    spinner = threading.Thread(target=spin, daemon=True)
-    spinner.start()
-    try:
-        yield
-    finally:
-        done.set()
-        spinner.join()

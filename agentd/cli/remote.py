@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 
 from agentd.cli.settings import settings_of
 from agentd.errors import AgentdError
+from agentd.events import ReplySink
+from agentd.providers.sse import SSEDecoder
 from agentd.store.folder_lock import probe
 
 
@@ -37,3 +41,28 @@ def answer(response: httpx.Response) -> dict[str, object]:
         )
     body: dict[str, object] = response.json()
     return body
+
+
+def streamed_answer(client: httpx.Client, path: str, body: dict[str, Any], sink: ReplySink) -> dict[str, Any]:
+    """POST `body` to a streaming route (`?stream=true`), tell `sink` the reply as it is written, and
+    return the final `reply` event's JSON; an AgentdError with what the daemon said otherwise."""
+    with client.stream("POST", path, params={"stream": "true"}, json=body) as response:
+        if response.status_code != 200:
+            response.read()
+            answer(response)
+        decoder = SSEDecoder()
+        for line in response.iter_lines():
+            event = decoder.feed(line)
+            if event is None:
+                continue
+            data = json.loads(event.data)
+            if event.event == "delta":
+                sink.delta(data["text"])
+            elif event.event == "restart":
+                sink.restart()
+            elif event.event == "reply":
+                reply: dict[str, Any] = data
+                return reply
+            elif event.event == "error":
+                raise AgentdError(f"the daemon could not answer: {data['error']}")
+    raise AgentdError("the daemon closed the connection before the reply was complete")

@@ -13,7 +13,7 @@ from agentd.channels.registry import CHANNEL_KINDS, build_channel
 from agentd.config.models import AgentSpec
 from agentd.engine.agent import Agent
 from agentd.errors import StoreError
-from agentd.events import InboundEvent, Reply
+from agentd.events import InboundEvent, Reply, ReplySink
 from agentd.store.base import Leases
 
 log = logging.getLogger("agentd")
@@ -35,12 +35,12 @@ class AgentHost:
         self.agent = owner.name
         self.statuses: dict[str, tuple[str, str | None]] = {}
 
-    async def dispatch(self, event: InboundEvent) -> Reply:
+    async def dispatch(self, event: InboundEvent, sink: ReplySink | None = None) -> Reply:
         agent = self._owner.agent
         if agent is None or agent.status != "running":
             raise RuntimeError(f"agent {self.agent} is not running")
         try:
-            return await agent.handle(event)
+            return await agent.handle(event, sink=sink)
         except StoreError as e:
             # the person gets an answer (HTTP gets a 503); nothing of the message was kept
             log.error("agent %s: %s: %s", self.agent, event.conversation_key, e)

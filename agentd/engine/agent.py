@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from agentd.config.models import AgentSpec
@@ -19,12 +20,13 @@ from agentd.engine.handling import EventHandler
 from agentd.engine.inspect import inspect_conversation, next_prompt
 from agentd.engine.lifecycle import Lifecycle
 from agentd.engine.state import AgentResources, AgentState
+from agentd.engine.stateless import run_stateless
 from agentd.engine.status import status_facts, tools_report
 from agentd.errors import NewerSchema
-from agentd.events import InboundEvent, Reply
+from agentd.events import InboundEvent, Reply, ReplySink
 from agentd.memory.episode_writes import forget_partition
 from agentd.memory.persistent import persistent_scope
-from agentd.messages import MESSAGE_ADAPTER
+from agentd.messages import MESSAGE_ADAPTER, Message
 from agentd.store.base import KnowsIfAbsent, Store
 from agentd.store.queries import ActiveThread, AuditEvents, Conversations, MemoryValue, Runs
 from agentd.store.writes import EnsureIdentity, PruneDeliveries
@@ -156,9 +158,33 @@ class Agent:
 
     # -- the one entry point ---------------------------------------------------------------
 
-    async def handle(self, event: InboundEvent, parent_run_id: str | None = None) -> Reply:
+    async def handle(
+        self,
+        event: InboundEvent,
+        parent_run_id: str | None = None,
+        *,
+        sink: ReplySink | None = None,
+        instructions: str = "",
+    ) -> Reply:
+        """Answer one event in its conversation. `sink` hears the reply as the model writes it;
+        `instructions` are added to the system prompt of this turn only (never stored)."""
         await self.ready()
-        return await self._handler.handle(event, parent_run_id)
+        return await self._handler.handle(event, parent_run_id, sink, instructions)
+
+    async def answer_stateless(
+        self,
+        event: InboundEvent,
+        earlier: Sequence[Message],
+        *,
+        sink: ReplySink | None = None,
+        instructions: str = "",
+    ) -> Reply:
+        """Answer `event` after `earlier`, the whole conversation as the caller sent it: no thread is
+        read or written, only the run is recorded (see stateless.py)."""
+        await self.ready()
+        return await run_stateless(
+            self.state, self.context, self.lifecycle, event, earlier, sink=sink, instructions=instructions
+        )
 
     # -- what the API and the CLI read --------------------------------------------------------
 

@@ -28,7 +28,7 @@ from agentd.engine.progress import Decision, TurnProgress
 from agentd.engine.state import RECENT_EVENTS, AgentState
 from agentd.engine.turn import run_turn
 from agentd.errors import ModelPaused, StoreError
-from agentd.events import InboundEvent, Reply
+from agentd.events import InboundEvent, Reply, ReplySink
 from agentd.memory.base import Memory
 from agentd.store.queries import DeliverySeen
 from agentd.store.records import ApprovalRecord, StoredThread
@@ -45,8 +45,11 @@ class EventHandler:
         self._waiting: set[str] = set()  # conversations with after-run work queued beside them
         self.approvals = Approvals(state, lifecycle, self._resume)
 
-    async def handle(self, event: InboundEvent, parent_run_id: str | None = None) -> Reply:
-        """Answer one event with the current definition; a platform redelivery is answered once."""
+    async def handle(
+        self, event: InboundEvent, parent_run_id: str | None, sink: ReplySink | None, instructions: str
+    ) -> Reply:
+        """Answer one event with the current definition; a platform redelivery is answered once.
+        `sink` hears the reply as it is written (a command's reply comes at once, in the Reply)."""
         spec = self._state.spec  # read once: a reload mid-run does not change this run
         try:
             if event.event_id is not None and await self._is_duplicate(event):
@@ -55,14 +58,21 @@ class EventHandler:
                 return await answer_approval(self.approvals, event)
             if command_name(event.text) == "status" and self.approvals.pending_in(event.conversation_key):
                 return await self._status_now(event, spec)
-            return await self._run(event, spec, parent_run_id)
+            return await self._run(event, spec, parent_run_id, sink, instructions)
         except BaseException:
             # not answered (say, its file could not be opened): a redelivery must be answered
             if event.event_id is not None:
                 self._state.recent_events.pop((event.channel, event.event_id), None)
             raise
 
-    async def _run(self, event: InboundEvent, spec: AgentSpec, parent_run_id: str | None) -> Reply:
+    async def _run(
+        self,
+        event: InboundEvent,
+        spec: AgentSpec,
+        parent_run_id: str | None,
+        sink: ReplySink | None,
+        instructions: str,
+    ) -> Reply:
         state, key = self._state, event.conversation_key
         memory = state.memory_of(spec, key)
         with self._lifecycle.busy():
@@ -83,7 +93,17 @@ class EventHandler:
                     if is_command(event.text):
                         reply = await run_command(Invocation(state, self._ctx, spec, memory, thread, event))
                     else:
-                        result = await run_turn(state, self._ctx, spec, memory, thread, event, parent_run_id)
+                        result = await run_turn(
+                            state,
+                            self._ctx,
+                            spec,
+                            memory,
+                            thread,
+                            event,
+                            parent_run_id,
+                            sink=sink,
+                            instructions=instructions,
+                        )
                         reply = result.reply
                         if result.paused is not None:
                             # the paused run keeps the conversation until a person decides

@@ -17,17 +17,19 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from dataclasses import dataclass, replace
 from typing import Any
 
 from agentd.config.models import AgentSpec
 from agentd.engine.pausing import TurnResult, pause_run
 from agentd.engine.progress import Decision, ToolBatch, TurnProgress
-from agentd.engine.prompt import build_prompt
+from agentd.engine.prompt import build_prompt, build_system
 from agentd.engine.state import AgentState
+from agentd.engine.streaming import StepSink, call_model
 from agentd.engine.subagents import CHANNEL as SUBAGENT_CHANNEL
 from agentd.engine.tool_gate import ToolGate
 from agentd.errors import OperatorError, ProviderError
-from agentd.events import InboundEvent, Reply
+from agentd.events import InboundEvent, Reply, ReplySink
 from agentd.memory.base import Memory, MemoryContext, TurnInput
 from agentd.memory.screening import transcript_copy
 from agentd.messages import Message, ToolResultPart, estimate_tokens
@@ -37,6 +39,16 @@ from agentd.store.writes import AppendAudit, CloseApproval, CommitTurn, Delivery
 from agentd.tools.base import ToolCall
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class TurnOptions:
+    """How this run is answered: a sink for the reply as it is written, extra instructions for this
+    turn, and whether a person can be asked to approve a call."""
+
+    sink: ReplySink | None = None
+    instructions: str = ""
+    can_ask: bool = True
 
 
 async def run_turn(
@@ -49,13 +61,20 @@ async def run_turn(
     parent_run_id: str | None = None,
     *,
     resume: tuple[TurnProgress, Decision] | None = None,
+    sink: ReplySink | None = None,
+    instructions: str = "",
+    can_ask: bool = True,
 ) -> TurnResult:
-    """A message turn; with `resume`, a paused run goes on from its progress: the call that waited is
-    answered with the decision, then the run continues as any turn."""
+    """A message turn. `sink` hears the reply as it is written; `instructions` are appended to the
+    system prompt of this turn only (an API client's own system messages); `can_ask` False: a call
+    that needs a person's approval is refused (nobody could be asked). With `resume`, a paused run
+    goes on from its progress: the call that waited is answered with the decision, then the run
+    continues as any turn."""
+    options = TurnOptions(sink, instructions, can_ask and event.channel != SUBAGENT_CHANNEL)
     if resume is not None:
         progress, decision = resume
         progress.run.thread_id = thread.id
-        return await _drive(state, ctx, spec, memory, thread, progress, decision)
+        return await _drive(state, ctx, spec, memory, thread, progress, decision, options)
     run = RunRecord(
         id=uuid.uuid4().hex,
         conversation_key=event.conversation_key,
@@ -67,7 +86,7 @@ async def run_turn(
         parent_run_id=parent_run_id,
     )
     progress = TurnProgress(event, run, [Message.user(event.text, event.user_id, event.sent_at)])
-    return await _drive(state, ctx, spec, memory, thread, progress, None)
+    return await _drive(state, ctx, spec, memory, thread, progress, None, options)
 
 
 async def _drive(
@@ -78,6 +97,7 @@ async def _drive(
     thread: StoredThread,
     progress: TurnProgress,
     decision: Decision | None,
+    options: TurnOptions,
 ) -> TurnResult:
     event, run, new = progress.event, progress.run, progress.new
     prompt = await build_prompt(
@@ -88,13 +108,16 @@ async def _drive(
         thread,
         TurnInput(event.conversation_key, event.text, event.user_id, event.sent_at),
     )
+    if options.instructions:
+        prompt = replace(prompt, system=build_system(prompt.system, [options.instructions]))
     if decision is None:
         for note in prompt.notes:
             log.info("agent %s run %s: %s", state.name, run.id, note)
     tool_specs, history = prompt.tool_specs, prompt.history
+    step_sink = None if options.sink is None else StepSink(options.sink, f"agent {state.name} run {run.id}")
     fixed_chars, history_chars = prompt.fixed_chars(), prompt.history_chars
     caller = ToolCall(event.conversation_key, run.id, event.user_id, event.sent_at)
-    gate = ToolGate(spec, prompt.known, caller, progress.audit, can_ask=event.channel != SUBAGENT_CHANNEL)
+    gate = ToolGate(spec, prompt.known, caller, progress.audit, can_ask=options.can_ask)
 
     new_chars = sum(m.char_count() for m in new)
     reply_text = ""
@@ -118,7 +141,7 @@ async def _drive(
                 max_output_tokens=spec.model.max_output_tokens,
                 hints=prompt.hints,
             )
-            completion = await provider.complete(request)
+            completion = await call_model(provider, request, step_sink)
             run.model_calls += 1
             if completion.usage is not None:
                 run.input_tokens += completion.usage.input_tokens
@@ -156,11 +179,15 @@ async def _drive(
                 )
                 reply_text = answer.text or f"(stopped after {spec.max_tool_steps} tool steps)"
                 break
+            if step_sink is not None:
+                step_sink.restart()  # the text of this step was not the reply: tools come first
             progress.batch = ToolBatch(list(calls))
             if (paused := await _answer_batch(state, spec, progress, gate, decision)) is not None:
                 return paused
             new_chars += new[-1].char_count()
     except (ProviderError, OperatorError) as e:
+        if step_sink is not None:
+            step_sink.restart()  # a stream broken off half-way is no answer
         run.status, run.error = "error", str(e)
         error = "provider_error"
         reply_text = (

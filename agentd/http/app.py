@@ -7,34 +7,31 @@ Every bad input gets a 4xx with a reason: 400 malformed JSON or query,
 
 from __future__ import annotations
 
+import asyncio
 import hmac
-import json
 import logging
 import re
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any
 
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from agentd.engine.agent import Agent
 from agentd.errors import StoreError
-from agentd.events import CONVERSATION_ID_RE, InboundEvent, Reply, is_conversation_key
+from agentd.events import CONVERSATION_ID_RE, InboundEvent, Reply, ReplySink, is_conversation_key
+from agentd.http.bodies import MAX_TEXT, ApiError, read_json, reasons
 from agentd.http.directory import AgentDirectory
+from agentd.http.openai_api import add_openai_routes, is_openai_path, openai_error
+from agentd.http.streaming import TurnStream, reply_events
 from agentd.http.tools_routes import add_tool_routes
 from agentd.http.ui import add_ui_routes
 
 log = logging.getLogger(__name__)
-MAX_TEXT = 32_000
 USER_ID_RE = re.compile(r"^\S{1,128}$")
-
-
-class ApiError(Exception):
-    def __init__(self, status: int, reason: str, **extra: Any):
-        self.status, self.reason, self.extra = status, reason, extra
 
 
 class MessageIn(BaseModel):
@@ -98,22 +95,29 @@ def create_app(directory: AgentDirectory) -> FastAPI:
         description="Talk to agentd's agents and read their runs, memory and audit trail.",
     )
 
+    def refusal(request: Request, status: int, reason: str, **extra: Any) -> JSONResponse:
+        if is_openai_path(request.url.path):  # OpenAI's clients read OpenAI's error shape
+            return openai_error(status, reason, **extra)
+        return JSONResponse({"error": reason, **extra}, status_code=status)
+
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
-        return JSONResponse({"error": exc.reason, **exc.extra}, status_code=exc.status)
+        return refusal(request, exc.status, exc.reason, **exc.extra)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return JSONResponse({"error": "invalid request", "detail": _reasons(exc.errors())}, status_code=422)
+        return refusal(request, 422, "invalid request", detail=reasons(exc.errors()))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code, headers=exc.headers)
+        response = refusal(request, exc.status_code, str(exc.detail))
+        response.headers.update(exc.headers or {})
+        return response
 
     @app.exception_handler(StoreError)
     async def _store(request: Request, exc: StoreError) -> JSONResponse:
         log.error("store error on %s: %s", request.url.path, exc)
-        return JSONResponse({"error": f"the agent's data file is unavailable: {exc}"}, status_code=503)
+        return refusal(request, 503, f"the agent's data file is unavailable: {exc}")
 
     async def require_token(request: Request) -> None:
         if directory.token is None:
@@ -148,20 +152,27 @@ def create_app(directory: AgentDirectory) -> FastAPI:
         agents = directory.describe_agents()
         return {"ok": True, "agents": {a["name"]: a["status"] for a in agents}}
 
+    turns: set[asyncio.Task[None]] = set()  # streamed turns, alive whether or not their client stays
+
+    async def streamed(target: Agent, event: InboundEvent) -> StreamingResponse:
+        await target.ready()  # data that cannot be opened is a 503 now, not an event in a 200 stream
+
+        async def run(sink: ReplySink) -> Reply:
+            return await target.handle(event, sink=sink)
+
+        return reply_events(TurnStream(run, turns), lambda reply: _out(reply).model_dump())
+
     @app.post(
         "/agents/{agent}/messages",
         response_model=MessageOut,
         tags=["agents"],
         dependencies=[Depends(require_token)],
-        openapi_extra={
-            "requestBody": {
-                "required": True,
-                "content": {"application/json": {"schema": MessageIn.model_json_schema()}},
-            }
-        },
+        openapi_extra=_message_openapi(MessageIn),
     )
-    async def post_message(agent: str, request: Request) -> MessageOut:
-        message = await _read_json(request, MessageIn, directory.max_body_bytes)
+    async def post_message(
+        agent: str, request: Request, stream: bool = Query(False, description=STREAM_DOC)
+    ) -> Any:
+        message = await read_json(request, MessageIn, directory.max_body_bytes)
         target = agent_or_404(agent)
         if not directory.has_webhook(agent):
             raise ApiError(404, f"agent {agent!r} has no webhook channel: add `channels: {{webhook: {{}}}}`")
@@ -173,6 +184,8 @@ def create_app(directory: AgentDirectory) -> FastAPI:
             user_id=message.user_id,
             sent_at=_epoch(message.sent_at),
         )
+        if stream:
+            return await streamed(target, event)
         return _out(await target.handle(event))
 
     @app.post(
@@ -180,18 +193,18 @@ def create_app(directory: AgentDirectory) -> FastAPI:
         response_model=MessageOut,
         tags=["agents"],
         dependencies=[Depends(require_token)],
-        openapi_extra={
-            "requestBody": {
-                "required": True,
-                "content": {"application/json": {"schema": ReplIn.model_json_schema()}},
-            }
-        },
+        openapi_extra=_message_openapi(ReplIn),
     )
-    async def post_repl(agent: str, request: Request) -> MessageOut:
+    async def post_repl(
+        agent: str, request: Request, stream: bool = Query(False, description=STREAM_DOC)
+    ) -> Any:
         """`agentd chat` beside a running daemon: the same repl:<session> conversation as in-process."""
-        line = await _read_json(request, ReplIn, directory.max_body_bytes)
+        line = await read_json(request, ReplIn, directory.max_body_bytes)
         event = InboundEvent(agent, f"repl:{line.session}", line.text, "repl", user_id="local")
-        return _out(await agent_or_404(agent).handle(event))
+        target = agent_or_404(agent)
+        if stream:
+            return await streamed(target, event)
+        return _out(await target.handle(event))
 
     @app.get("/agents", tags=["agents"], dependencies=[Depends(require_token)])
     async def agents() -> dict[str, Any]:
@@ -275,29 +288,27 @@ def create_app(directory: AgentDirectory) -> FastAPI:
     # so they are not behind the bearer token: Slack and Telegram cannot send one.
     app.add_api_route("/slack/{agent}/events", platform, methods=["POST"], include_in_schema=False)
     app.add_api_route("/telegram/{agent}", platform, methods=["POST"], include_in_schema=False)
+    add_openai_routes(app, directory, require_token, turns)
     add_tool_routes(app, agent_or_404, require_token, ApiError)
     add_ui_routes(app, directory)
     return app
 
 
-M = TypeVar("M", bound=BaseModel)
+STREAM_DOC = (
+    "true: answer as Server-Sent Events while the model writes: `delta` {text} pieces, `restart` {} when "
+    "the text so far was not the reply (the model went on to call a tool), then `reply` (the JSON below) "
+    "or `error` {error}. A client that disconnects loses nothing: the turn completes and is stored."
+)
 
 
-async def _read_json(request: Request, model: type[M], limit: int) -> M:
-    """The body as `model`: 413 too large, 400 not a JSON object, 422 a field that fails validation."""
-    body = await _read_body(request, limit)
-    try:
-        raw = json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ApiError(400, f"malformed JSON: {e}") from None
-    if not isinstance(raw, dict):
-        raise ApiError(400, f"expected a JSON object {{{', '.join(model.model_fields)}}}")
-    if isinstance(raw.get("text"), str) and len(raw["text"]) > MAX_TEXT:
-        raise ApiError(413, f"text is {len(raw['text'])} characters; the limit is {MAX_TEXT}")
-    try:
-        return model.model_validate(raw)
-    except ValidationError as e:
-        raise ApiError(422, "invalid request", detail=_reasons(e.errors())) from None
+def _message_openapi(body: type[BaseModel]) -> dict[str, Any]:
+    return {
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": body.model_json_schema()}},
+        },
+        "responses": {"200": {"content": {"text/event-stream": {"schema": {"type": "string"}}}}},
+    }
 
 
 def _out(reply: Reply) -> MessageOut:
@@ -308,27 +319,6 @@ def _out(reply: Reply) -> MessageOut:
         error=reply.error,
         approval=reply.approval,
     )
-
-
-async def _read_body(request: Request, limit: int) -> bytes:
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise ApiError(413, f"request body is {declared} bytes; the limit is {limit}")
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise ApiError(413, f"request body is over the limit of {limit} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-def _reasons(errors: Any) -> list[dict[str, Any]]:
-    out = []
-    for err in errors:
-        loc = [str(p) for p in err.get("loc", ()) if p not in ("body",)]
-        out.append({"field": ".".join(loc), "reason": err.get("msg", "invalid")})
-    return out
 
 
 def _client(request: Request) -> str | None:

@@ -8,17 +8,19 @@ really calls the memory tools when asked ("remember KEY: VALUE", "recall KEY",
 TOOL {json arguments}"), repeats a recalled value (the
 material of its remembered block), summarises for compaction with an
 extractive rule, and reports no usage, so the runtime estimates tokens and
-marks them as estimated.
+marks them as estimated. Streamed, its reply comes word by word
+(deterministic, no waiting).
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from agentd.messages import Message, ToolCallPart
-from agentd.providers.base import Completion, CompletionRequest
+from agentd.providers.base import Completion, CompletionRequest, TextDelta
 from agentd.providers.remembered import material_of
 
 _REMEMBER = re.compile(r"^\s*remember\s+(\S+?)\s*[:=]\s*(.+?)\s*$", re.I | re.S)
@@ -46,6 +48,13 @@ class OfflineProvider:
             part = ToolCallPart(id=f"call_{len(request.messages)}", name=name, arguments=args)
             return Completion(Message(role="assistant", parts=(part,)), stop_reason="tool_calls")
         return Completion(Message.assistant(_describe(request, text)), stop_reason="stop")
+
+    async def stream(self, request: CompletionRequest) -> AsyncGenerator[TextDelta | Completion, None]:
+        completion = await self.complete(request)
+        for word in re.findall(r"\S*\s*", completion.message.text):
+            if word:
+                yield TextDelta(word)
+        yield completion
 
 
 def _memory_call(text: str, tools: set[str]) -> tuple[str, dict[str, Any]] | None:

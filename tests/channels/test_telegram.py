@@ -210,7 +210,7 @@ async def test_commands_pass_through_as_text_without_the_bot_name(
 class EchoingDuplicatesHost(RecordingHost):
     """Like an engine that hands back the earlier answer for a repeat: the channel must still send nothing."""
 
-    async def dispatch(self, event: InboundEvent) -> Reply:
+    async def dispatch(self, event: InboundEvent, sink: object = None) -> Reply:
         reply = await super().dispatch(event)
         if reply.duplicate:
             return Reply(text="the earlier answer", conversation_key=reply.conversation_key, duplicate=True)
@@ -391,7 +391,7 @@ async def test_messages_from_outside_the_allow_lists_are_ignored_and_audited(
 
 async def test_a_failing_turn_does_not_stop_the_bot(fake: FakeTelegram) -> None:
     class FlakyHost(RecordingHost):
-        async def dispatch(self, event: InboundEvent) -> Reply:
+        async def dispatch(self, event: InboundEvent, sink: object = None) -> Reply:
             if event.text == "boom":
                 raise RuntimeError("the engine fell over")
             return await super().dispatch(event)
