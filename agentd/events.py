@@ -49,13 +49,15 @@ class InboundEvent:
 
 @dataclass(frozen=True, slots=True)
 class Reply:
-    """What the agent answers. `duplicate` is true when the event was already answered."""
+    """What the agent answers. `duplicate` is true when the event was already answered; `approval` is
+    the id of a tool call the run now waits on a person for (the text asks them)."""
 
     text: str
     conversation_key: str
     run_id: str | None = None
     duplicate: bool = False
     error: str | None = None
+    approval: str | None = None
 
 
 class ReplySink(Protocol):

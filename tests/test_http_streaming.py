@@ -146,6 +146,7 @@ async def test_the_repl_route_streams_too(served: tuple[Daemon, httpx.AsyncClien
                 "run_id": events[-1][1]["run_id"],
                 "conversation_key": "repl:s1",
                 "error": None,
+                "approval": None,  # the id of a tool call waiting for a person, when the run paused
             },
         ),
     ]

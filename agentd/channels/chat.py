@@ -129,6 +129,11 @@ class ChatChannel(ABC, Generic[RawT, TargetT]):
     async def show_typing(self, target: TargetT) -> None:
         """Show "typing" at the target once; called every `typing_every` seconds while a turn runs."""
 
+    def target_for(self, conversation_key: str) -> TargetT | None:
+        """Where a message into this conversation goes, read off its key; None: this platform cannot
+        post into a conversation outside a reply."""
+        return None
+
     def rate_limit_wait(self, exc: Exception) -> float | None:
         """The seconds the platform asked us to wait before sending again, if `exc` is a rate limit."""
         return None
@@ -297,6 +302,16 @@ class ChatChannel(ABC, Generic[RawT, TargetT]):
                         "%s: send failed, retrying in %.2f s: %s", self.name, wait, self.describe_error(exc)
                     )
             await asyncio.sleep(wait)
+
+    async def post(self, conversation_key: str, text: str) -> bool:
+        """Post into a conversation outside a reply (a run resumed after an approval): split, retried
+        like a reply; False when the platform cannot say where the conversation is."""
+        target = self.target_for(conversation_key)
+        if target is None or self._host is None:
+            return False
+        for part, chunk in enumerate(split_message(text, self.message_limit), start=1):
+            await self.retrying(functools.partial(self.send_chunk, target, chunk, part))
+        return True
 
     # -- lifecycle helpers -----------------------------------------------------------------------
 

@@ -38,7 +38,7 @@ from agentd.backoff import backoff_delays
 from agentd.channels.callbacks import CallbackRefused, read_body
 from agentd.channels.chat import AllowList, ChatChannel, Route
 from agentd.channels.slack_events import SIGNATURE_HEADER, TIMESTAMP_HEADER, parse_payload, verify_signature
-from agentd.channels.slack_routing import SlackTarget, route_message
+from agentd.channels.slack_routing import SlackTarget, route_message, target_of
 from agentd.channels.slack_socket import SupervisedSocketModeHandler
 from agentd.config.slack import SlackSpec
 from agentd.errors import OperatorError
@@ -320,6 +320,9 @@ class SlackChannel(ChatChannel[dict[str, Any], SlackTarget]):
             per_user=spec.per_user,
             team=raw.get("team_id"),
         )
+
+    def target_for(self, conversation_key: str) -> SlackTarget | None:
+        return target_of(conversation_key)
 
     async def send_chunk(self, target: SlackTarget, text: str, part: int) -> tuple[str, str]:
         assert self._web is not None

@@ -40,7 +40,7 @@ from telegram.request import HTTPXRequest
 from agentd.backoff import backoff_delays
 from agentd.channels.callbacks import CallbackRefused, json_object, read_body
 from agentd.channels.chat import AllowList, ChatChannel, Route
-from agentd.channels.telegram_routing import Bot, TelegramTarget, route_update
+from agentd.channels.telegram_routing import Bot, TelegramTarget, route_update, target_of
 from agentd.config.telegram import TelegramSpec
 from agentd.events import ChannelHost
 
@@ -54,6 +54,8 @@ COMMANDS = (
     BotCommand("compact", "Summarise older messages now"),
     BotCommand("new", "Start a fresh conversation (the old one stays in the log)"),
     BotCommand("reset", "Forget this conversation"),
+    BotCommand("approve", "Let a tool call waiting for approval run: /approve <id>"),
+    BotCommand("deny", "Refuse a tool call waiting for approval: /deny <id>"),
     BotCommand("help", "List the commands"),
 )
 TYPING_EVERY = 4.5  # Telegram shows "typing…" for 5 s after each sendChatAction
@@ -296,6 +298,9 @@ class TelegramChannel(ChatChannel[Update, TelegramTarget]):
 
     def match(self, raw: Update) -> Route[TelegramTarget] | None:
         return route_update(raw, bot=self._bot, respond_to=self.spec.respond_to, per_user=self.spec.per_user)
+
+    def target_for(self, conversation_key: str) -> TelegramTarget | None:
+        return target_of(conversation_key)
 
     async def send_chunk(self, target: TelegramTarget, text: str, part: int) -> Message:
         bot = self._api()

@@ -16,7 +16,7 @@ from agentd.cli.reports import render_inspection
 from agentd.cli.settings import settings_of
 from agentd.config.folder import find_agent_file
 from agentd.config.loader import parse_agent
-from agentd.config.models import AgentSpec
+from agentd.config.models import AgentSpec, DaemonSpec
 from agentd.daemon.resources import Resources
 from agentd.engine.agent import Agent
 from agentd.errors import AgentdError, ConfigError
@@ -49,14 +49,19 @@ class FolderPeers:
         raise LookupError(f"{name} does not run in this process")
 
 
-@asynccontextmanager
-async def local_agent(args: argparse.Namespace, *, readonly: bool = False) -> AsyncIterator[Agent]:
-    """The agent args.agent, opened in-process from the agents folder and agentd.yaml."""
+def agent_spec(args: argparse.Namespace) -> tuple[DaemonSpec, AgentSpec]:
+    """agentd.yaml and the definition of args.agent, parsed as the daemon parses them."""
     path = find_agent_file(args.agents, args.agent)
     if path is None:
         raise AgentdError(f"no agent file {args.agents / args.agent}.yaml")
     settings = settings_of(args)
-    spec = parse_agent(path, default_model=settings.defaults.model)
+    return settings, parse_agent(path, default_model=settings.defaults.model)
+
+
+@asynccontextmanager
+async def local_agent(args: argparse.Namespace, *, readonly: bool = False) -> AsyncIterator[Agent]:
+    """The agent args.agent, opened in-process from the agents folder and agentd.yaml."""
+    settings, spec = agent_spec(args)
     async with Resources(settings, args.data) as resources:
         agent = await resources.open_agent(
             spec, FolderPeers(args.agents, settings.defaults.model), readonly=readonly

@@ -14,6 +14,7 @@ from agentd.cli.init import cmd_init
 from agentd.cli.local import cmd_forget_episodes, cmd_inspect
 from agentd.cli.logs import LOG_FORMATS, LOG_LEVELS, configure_logging
 from agentd.cli.reports import cmd_audit, cmd_memories, cmd_runs
+from agentd.cli.tools import cmd_tools
 from agentd.config.folder import check_agents
 from agentd.errors import AgentdError
 
@@ -125,6 +126,13 @@ def build_parser() -> argparse.ArgumentParser:
     common(inspect)
     inspect.add_argument("--config", type=Path, default=None)
     inspect.set_defaults(func=cmd_inspect)
+
+    tools = sub.add_parser("tools", help="list an agent's tools with their source and the policy's decision")
+    tools.add_argument("agent")
+    tools.add_argument("--json", action="store_true")
+    common(tools)
+    tools.add_argument("--config", type=Path, default=None)
+    tools.set_defaults(func=cmd_tools)
 
     forget = sub.add_parser(
         "forget-episodes", help="delete every episode of one person (audited, for data-subject requests)"

@@ -340,7 +340,7 @@ def parse_agent(
     if "model" not in data and default_model:
         data["model"] = default_model
     try:
-        return AgentSpec.model_validate(data, context=None if providers is None else {PROVIDERS: providers})
+        spec = AgentSpec.model_validate(data, context=None if providers is None else {PROVIDERS: providers})
     except ValidationError as e:
         problems = _problems(file, located, e, AgentSpec, not_keys=("name",))  # the name is the file's
         for p in problems:
@@ -349,6 +349,22 @@ def parse_agent(
                     file, None, None, p.message.removeprefix("name: ")
                 )
         raise ConfigError(problems) from None
+    references = spec.reference_problems()
+    if references:
+        raise ConfigError(
+            sorted(
+                [
+                    ConfigProblem(
+                        file,
+                        *_nearest_mark(located, loc),
+                        f"{'.'.join(str(p) for p in loc if isinstance(p, str))}: {message}",
+                    )
+                    for loc, message in references
+                ],
+                key=lambda p: (p.line or 0, p.column or 0),
+            )
+        )
+    return spec
 
 
 def parse_daemon(

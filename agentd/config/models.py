@@ -22,6 +22,7 @@ from agentd.config.refs import (
 from agentd.config.slack import SlackSpec
 from agentd.config.strategies import StrategySpec
 from agentd.config.telegram import TelegramSpec
+from agentd.config.tools import Loc, ToolsSpec, subagent_tool_name
 from agentd.errors import OperatorError
 
 AGENT_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
@@ -111,6 +112,7 @@ class AgentSpec(Spec):
     channels: ChannelsSpec = ChannelsSpec()
     max_tool_steps: int = Field(default=8, ge=1, le=100)
     subagents: list[SubagentSpec] = []
+    tools: ToolsSpec = ToolsSpec()
 
     @field_validator("name")
     @classmethod
@@ -121,6 +123,10 @@ class AgentSpec(Spec):
                 "lower-case letters, digits, '_' and '-'"
             )
         return v
+
+    def reference_problems(self) -> list[tuple[Loc, str]]:
+        """Cross-references between parts of the file that are wrong (located by path)."""
+        return self.tools.reference_problems([subagent_tool_name(s.agent) for s in self.subagents])
 
     @field_validator("model", mode="before")
     @classmethod

@@ -294,16 +294,16 @@ class Daemon:
         return self.metrics.exposition()
 
     async def query_audit(
-        self, agent: str | None, kind: str | None, since: float | None, limit: int
+        self, agent: str | None, kind: str | None, since: float | None, limit: int, tool: str | None = None
     ) -> list[dict[str, Any]]:
         assert self.daemon_store is not None
-        query = AuditEvents(agent, kind, since, limit)
+        query = AuditEvents(agent, kind, since, limit, tool)
         merged = [{**r, "id": f"daemon:{r['id']}"} for r in await self.daemon_store.read(query)]
         for name, entry in self.fleet.entries.items():
             if entry.agent is not None and agent in (None, name):
                 merged += [
                     {**r, "id": f"{name}:{r['id']}"}
-                    for r in await entry.agent.audit_events(kind, since, limit)
+                    for r in await entry.agent.audit_events(kind, since, limit, tool)
                 ]
         merged.sort(key=lambda r: r["ts"])
         return merged[-limit:]

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agentd.channels.chat import ChatChannel
 from agentd.config.loader import parse_agent
 from agentd.config.models import AgentSpec
 from agentd.daemon.host import AgentChannels, AgentHost, Spawn
@@ -64,10 +65,12 @@ class AgentEntry:
 
 
 class Fleet:
-    """Every agent of the daemon by name; also the `Peers` each agent's sub-agent tools reach."""
+    """Every agent of the daemon by name; also the `Peers` each agent's sub-agent tools reach, and the
+    `Outbox` a run resumed after an approval posts its answer through."""
 
     def __init__(self, resources: Resources, audit: Audit, spawn: Spawn):
         self.resources = resources
+        resources.outbox = self  # resumed runs post into conversations through the agents' channels
         self._audit = audit
         self._spawn = spawn
         self.entries: dict[str, AgentEntry] = {}
@@ -83,6 +86,22 @@ class Fleet:
     def running(self, name: str) -> bool:
         entry = self.entries.get(name)
         return entry is not None and entry.agent is not None and entry.agent.status == "running"
+
+    async def post(self, agent: str, conversation_key: str, text: str) -> bool:
+        """The agents' Outbox: post into a conversation through the agent's channel of that kind."""
+        entry = self.entries.get(agent)
+        channel = (
+            entry.channels.channels.get(conversation_key.partition(":")[0])
+            if entry and entry.channels
+            else None
+        )
+        if not isinstance(channel, ChatChannel):
+            return False
+        try:
+            return await channel.post(conversation_key, text)
+        except Exception:
+            log.exception("agent %s: posting into %s failed", agent, conversation_key)
+            return False
 
     async def delegate(self, name: str, event: InboundEvent, parent_run_id: str | None) -> Reply:
         agent = self.agent(name)
@@ -145,7 +164,7 @@ class Fleet:
             if not await self._start(entry, spec):
                 return
         else:
-            entry.agent.update_spec(spec)
+            await entry.agent.reload(spec)
             await self._audit("config", "reloaded", name, {"file": str(path)})
             log.info("agent %s: reloaded", name)
         self._check_providers(entry, spec)
@@ -249,6 +268,8 @@ class Fleet:
                     "warnings": entry.warnings,
                     # unopened: not used since start (its data file is opened, and checked, at first use)
                     "data": entry.agent.data_state if entry.agent else None,
+                    # each MCP server's state, tools and problems (a pattern that matches no tool)
+                    "tool_servers": entry.agent.state.tool_servers.describe() if entry.agent else {},
                 }
             )
         return out

@@ -23,6 +23,7 @@ from agentd.daemon.observe import ObservedStore, Observer
 from agentd.engine.agent import Agent
 from agentd.engine.breakers import Breakers
 from agentd.engine.hot_cache import HotBudget
+from agentd.engine.outbox import NoOutbox, Outbox
 from agentd.engine.peers import NoPeers, Peers
 from agentd.engine.state import AgentResources
 from agentd.providers.base import Embedder, ModelProvider
@@ -30,6 +31,7 @@ from agentd.providers.embedders import build_embedder
 from agentd.providers.registry import ProviderRegistry
 from agentd.store.base import Leases, Store
 from agentd.store.sqlite import SoleOwner, SqliteStore, StoreExecutor
+from agentd.tools.mcp_servers import McpServers
 
 DAEMON_STORE = "_daemon"  # daemon-level audit (config, auth); '_' cannot start an agent name
 _FROM_SETTINGS: Any = object()
@@ -61,6 +63,8 @@ class Resources:
         self.leases: Leases = SoleOwner(self.daemon_id)  # of bot connections among daemons sharing a store
         self.breakers = breakers or Breakers()  # per memory model, shared by every agent of the process
         self.observer = observer
+        # where a run resumed after an approval posts its answer: the daemon sets its fleet here
+        self.outbox: Outbox = NoOutbox()
         self.executor: StoreExecutor | None = None
         self.providers: ProviderRegistry | None = None
         self.embedder: Embedder | None = None
@@ -114,6 +118,7 @@ class Resources:
             hot_budget=self.hot_budget,
             peers=peers if peers is not None else NoPeers(),
             breakers=self.breakers,
+            outbox=self.outbox,
         )
 
     def stats(self) -> dict[str, Any]:
@@ -128,8 +133,9 @@ class Resources:
             await self.executor.close_idle_files()
 
     def build_agent(self, spec: AgentSpec, peers: Peers | None = None, *, readonly: bool = False) -> Agent:
-        """A running agent's parts, not opened yet (`await agent.open()`)."""
-        return Agent(spec, self.store(spec.name, readonly=readonly), self.agent_resources(peers))
+        """A running agent's parts, not opened yet (`await agent.open()`: it starts the MCP servers)."""
+        store = self.store(spec.name, readonly=readonly)
+        return Agent(spec, store, self.agent_resources(peers), McpServers(spec.name))
 
     async def open_agent(
         self, spec: AgentSpec, peers: Peers | None = None, *, readonly: bool = False

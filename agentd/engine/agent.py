@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from agentd.config.models import AgentSpec
+from agentd.engine.approvals import OPERATOR, Outcome, describe_pending
 from agentd.engine.context import AgentContext
 from agentd.engine.deletions import delete_conversation, forget_memory
 from agentd.engine.handling import EventHandler
@@ -21,7 +22,7 @@ from agentd.engine.inspect import inspect_conversation, next_prompt
 from agentd.engine.lifecycle import Lifecycle
 from agentd.engine.state import AgentResources, AgentState
 from agentd.engine.stateless import run_stateless
-from agentd.engine.status import status_facts
+from agentd.engine.status import status_facts, tools_report
 from agentd.errors import NewerSchema
 from agentd.events import InboundEvent, Reply, ReplySink
 from agentd.memory.episode_writes import forget_partition
@@ -30,12 +31,15 @@ from agentd.messages import MESSAGE_ADAPTER, Message
 from agentd.store.base import KnowsIfAbsent, Store
 from agentd.store.queries import ActiveThread, AuditEvents, Conversations, MemoryValue, Runs
 from agentd.store.writes import EnsureIdentity, PruneDeliveries
+from agentd.tools.mcp_servers import McpServers
 
 
 class Agent:
-    def __init__(self, spec: AgentSpec, store: Store, resources: AgentResources):
+    def __init__(
+        self, spec: AgentSpec, store: Store, resources: AgentResources, tool_servers: McpServers | None = None
+    ):
         # `state` is open to the engine's own parts and to tests; everything else uses the methods.
-        self.state = AgentState(spec, store, resources)
+        self.state = AgentState(spec, store, resources, tool_servers)
         self.context = AgentContext(self.state)
         self.lifecycle = Lifecycle()
         self._handler = EventHandler(self.state, self.context, self.lifecycle)
@@ -70,6 +74,12 @@ class Agent:
         """
         self._readonly = readonly
         await self.state.store.open()
+        if not readonly:
+            await self.state.tool_servers.apply(self.spec.tools)
+            if self.spec.tools.ask:
+                # an agent that asks people may have runs waiting: they expire on time, and are listed,
+                # without waiting for the agent's next message
+                await self.ready()
         self.lifecycle.status = "running"
 
     @property
@@ -98,6 +108,9 @@ class Agent:
                         EnsureIdentity({"agent": self.name, "created_at": str(time.time())})
                     )
                 await self.state.memory.load()
+                if not self._readonly:
+                    # runs paused for an approval take their conversations back before any message can
+                    await self._handler.approvals.recover()
             except NewerSchema as e:
                 await self._failed(e)
                 raise
@@ -120,6 +133,8 @@ class Agent:
         self.lifecycle.status = "stopped"
         self.state.threads.close()
         self.lifecycle.cancel_later()  # work waiting for a paused model is redone after a restart
+        await self._handler.approvals.close()  # open approvals wait again after a restart
+        await self.state.tool_servers.stop()
         await self.state.store.close()
 
     def update_spec(self, spec: AgentSpec) -> None:
@@ -130,6 +145,11 @@ class Agent:
         if self._data == "failed":
             self._data, self.lifecycle.status, self.lifecycle.last_error = "unopened", "running", None
 
+    async def reload(self, spec: AgentSpec) -> None:
+        """A hot reload that also restarts the MCP servers whose definition changed."""
+        self.update_spec(spec)
+        await self.state.tool_servers.apply(spec.tools)
+
     @property
     def in_flight(self) -> int:
         return self.lifecycle.in_flight
@@ -137,7 +157,7 @@ class Agent:
     @property
     def conversations_waiting(self) -> int:
         """Conversations with messages queued behind the one being answered."""
-        return self.state.locks.waiting()
+        return self.state.locks.conversations_waiting()
 
     async def drain(self, timeout: float | None = None) -> bool:
         return await self.lifecycle.drain(timeout)
@@ -182,6 +202,32 @@ class Agent:
         await self.ready()
         return await inspect_conversation(self.state, self.context, conversation_key)
 
+    # -- tools and approvals --------------------------------------------------------------------
+
+    async def start_tool_servers(self, wait_s: float = 0.0) -> None:
+        """Start the MCP servers of the definition (open() does); wait up to `wait_s` for them to connect."""
+        await self.state.tool_servers.apply(self.spec.tools)
+        await self.state.tool_servers.wait_ready(wait_s)
+
+    async def stop_tool_servers(self) -> None:
+        await self.state.tool_servers.stop()
+
+    def tools_report(self) -> dict[str, Any]:
+        """Every tool with its source and the policy's decision, and the MCP servers' state."""
+        return tools_report(self.state, self.context)
+
+    async def approvals(self) -> list[dict[str, Any]]:
+        """Approvals waiting for a person, oldest first."""
+        await self.ready()
+        now = time.time()
+        records = sorted(self.state.waiting_approvals.values(), key=lambda r: r.created_at)
+        return [describe_pending(r, now) for r in records]
+
+    async def decide_approval(self, approval_id: str, approve: bool, approver: str = OPERATOR) -> Outcome:
+        """Answer an approval through the API (the operator); waits for the resumed run."""
+        await self.ready()
+        return await self._handler.approvals.decide(approval_id, approve, approver)
+
     async def status_of(self, conversation_key: str, user_id: str | None = None) -> dict[str, Any]:
         await self.ready()
         spec = self.state.spec
@@ -221,14 +267,14 @@ class Agent:
         return await self.state.store.read(Conversations(limit, offset))
 
     async def audit_events(
-        self, kind: str | None = None, since: float | None = None, limit: int = 100
+        self, kind: str | None = None, since: float | None = None, limit: int = 100, tool: str | None = None
     ) -> list[dict[str, Any]]:
         """The agent's audit events. Read for the daemon-wide trail too, so without `ready`: reading
         needs no identity row or memory keys, and never creates a file that was never written."""
         if self._nothing_to_read():
             return []
         try:
-            return await self.state.store.read(AuditEvents(self.name, kind, since, limit))
+            return await self.state.store.read(AuditEvents(self.name, kind, since, limit, tool))
         except NewerSchema as e:
             await self._failed(e)
             return []

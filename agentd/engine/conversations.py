@@ -31,18 +31,47 @@ class ConversationLocks:
 
     @asynccontextmanager
     async def hold(self, key: str) -> AsyncIterator[None]:
+        release = await self.acquire(key)
+        try:
+            yield
+        finally:
+            release()
+
+    async def acquire(self, key: str) -> Callable[[], None]:
+        """Take the conversation (in FIFO order); the returned function gives it back, once.
+
+        For a holder that outlives the task that took it: a run paused for an approval keeps the
+        conversation until it is decided.
+        """
         lock = self._locks.get(key)
         if lock is None:
             lock = self._locks[key] = asyncio.Lock()
         self._holders[key] = self._holders.get(key, 0) + 1
         try:
-            async with lock:  # asyncio.Lock wakes waiters in FIFO order
-                yield
-        finally:
-            self._holders[key] -= 1
-            if not self._holders[key]:
-                del self._holders[key]
-                del self._locks[key]
+            await lock.acquire()  # asyncio.Lock wakes waiters in FIFO order
+        except BaseException:
+            self._leave(key)
+            raise
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                lock.release()
+                self._leave(key)
+
+        return release
+
+    def _leave(self, key: str) -> None:
+        self._holders[key] -= 1
+        if not self._holders[key]:
+            del self._holders[key]
+            del self._locks[key]
+
+    def waiting(self, key: str) -> int:
+        """How many events wait for the conversation behind the one holding it."""
+        return max(self._holders.get(key, 0) - 1, 0)
 
     def busy(self) -> int:
         return len(self._locks)
@@ -51,7 +80,7 @@ class ConversationLocks:
         """Whether an event of the conversation is running or waiting."""
         return key in self._locks
 
-    def waiting(self) -> int:
+    def conversations_waiting(self) -> int:
         """Conversations with events queued behind the one being handled."""
         return sum(1 for holders in self._holders.values() if holders > 1)
 

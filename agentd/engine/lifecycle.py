@@ -51,6 +51,15 @@ class Lifecycle:
         finally:
             self._leave()
 
+    @contextlib.contextmanager
+    def parked(self) -> Iterator[None]:
+        """Inside `busy`: not counted while inside (waiting for a person is not work in flight)."""
+        self._leave()
+        try:
+            yield
+        finally:
+            self._enter()
+
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
         """Run work in the background, counted as in flight from now until it ends."""
         self._enter()

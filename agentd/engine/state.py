@@ -14,6 +14,7 @@ from agentd.config.models import AgentSpec
 from agentd.engine.breakers import Breakers
 from agentd.engine.conversations import ConversationLocks, HotThreads
 from agentd.engine.hot_cache import HotBudget
+from agentd.engine.outbox import NoOutbox, Outbox
 from agentd.engine.peers import NoPeers, Peers
 from agentd.engine.subagents import slot_override, subagent_tools
 from agentd.engine.tools import memory_tools
@@ -25,7 +26,8 @@ from agentd.providers.base import Embedder
 from agentd.providers.registry import ProviderRegistry
 from agentd.store.base import Store
 from agentd.store.claims import Claim
-from agentd.store.records import StoredThread
+from agentd.store.records import ApprovalRecord, StoredThread
+from agentd.tools.mcp_servers import McpServers
 
 NO_CLAIM = Claim()
 RECENT_EVENTS = 10_000  # platform deliveries remembered in memory (the store remembers them all)
@@ -44,13 +46,18 @@ class AgentResources:
     hot_budget: HotBudget = field(default_factory=lambda: HotBudget(DEFAULT_HOT_BYTES))
     peers: Peers = field(default_factory=NoPeers)
     breakers: Breakers = field(default_factory=Breakers)  # per memory model, daemon-wide
+    outbox: Outbox = field(default_factory=NoOutbox)  # posts into conversations outside a reply
 
 
 class AgentState:
-    def __init__(self, spec: AgentSpec, store: Store, resources: AgentResources):
+    def __init__(
+        self, spec: AgentSpec, store: Store, resources: AgentResources, tool_servers: McpServers | None = None
+    ):
         self.spec = spec
         self.store = store
         self.resources = resources
+        # the agent's MCP servers (started and stopped with the agent: agentd.engine.agent)
+        self.tool_servers = tool_servers if tool_servers is not None else McpServers(spec.name)
         self.locks = ConversationLocks()
         # after-run memory work that need not precede the next turn runs under its own lock, beside it
         self.memory_locks = ConversationLocks()
@@ -61,6 +68,8 @@ class AgentState:
         self.memory = PersistentMemory(store, spec.name, spec.memory.max_value_chars, spec.memory.secrets)
         # platform deliveries seen lately: (channel, event id), oldest first
         self.recent_events: OrderedDict[tuple[str, str], None] = OrderedDict()
+        # runs paused for a person's approval, by approval id (kept by agentd.engine.approvals)
+        self.waiting_approvals: dict[str, ApprovalRecord] = {}
         self._memories: dict[tuple[int, int], tuple[AgentSpec, Any, Memory]] = {}
         self._tools: tuple[AgentSpec, list[Tool]] | None = None
 
@@ -108,7 +117,8 @@ class AgentState:
         return self.memory.keys(persistent_scope(spec.memory, conversation_key, user_id))
 
     def tools(self, spec: AgentSpec) -> list[Tool]:
-        """The tools every turn of this definition gets (memory tools, sub-agents)."""
+        """The tools every turn of this definition gets (memory tools, sub-agents, MCP servers'),
+        before the policy says which are offered."""
         cached = self._tools
         if cached is None or cached[0] is not spec:
             # Memory tools depend only on the definition: built once per definition, not per turn.
@@ -120,7 +130,7 @@ class AgentState:
                     lambda call: persistent_scope(memory_spec, call.conversation_key, call.user_id),
                 )
             cached = self._tools = (spec, built)
-        if not spec.subagents:
-            return cached[1]
-        # Sub-agent tools describe peers, which reload on their own: built per turn.
-        return [*cached[1], *subagent_tools(spec.name, spec, self.resources.peers)]
+        # Sub-agent tools describe peers, which reload on their own, and MCP servers' tools change
+        # while they run: both are read per turn.
+        subagents = subagent_tools(spec.name, spec, self.resources.peers) if spec.subagents else []
+        return [*cached[1], *subagents, *self.tool_servers.tools()]

@@ -58,4 +58,8 @@ async def run_stateless(
     # No lock and no claim: nothing of a conversation is read or written, so nothing is ordered.
     with lifecycle.busy():
         thread = StoredThread(event.conversation_key)
-        return await run_turn(state, ctx, spec, memory, thread, event, sink=sink, instructions=instructions)
+        # nothing holds a conversation here, so nobody can be asked to approve a call: it is refused
+        result = await run_turn(
+            state, ctx, spec, memory, thread, event, sink=sink, instructions=instructions, can_ask=False
+        )
+        return result.reply

@@ -65,6 +65,9 @@ class MessageOut(BaseModel):
     run_id: str | None
     conversation_key: str
     error: str | None = None
+    approval: str | None = Field(
+        default=None, description="the id of a tool call waiting for approval (the reply says which)"
+    )
 
 
 def documented_pattern(pattern: str, description: str) -> dict[str, Any]:
@@ -80,7 +83,11 @@ def agent_param() -> Any:
 
 def reply_out(reply: Reply) -> MessageOut:
     return MessageOut(
-        reply=reply.text, run_id=reply.run_id, conversation_key=reply.conversation_key, error=reply.error
+        reply=reply.text,
+        run_id=reply.run_id,
+        conversation_key=reply.conversation_key,
+        error=reply.error,
+        approval=reply.approval,
     )
 
 

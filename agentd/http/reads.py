@@ -63,10 +63,13 @@ def add_read_routes(app: FastAPI, directory: AgentDirectory, protected: list[Dep
             description=f"only events at or after this time: {TIME_SCHEMA['description']}; empty: any time",
         ),
         limit: int = Query(default=100, ge=1, le=1000),
+        tool: str | None = Query(
+            default=None, description="only events about this tool (e.g. files__write_file)"
+        ),
     ) -> dict[str, Any]:
         """Audit events, newest last: the agents' own and the daemon's (config, auth)."""
-        agent, kind = agent or None, kind or None  # `?agent=` filters nothing
-        events = await directory.query_audit(agent, kind, parse_since(since), limit)
+        agent, kind, tool = agent or None, kind or None, tool or None  # `?agent=` filters nothing
+        events = await directory.query_audit(agent, kind, parse_since(since), limit, tool)
         if agent is not None and not events and not await _known(directory, agent):
             raise ApiError(404, f"no agent named {agent!r}, and no audit events of one")
         return {"events": [{**e, "ts": iso(e["ts"])} for e in events]}

@@ -127,7 +127,7 @@ class EpisodicMemory:
                 required=["text"],
             ),
         )
-        return (Tool(spec, save_episode),)
+        return (Tool(spec, save_episode, private_args=frozenset({"text"})),)  # memories stay out of the audit
 
     async def _save(self, ctx: MemoryContext, args: dict[str, Any], call: ToolCall) -> str:
         text, importance = args.get("text"), args.get("importance", 1.0)

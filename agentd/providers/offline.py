@@ -4,7 +4,8 @@ It tells the person how many earlier messages of the conversation it sees,
 whether a summary or recalled exchanges came with them and which memory keys
 it holds (read from the request's hints, never from the prompt's wording),
 really calls the memory tools when asked ("remember KEY: VALUE", "recall KEY",
-"forget KEY", "what do you remember") and repeats a recalled value (the
+"forget KEY", "what do you remember") and any offered tool on request ("call
+TOOL {json arguments}"), repeats a recalled value (the
 material of its remembered block), summarises for compaction with an
 extractive rule, and reports no usage, so the runtime estimates tokens and
 marks them as estimated. Streamed, its reply comes word by word
@@ -13,8 +14,10 @@ marks them as estimated. Streamed, its reply comes word by word
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import AsyncGenerator
+from typing import Any
 
 from agentd.messages import Message, ToolCallPart
 from agentd.providers.base import Completion, CompletionRequest, TextDelta
@@ -24,6 +27,7 @@ _REMEMBER = re.compile(r"^\s*remember\s+(\S+?)\s*[:=]\s*(.+?)\s*$", re.I | re.S)
 _RECALL = re.compile(r"^\s*recall\s+(\S+?)\s*[?.!]?\s*$", re.I)
 _FORGET = re.compile(r"^\s*forget\s+(\S+?)\s*[.!]?\s*$", re.I)
 _LIST = re.compile(r"^\s*what do you remember\s*\??\s*$", re.I)
+_CALL = re.compile(r"^\s*call\s+([A-Za-z0-9_-]{1,64})\s*(\{.*\})?\s*$", re.I | re.S)
 SUMMARY_LINE_CHARS = 160
 SUMMARY_MAX_CHARS = 4000
 
@@ -53,7 +57,13 @@ class OfflineProvider:
         yield completion
 
 
-def _memory_call(text: str, tools: set[str]) -> tuple[str, dict[str, str]] | None:
+def _memory_call(text: str, tools: set[str]) -> tuple[str, dict[str, Any]] | None:
+    if (m := _CALL.match(text)) and m.group(1) in tools:
+        try:
+            args = json.loads(m.group(2) or "{}")
+        except json.JSONDecodeError:
+            return None
+        return (m.group(1), args) if isinstance(args, dict) else None
     if (m := _REMEMBER.match(text)) and "remember" in tools:
         return "remember", {"key": m.group(1), "value": m.group(2)}
     if (m := _RECALL.match(text)) and "recall" in tools:

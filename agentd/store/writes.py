@@ -14,7 +14,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Generic, TypeVar
 
-from agentd.store.records import AuditRecord, LayerState, NewEpisode, Pruned, RunRecord, StoredMessage
+from agentd.store.records import (
+    ApprovalRecord,
+    AuditRecord,
+    LayerState,
+    NewEpisode,
+    Pruned,
+    RunRecord,
+    StoredMessage,
+)
 
 T = TypeVar("T")
 
@@ -102,6 +110,34 @@ class PruneDeliveries(Write[int]):
     """Forget delivery ids received before `older_than`; the result is how many."""
 
     older_than: float
+
+
+# -- approvals -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class InsertApproval(Write[None]):
+    """A paused run's approval request, with the run's state so far."""
+
+    approval: ApprovalRecord
+
+
+@dataclass(frozen=True, slots=True)
+class DecideApproval(Write[None]):
+    """Record a decision (approved | refused | expired) on a pending approval; RowMissing when it is no
+    longer pending (someone else decided first, or it expired): then nothing of the batch is kept."""
+
+    id: str
+    status: str
+    by: str | None
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class CloseApproval(Write[None]):
+    """The approval's run has been resumed and committed: its saved state is dropped."""
+
+    id: str
 
 
 # -- threads -------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from agentd.store.queries import Query
 
 # Importing the SQL modules registers their handlers.
 from agentd.store.sqlite import (
+    approvals,  # noqa: F401 - imported for its handlers alone, as every module here
     audit,
     episodes,
     facts,
