@@ -46,6 +46,9 @@ class MemorySpec(Spec):
     max_value_chars: int = Field(default=4000, gt=0, le=1_000_000)
     # agent: one set of facts for everyone; user: each person's facts are theirs alone
     persistent_scope: Literal["agent", "user"] = "agent"
+    # ask: every remember, forget and save_episode waits for a person's yes (the approval flow of
+    # `tools.ask`, with its approvers, expiry and audit trail)
+    writes: Literal["auto", "ask"] = "auto"
     strategy: StrategySpec | None = None
     # secrets (API keys, tokens, private keys, card numbers) in what is written to memory:
     # redact them, refuse a tool's write that holds one, or allow them (agentd/memory/screening.py)

@@ -28,7 +28,7 @@ async def next_prompt(
     thread = await state.thread(conversation_key, memory, ctx)
     prompt = await build_prompt(state, ctx, spec, memory, thread, TurnInput(conversation_key, "", user_id))
     threshold = memory.compaction.compact_at_tokens if memory.compaction is not None else None
-    policy = Policy(spec.tools)
+    policy = Policy.of(spec)
 
     def decide(tool: Tool) -> Ruling:
         return policy.decide(tool.source, tool.origin_name)

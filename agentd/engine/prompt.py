@@ -66,7 +66,7 @@ async def build_prompt(
         t.spec.name: t
         for t in (*state.tools(spec), *(memory.tools.tools(ctx, thread, turn) if memory.tools else ()))
     }
-    policy = Policy(spec.tools)
+    policy = Policy.of(spec)
     offered = {name: t for name, t in known.items() if policy.decide(t.source, t.origin_name).offered}
     history = view.messages
     if not isinstance(history, MessageSequence):

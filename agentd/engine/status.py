@@ -32,7 +32,7 @@ def waiting_facts(state: AgentState, conversation_key: str) -> dict[str, Any]:
 def tools_report(state: AgentState, ctx: MemoryContext) -> dict[str, Any]:
     """Every tool of the agent with where it comes from and what the policy decides, and its servers."""
     spec = state.spec
-    policy = Policy(spec.tools)
+    policy = Policy.of(spec)
     memory = state.memory_of(spec, "")
     thread = StoredThread("")
     extra = memory.tools.tools(ctx, thread, TurnInput("", "", None)) if memory.tools else ()

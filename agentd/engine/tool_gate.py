@@ -73,7 +73,7 @@ class ToolGate:
         *,
         can_ask: bool = True,
     ):
-        self._policy = Policy(spec.tools)
+        self._policy = Policy.of(spec)
         self._mode = spec.tools.audit_args
         self._tools = tools
         self._caller = caller

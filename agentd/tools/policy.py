@@ -11,7 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from agentd.config.tools import BUILTIN_SOURCES, PATTERN_RE, ToolsSpec, pattern_matches
+from agentd.config.models import AgentSpec
+from agentd.config.tools import BUILTIN_SOURCES, MEMORY_SOURCE, PATTERN_RE, ToolsSpec, pattern_matches
+
+# What `memory.writes: ask` puts under `ask`: every tool that writes to memory.
+MEMORY_WRITES = tuple(f"{MEMORY_SOURCE}.{tool}" for tool in ("remember", "forget", "save_episode"))
 
 Decision = Literal["allow", "ask", "deny"]
 
@@ -29,6 +33,14 @@ class Ruling:
 class Policy:
     def __init__(self, spec: ToolsSpec):
         self.spec = spec
+
+    @classmethod
+    def of(cls, agent: AgentSpec) -> Policy:
+        """An agent's policy: its `tools:` block, with `memory.writes: ask` as ask patterns."""
+        tools = agent.tools
+        if agent.memory.writes == "ask":
+            tools = tools.model_copy(update={"ask": [*tools.ask, *MEMORY_WRITES]})
+        return cls(tools)
 
     def decide(self, source: str, tool: str) -> Ruling:
         for which in ("deny", "ask"):
