@@ -6,8 +6,10 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
+from agentd.testing.fake_llm import FakeLLM
 from agentd.testing.postgres import PostgresServer
 from tests.support import Harness
 
@@ -34,6 +36,20 @@ async def harness(
     h = Harness(tmp_path / "data", store_url=url)
     yield h
     await h.close()
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeLLM]:
+    """A fake OpenAI/Anthropic server on loopback (channel tests name their own platform fakes so)."""
+    with FakeLLM() as server:
+        yield server
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[httpx.AsyncClient]:
+    # trust_env=False: a proxy in the environment must not swallow loopback calls.
+    async with httpx.AsyncClient(trust_env=False) as c:
+        yield c
 
 
 @pytest.fixture(scope="session")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -27,8 +28,20 @@ def free_port() -> int:
 class DaemonProcess:
     """Started in `root` (agents/ and agentd.yaml there), logging to root/daemon.log; restartable."""
 
-    def __init__(self, root: Path, *, reload_interval: float = 0.2, headers: dict[str, str] | None = None):
+    def __init__(
+        self,
+        root: Path,
+        *,
+        reload_interval: float = 0.2,
+        headers: dict[str, str] | None = None,
+        open_files: tuple[int, int] | None = None,
+        args: tuple[str, ...] = (),
+    ):
+        """`open_files`: the (soft, hard) RLIMIT_NOFILE the daemon starts with (as `prlimit` would set);
+        `args`: more options of `agentd run` (--log-format json, ...)."""
+        self.args = args
         self.root = root
+        self.open_files = open_files
         self.port = free_port()
         self.reload_interval = reload_interval
         self.headers = headers or {}
@@ -47,7 +60,20 @@ class DaemonProcess:
     def _spawn(self) -> None:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         env.pop("AGENTD_MODEL", None)
-        command = ["run", "--port", str(self.port), "--reload-interval", str(self.reload_interval)]
+        command = [
+            "run",
+            "--port",
+            str(self.port),
+            "--reload-interval",
+            str(self.reload_interval),
+            *self.args,
+        ]
+        limits = self.open_files
+
+        def set_limits() -> None:
+            if limits is not None:
+                resource.setrlimit(resource.RLIMIT_NOFILE, limits)
+
         with self.log.open("ab") as log:  # the child keeps its own copy of the descriptor
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "agentd.cli", *command],
@@ -55,6 +81,7 @@ class DaemonProcess:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=env,
+                preexec_fn=set_limits if limits is not None else None,
             )
 
     def _healthy(self) -> bool:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,8 @@ from agentd.engine.breakers import Breakers
 from agentd.engine.peers import Peers
 from agentd.events import InboundEvent, Reply
 from agentd.http.app import create_app
+from agentd.providers.sse import ServerSentEvent, SSEDecoder
+from agentd.testing.serving import serve_on_loopback
 
 
 def make_spec(yaml_text: str, name: str = "bot") -> AgentSpec:
@@ -142,6 +144,17 @@ async def open_api(
     return daemon, client
 
 
+@contextlib.asynccontextmanager
+async def serving(root: Path, agents: dict[str, str]) -> AsyncIterator[tuple[Daemon, httpx.AsyncClient]]:
+    """open_api for the length of a `with`: the client closed and the daemon shut down after."""
+    daemon, client = await open_api(root, agents)
+    try:
+        yield daemon, client
+    finally:
+        await client.aclose()
+        await daemon.shutdown()
+
+
 async def send(
     client: httpx.AsyncClient, agent: str, conversation: str, text: str, user_id: str = "ana"
 ) -> None:
@@ -149,3 +162,32 @@ async def send(
         f"/agents/{agent}/messages", json={"conversation_id": conversation, "text": text, "user_id": user_id}
     )
     assert r.status_code == 200, r.text
+
+
+@contextlib.asynccontextmanager
+async def daemon_on_loopback(
+    root: Path, agents: dict[str, str], settings: str = ""
+) -> AsyncIterator[tuple[Daemon, str]]:
+    """A daemon on root/agents (and root/agentd.yaml = `settings`), its HTTP API served by uvicorn on
+    127.0.0.1 as `agentd run` serves it; yields it and the API's base URL."""
+    folder = root / "agents"
+    folder.mkdir()
+    for name, text in agents.items():
+        (folder / f"{name}.yaml").write_text(text)
+    if settings:
+        (root / "agentd.yaml").write_text(settings)
+    daemon = Daemon(folder, root / "data", reload_interval=60)
+    await daemon.start()
+    try:
+        async with serve_on_loopback(create_app(daemon)) as url:
+            yield daemon, url
+    finally:
+        await daemon.shutdown()
+
+
+async def sse_events(response: httpx.Response) -> AsyncIterator[ServerSentEvent]:
+    """The Server-Sent Events of a streamed response, as they arrive."""
+    decoder = SSEDecoder()
+    async for line in response.aiter_lines():
+        if (event := decoder.feed(line)) is not None:
+            yield event

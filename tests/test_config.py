@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import re
 from pathlib import Path
 from typing import Literal
@@ -125,6 +126,29 @@ def test_env_interpolation_and_defaults() -> None:
     assert spec.model.name == "openai/x"
 
 
+def test_an_unquoted_variable_reads_as_if_its_value_were_written_there() -> None:
+    # both YAML parsers (libyaml's first, the pure-Python one for errors) must agree on this
+    env = {"X": "123"}
+    assert parse_agent(Path("a.yaml"), text='purpose: "${X}"\n', env=env).purpose == "123"
+    with pytest.raises(ConfigError, match=r"a.yaml:1:10: purpose: input should be a valid string"):
+        parse_agent(Path("a.yaml"), text="purpose: ${X}\n", env=env)
+
+
+def test_parsing_leaves_no_cyclic_garbage() -> None:
+    # a daemon loads 10,000 files with the cyclic collector off (agentd.daemon.daemon): nothing may
+    # be left for it, or every file's node tree would stay in memory
+    text = "purpose: hi\nmemory: {scope: thread, strategy: {kind: window, messages: 4}}\nchannels: {webhook: {}}\n"
+    parse_agent(Path("a.yaml"), text=text, env={})  # whatever the first call imports
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(3):
+            parse_agent(Path("a.yaml"), text=text, env={})
+        assert gc.collect() == 0
+    finally:
+        gc.enable()
+
+
 def test_bad_agent_name_from_the_file_name() -> None:
     msg = problem("purpose: hi\n", name="My Agent")
     assert "agents/My Agent.yaml" in msg and "must match [a-z0-9][a-z0-9_-]*" in msg
@@ -150,7 +174,7 @@ def test_an_empty_agent_file_is_refused(text: str) -> None:
 def test_the_unknown_key_hint_never_offers_name() -> None:
     assert problem("nme: other\n") == (
         "agents/bot.yaml:1:1: unknown key 'nme'; "
-        "expected one of: purpose, model, memory, channels, max_tool_steps, subagents"
+        "expected one of: purpose, model, memory, transcripts, channels, max_tool_steps, subagents, tools"
     )
 
 

@@ -26,6 +26,7 @@ def newer_data_file(path: Path) -> None:
 
 
 async def test_a_data_file_from_a_newer_agentd_fails_that_agent_alone(tmp_path: Path) -> None:
+    # Data files are opened at an agent's first use, not at start: the newer file is found then.
     (tmp_path / "agents").mkdir()
     for name in ("good", "newer"):
         (tmp_path / "agents" / f"{name}.yaml").write_text(WEBHOOK)
@@ -34,16 +35,28 @@ async def test_a_data_file_from_a_newer_agentd_fails_that_agent_alone(tmp_path: 
         transport = httpx.ASGITransport(app=create_app(daemon))
         async with httpx.AsyncClient(transport=transport, base_url="http://agentd") as client:
             agents = {a["name"]: a for a in (await client.get("/agents")).json()["agents"]}
-            assert agents["good"]["status"] == "running"
-            assert agents["newer"]["status"] == "error"
-            assert "newer agentd" in agents["newer"]["last_error"]
-            assert "upgrade agentd" in agents["newer"]["last_error"]
+            assert [(agents[n]["status"], agents[n]["data"]) for n in ("good", "newer")] == [
+                ("running", "unopened"),
+                ("running", "unopened"),
+            ]
+            refused = await client.post("/agents/newer/messages", json={"conversation_id": "c", "text": "hi"})
+            assert refused.status_code == 503
+            assert "newer agentd" in refused.json()["error"] and "upgrade agentd" in refused.json()["error"]
             answer = await client.post("/agents/good/messages", json={"conversation_id": "c", "text": "hi"})
             assert answer.status_code == 200 and "You said: hi" in answer.json()["reply"]
-            refused = await client.post("/agents/newer/messages", json={"conversation_id": "c", "text": "hi"})
-            assert refused.status_code == 404
-            audit = (await client.get("/audit", params={"agent": "newer", "kind": "config"})).json()["events"]
-            assert [(e["action"], "newer agentd" in e["data"]["error"]) for e in audit] == [("failed", True)]
+            agents = {a["name"]: a for a in (await client.get("/agents")).json()["agents"]}
+            assert (agents["good"]["status"], agents["good"]["data"]) == ("running", "ready")
+            assert (agents["newer"]["status"], agents["newer"]["data"]) == ("error", "failed")
+            assert "newer agentd" in agents["newer"]["last_error"]
+            assert "upgrade agentd" in agents["newer"]["last_error"]
+            again = await client.post("/agents/newer/messages", json={"conversation_id": "c", "text": "hi"})
+            assert again.status_code == 503 and "upgrade agentd" in again.json()["error"]
+            query = {"agent": "newer", "kind": "config"}
+            audit = (await client.get("/audit", params=query)).json()["events"]
+            assert [(e["action"], "newer agentd" in e["data"].get("error", "")) for e in audit] == [
+                ("loaded", False),
+                ("failed", True),
+            ]
     # nothing of the newer file was changed
     conn = connect(tmp_path / "data" / "newer.sqlite")
     assert conn.execute("SELECT name FROM schema_migrations ORDER BY rowid DESC LIMIT 1").fetchone()[0] == (

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -73,3 +74,20 @@ def test_the_readme_agent_file_is_valid() -> None:
     [agent] = [block for block in blocks if block.startswith("# agents/assistant.yaml")]
     spec = parse_agent(Path("agents/assistant.yaml"), text=agent, env={}, providers=BUILTIN_PROVIDERS)
     assert spec.model.small == "ollama/llama3.2" and spec.channels.enabled() == ["webhook"]
+
+
+def test_no_file_points_at_a_path_of_one_machine() -> None:
+    """The repository is cloned anywhere: docs point at `../shared/...`, never at the folders of the
+    machine they were written on."""
+    needle = "/" + "work/"  # (spelt so that this file does not name it)
+    tracked = subprocess.run(
+        ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True, timeout=60
+    ).stdout.split()
+    assert tracked
+    offenders = []
+    for name in tracked:
+        path = ROOT / name
+        if path.is_file() and path.suffix in (".md", ".py", ".toml", ".yaml", ".yml", ".txt", ""):
+            text = path.read_text(errors="replace")
+            offenders += [f"{name}:{n}" for n, line in enumerate(text.splitlines(), 1) if needle in line]
+    assert offenders == []

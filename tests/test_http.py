@@ -92,7 +92,7 @@ async def test_commands_run_over_http(api: httpx.AsyncClient) -> None:
         ({"conversation_id": "x" * 129, "text": "hi"}, 422, "conversation_id"),
         ({"conversation_id": "a", "text": 5}, 422, "text"),
         ({"conversation_id": "a", "text": "hi", "extra": 1}, 422, "extra"),
-        ({"conversation_id": "a", "text": "x" * 32001}, 413, "limit is 32000"),
+        ({"conversation_id": "a", "text": "x" * 32001}, 422, "at most 32000 characters"),
         ({"conversation_id": "a", "text": "hi", "sent_at": "yesterday"}, 422, "sent_at"),
     ],
     ids=[
@@ -116,7 +116,7 @@ async def test_bad_message_bodies(api: httpx.AsyncClient, body: object, status: 
 
 
 async def test_an_oversized_body_is_413_before_parsing(api: httpx.AsyncClient) -> None:
-    r = await post(api, "x" * 300_000)
+    r = await post(api, "x" * 1_100_000)  # over http.max_body_bytes (1 MiB)
     assert r.status_code == 413 and "limit" in r.json()["error"]
 
 
@@ -134,7 +134,7 @@ async def test_read_endpoints(api: httpx.AsyncClient) -> None:
     agents = (await api.get("/agents")).json()["agents"]
     assert [a["name"] for a in agents] == ["assistant", "quiet"]
     assert agents[0]["status"] == "running" and agents[0]["model"] == "offline/offline"
-    assert agents[0]["channels"] == [{"name": "webhook", "status": "running", "error": None}]
+    assert agents[0]["channels"] == [{"name": "webhook", "status": "running", "error": None, "held_by": None}]
 
     runs = (await api.get("/agents/assistant/runs", params={"conversation_key": "webhook:c"})).json()["runs"]
     assert len(runs) == 1 and runs[0]["trigger"] == "message" and runs[0]["tokens_estimated"] is True
@@ -163,6 +163,8 @@ async def test_read_endpoints(api: httpx.AsyncClient) -> None:
     ("params", "status"),
     [
         ({"since": "yesterday"}, 400),
+        ({"since": "nan"}, 400),
+        ({"since": "2024-02-30T00:00:00Z"}, 400),
         ({"limit": "0"}, 422),
         ({"limit": "many"}, 422),
         ({"agent": "ghost"}, 404),
@@ -171,6 +173,26 @@ async def test_read_endpoints(api: httpx.AsyncClient) -> None:
 async def test_bad_audit_queries(api: httpx.AsyncClient, params: dict[str, str], status: int) -> None:
     r = await api.get("/audit", params=params)
     assert r.status_code == status and r.json()["error"]
+
+
+@pytest.mark.parametrize(
+    "since",
+    [
+        "2024-05-03T10:00:00Z",
+        "2024-05-03t10:00:00z",  # RFC 3339 allows lower case
+        "2024-05-03T10:00:00.123456789+02:00",  # any number of fraction digits
+        "2016-12-31T23:59:60Z",  # a leap second
+        "2024-05-03 10:00:00",  # a space, and no offset: UTC
+        "2024-05-03",
+        "1714730400",
+        "1714730400.5",
+        "",  # no filter
+    ],
+)
+async def test_every_documented_form_of_since_is_accepted(api: httpx.AsyncClient, since: str) -> None:
+    """`since` is documented as epoch seconds or an RFC 3339 date-time: each is a time, never a 400."""
+    r = await api.get("/audit", params={"since": since})
+    assert r.status_code == 200, r.text
 
 
 async def test_status_needs_a_conversation_key(api: httpx.AsyncClient) -> None:

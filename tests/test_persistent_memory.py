@@ -9,6 +9,7 @@ import pytest
 from agentd.engine.agent import Agent
 from agentd.messages import Message
 from agentd.providers.base import CompletionRequest
+from agentd.providers.remembered import material_of
 from agentd.testing.scripted import ScriptedProvider
 from tests.support import Harness, say
 
@@ -25,7 +26,8 @@ async def audit_rows(runtime: Agent) -> list[tuple[str, str, dict[str, object]]]
 
 
 def tool_results(request: CompletionRequest) -> list[tuple[str, str, bool]]:
-    return [(p.name, p.content, p.is_error) for m in request.messages for p in m.tool_results]
+    """(tool, what it returned, error?); a recalled value is quoted in a remembered block: its material."""
+    return [(p.name, material_of(p.content), p.is_error) for m in request.messages for p in m.tool_results]
 
 
 async def test_remember_recall_list_forget(harness: Harness) -> None:
@@ -69,9 +71,17 @@ async def test_writes_are_audited_by_key_without_value_and_reads_are_not(harness
     model.call("recall", key="k1").call("list_memories").call("forget", key="k1").reply("ok")
     await say(runtime)("b")
     rows = await audit_rows(runtime)
-    assert [(k, a, d) for k, a, d in rows] == [
+    assert [(k, a, d) for k, a, d in rows if k == "memory"] == [
         ("memory", "remember", {"key": "k1"}),
         ("memory", "forget", {"key": "k1"}),
+    ]
+    # every call is a tool event too (reads included), and none carries the value
+    calls = [(d["tool"], a) for k, a, d in rows if k == "tool"]
+    assert calls == [
+        ("remember", "called"),
+        ("recall", "called"),
+        ("list_memories", "called"),
+        ("forget", "called"),
     ]
     assert "hidden value" not in json.dumps(rows)
 

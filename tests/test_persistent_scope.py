@@ -6,13 +6,17 @@ import json
 from pathlib import Path
 
 import httpx
+import pytest
 
 from agentd.daemon import Daemon
 from agentd.engine.agent import Agent
 from agentd.http.app import create_app
 from agentd.providers.base import CompletionRequest
+from agentd.providers.remembered import material_of
 from agentd.testing.scripted import ScriptedProvider
 from tests.support import Harness, say
+
+pytestmark = pytest.mark.both_stores  # each test runs on SQLite files and on PostgreSQL
 
 PER_USER = (
     "memory: {scope: thread, persistent: true, persistent_scope: user}\nmodel: scripted/m\npurpose: Assist.\n"
@@ -24,7 +28,8 @@ ROOM = "slack:C01:1700000000.0001"
 
 def last_result(request: CompletionRequest) -> tuple[str, bool]:
     results = [p for m in request.messages for p in m.tool_results]
-    return results[-1].content, results[-1].is_error
+    # a recalled value is quoted in a remembered block: its material
+    return material_of(results[-1].content), results[-1].is_error
 
 
 def held_keys(system: str) -> list[str]:

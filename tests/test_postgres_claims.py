@@ -244,14 +244,13 @@ async def test_named_leases_one_holder_until_released_or_lapsed(postgres_url: st
         assert await two.leases.acquire("discord:bot", "b", ttl_s=0.5) is None
         assert await one.leases.acquire("discord:bot", "a", ttl_s=0.5) == token  # renewing keeps the token
         assert await one.leases.renew("discord:bot", "a", token, ttl_s=0.5)
-        held = await two.leases.holder("discord:bot")
-        assert held is not None and (held.holder, held.token) == ("a", token) and 0 < held.expires_in <= 0.5
+        assert await two.leases.holder("discord:bot") == "a"
         await asyncio.sleep(0.7)  # a stops renewing: it lapses
         assert await two.leases.holder("discord:bot") is None
         taken = await two.leases.acquire("discord:bot", "b", ttl_s=5)
         assert taken is not None and taken > token
         assert not await one.leases.renew("discord:bot", "a", token, ttl_s=5)  # a finds out it lost it
         await one.leases.release("discord:bot", "a", token)  # a stale release changes nothing
-        assert (await two.leases.holder("discord:bot")).holder == "b"  # type: ignore[union-attr]
+        assert await two.leases.holder("discord:bot") == "b"
         await two.leases.release("discord:bot", "b", taken)
         assert await one.leases.acquire("discord:bot", "a", ttl_s=5) is not None

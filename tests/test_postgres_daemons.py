@@ -118,7 +118,7 @@ async def test_a_delivery_two_daemons_get_is_answered_once(shared: Harness) -> N
 
 
 async def test_a_daemon_that_stalls_past_its_lease_loses_the_turn_cleanly(shared: Harness) -> None:
-    slow = DaemonSpec(store=StoreSpec(lease_s=0.5))
+    slow = DaemonSpec(store=StoreSpec(lease_s=1.0))
     held = Held()
     a, _ = await daemon(shared, THREAD.replace("main/m", "held/m"), providers={"held": held}, settings=slow)
     b, model_b = await daemon(shared, settings=slow)

@@ -6,8 +6,6 @@ recorded as an error naming provider and model, and nothing stored is lost.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
-
 import httpx
 import pytest
 
@@ -18,19 +16,9 @@ from agentd.store.queries import ActiveThread
 from agentd.testing.fake_llm import FakeLLM
 from tests.support import Harness, say
 
+pytestmark = pytest.mark.both_stores  # each test runs on SQLite files and on PostgreSQL
+
 SPEC = "memory: {scope: thread, persistent: true}\nmodel: fake/gpt-test\n"
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeLLM]:
-    with FakeLLM() as server:
-        yield server
-
-
-@pytest.fixture
-async def client() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(trust_env=False) as c:
-        yield c
 
 
 async def runtime_on(harness: Harness, provider: object) -> Agent:

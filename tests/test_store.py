@@ -27,10 +27,11 @@ async def store(tmp_path: Path):
     executor.shutdown()
 
 
-async def test_file_is_private_and_in_wal_mode(store: SqliteStore) -> None:
-    assert stat.S_IMODE(store.path.stat().st_mode) == 0o600
+async def test_file_is_created_at_first_use_private_and_in_wal_mode(store: SqliteStore) -> None:
+    assert not store.path.exists() and store.absent()  # open() touched nothing
     mode = await store.sql(lambda c: c.execute("PRAGMA journal_mode").fetchone()[0])
     assert mode == "wal"
+    assert stat.S_IMODE(store.path.stat().st_mode) == 0o600
     tables = await store.sql(
         lambda c: {r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     )

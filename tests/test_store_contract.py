@@ -23,6 +23,7 @@ from agentd.store.postgres import PostgresBackend
 from agentd.store.postgres.dispatch import HANDLERS as PG_HANDLERS
 from agentd.store.queries import (
     ActiveThread,
+    ApprovalById,
     AuditEvents,
     ConversationPartitions,
     Conversations,
@@ -40,6 +41,7 @@ from agentd.store.queries import (
     MessageCounts,
     MessagesPage,
     NeighbourEpisodes,
+    OpenApprovals,
     PendingEpisodes,
     Query,
     Runs,
@@ -48,20 +50,24 @@ from agentd.store.queries import (
     VectorChanges,
     Vectors,
 )
-from agentd.store.records import AuditRecord, LayerState, NewEpisode, RunRecord, StoredMessage
+from agentd.store.records import ApprovalRecord, AuditRecord, LayerState, NewEpisode, RunRecord, StoredMessage
 from agentd.store.sqlite import SqliteStore, StoreExecutor
 from agentd.store.sqlite.dispatch import HANDLERS as SQLITE_HANDLERS
 from agentd.store.writes import (
     AppendAudit,
     ApplyCompaction,
     ArchiveThread,
+    CloseApproval,
     CommitTurn,
+    DecideApproval,
+    DeleteConversation,
     DeleteFact,
     DeleteMemory,
     DeletePartitionEpisodes,
     DeleteTranscript,
     Delivery,
     EnsureIdentity,
+    InsertApproval,
     InsertEpisodes,
     InsertRun,
     PruneDeliveries,
@@ -244,6 +250,72 @@ async def test_conversations_most_recently_active_first(store: Store) -> None:
     ]
     assert listed[0]["last_message_at"] == T0 + 5
     assert [c["conversation_key"] for c in await store.read(Conversations(limit=1))] == ["webhook:new"]
+    assert [c["conversation_key"] for c in await store.read(Conversations(limit=5, offset=1))] == [
+        "webhook:old"
+    ]
+
+
+async def test_a_conversation_is_deleted_with_every_thread_and_an_audit_row(store: Store) -> None:
+    first = await one(store, turn(None, 1, "a", "b"))
+    await one(store, ArchiveThread(first, T0))
+    second = await one(store, turn(None, 1, "c", "d", "e"))
+    await one(store, PutLayerState(second, "state", LayerState({"x": 1}, 2), T0))
+    await one(store, turn(None, 1, "elsewhere", key="webhook:other"))
+    assert await one(store, DeleteConversation("bot", KEY, "admin", T0)) == {"threads": 2, "messages": 5}
+    assert (await store.read(ThreadHeader(KEY))).id is None
+    assert await store.read(MessageCounts(KEY)) == {"messages": 0, "compacted": 0, "archived_threads": 0}
+    assert [m.message.text for m in (await store.read(ActiveThread("webhook:other"))).messages] == [
+        "elsewhere"
+    ]
+    [event] = await store.read(AuditEvents(kind="conversation"))
+    assert (event["action"], event["data"], event["daemon"]) == (
+        "delete",
+        {"threads": 2, "messages": 5, "by": "admin"},
+        "d1",
+    )
+    assert await one(store, DeleteConversation("bot", KEY, "admin", T0)) == {"threads": 0, "messages": 0}
+    assert len(await store.read(AuditEvents(kind="conversation"))) == 1  # nothing went: no audit row
+    assert len(await store.read(Runs(KEY))) == 2  # runs stay: they are the trail
+
+
+def approval(approval_id: str, at: float = T0) -> ApprovalRecord:
+    return ApprovalRecord(
+        approval_id,
+        KEY,
+        "r1",
+        "files__write",
+        "files",
+        {"path": "/x", "token": "s"},
+        {"path": "/x"},
+        "webhook:u1",
+        ["webhook:boss"],
+        at,
+        at + 600,
+        state={"messages": [1, 2], "step": 3},
+    )
+
+
+async def test_approvals_wait_are_decided_once_and_closed(store: Store) -> None:
+    await store.write(InsertApproval(approval("a1")), InsertApproval(approval("a2", T0 + 1)))
+    assert [a.id for a in await store.read(OpenApprovals())] == ["a1", "a2"]
+    assert await store.read(ApprovalById("a1")) == approval("a1")
+    assert await store.read(ApprovalById("nope")) is None
+    await store.write(DecideApproval("a1", "approved", "webhook:boss", T0 + 5))
+    with pytest.raises(RowMissing, match="a1"):  # decided already: the whole batch is refused
+        await store.write(
+            UpsertMemory("", "kept?", "no", None, T0), DecideApproval("a1", "refused", "x", T0 + 6)
+        )
+    assert await store.read(MemoryKeys()) == {}
+    await store.write(CloseApproval("a1"))
+    decided = await store.read(ApprovalById("a1"))
+    assert decided is not None
+    assert (decided.status, decided.decided_by, decided.decided_at, decided.state) == (
+        "approved",
+        "webhook:boss",
+        T0 + 5,
+        None,
+    )
+    assert [a.id for a in await store.read(OpenApprovals())] == ["a2"]
 
 
 async def test_layer_state_round_trips_as_written(store: Store) -> None:

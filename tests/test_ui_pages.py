@@ -4,29 +4,14 @@ from __future__ import annotations
 
 import html
 import re
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
-import httpx
-
-from agentd.daemon import Daemon
 from agentd.http.ui.views import label
-from tests.support import open_api, send
+from tests.support import send, serving
 
 ASSISTANT = "purpose: You are <Ana>'s assistant.\nmemory: {scope: thread, persistent: true}\nchannels: {webhook: {}}\n"
 EPISODIC = "memory:\n  strategy: {kind: episodic}\nchannels: {webhook: {}}\n"
 PAGE = "/ui/agents/assistant/conversations/webhook:c"
-
-
-@asynccontextmanager
-async def serving(root: Path, agents: dict[str, str]) -> AsyncIterator[tuple[Daemon, httpx.AsyncClient]]:
-    daemon, client = await open_api(root, agents)
-    try:
-        yield daemon, client
-    finally:
-        await client.aclose()
-        await daemon.shutdown()
 
 
 def element(page: str, element_id: str) -> str:

@@ -22,6 +22,9 @@ class Channel(Protocol):
     """
 
     name: str
+    # True when the platform allows one connection per bot (Discord's gateway, Telegram polling, Slack
+    # Socket Mode): with several daemons on one store, only the one holding the channel's lease runs it.
+    exclusive: bool
 
     async def run(self, host: ChannelHost) -> None: ...
 

@@ -7,7 +7,9 @@ way: the allow-list check and its `permission` audit, dispatch to the host
 with a typing indicator, splitting the reply at the platform's limit, retrying
 a chunk (the platform's own wait after a rate limit, backoff after a transient
 failure), the `send_failed` audit, and tracking handlers in flight so that
-stop can drain them.
+stop can drain them. With `stream: true` (a platform that also supplies
+`edit_chunk` and `delete_chunk`) the reply shows while it is written and ends
+as the same messages (streaming.py).
 
 Match, then handle (style.md #6): `receive` matches synchronously and starts
 the handler in a task it tracks; a handler's exception goes to
@@ -18,20 +20,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from abc import ABC, abstractmethod
 from collections import deque
-from collections.abc import Collection, Iterable
+from collections.abc import Awaitable, Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from agentd.channels.splitting import split_message
-from agentd.events import ChannelHost, InboundEvent, Reply
+from agentd.channels.streaming import PartFailed, StreamedReply
+from agentd.events import ChannelHost, InboundEvent, Reply, ReplySink
 
 log = logging.getLogger(__name__)
 
 RawT = TypeVar("RawT")
 TargetT = TypeVar("TargetT")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -79,6 +84,8 @@ class ChatChannel(ABC, Generic[RawT, TargetT]):
     typing_every: float | None = None  # seconds between typing calls; None: the platform shows none
     drain_seconds = 3.0  # stop lets handlers in flight finish this long, then cancels them
     rate_limit_retries = 5  # a chunk survives this many rate limits, each after the platform's wait
+    exclusive = True  # one connection per bot (see Channel.exclusive); HTTP-callback modes say otherwise
+    stream_every: float | None = None  # stream: seconds between edits of a reply being written; None: off
 
     def __init__(self, agent: str, allow: AllowList) -> None:
         self.agent = agent
@@ -103,11 +110,29 @@ class ChatChannel(ABC, Generic[RawT, TargetT]):
         """Where one raw platform event goes, or None when it is not for this agent. No I/O."""
 
     @abstractmethod
-    async def send_chunk(self, target: TargetT, text: str, part: int) -> None:
-        """Send one piece (`part` counts from 1) of a reply; raise when it did not go out."""
+    async def send_chunk(self, target: TargetT, text: str, part: int) -> Any:
+        """Send one piece (`part` counts from 1) of a reply; raise when it did not go out. Returns the
+        platform's handle of the message, which `edit_chunk` and `delete_chunk` take."""
+
+    async def edit_chunk(self, target: TargetT, sent: Any, text: str) -> None:
+        """Change the text of a message `send_chunk` sent (streamed replies only)."""
+        raise NotImplementedError(f"the {self.name} channel cannot edit its messages")
+
+    async def delete_chunk(self, target: TargetT, sent: Any) -> None:
+        """Delete a message `send_chunk` sent (a streamed reply that ended shorter than it grew)."""
+        raise NotImplementedError(f"the {self.name} channel cannot delete its messages")
+
+    def stream_edit_every(self, target: TargetT) -> float | None:
+        """Seconds between edits of a reply streamed to this target; None: send replies whole."""
+        return self.stream_every
 
     async def show_typing(self, target: TargetT) -> None:
         """Show "typing" at the target once; called every `typing_every` seconds while a turn runs."""
+
+    def target_for(self, conversation_key: str) -> TargetT | None:
+        """Where a message into this conversation goes, read off its key; None: this platform cannot
+        post into a conversation outside a reply."""
+        return None
 
     def rate_limit_wait(self, exc: Exception) -> float | None:
         """The seconds the platform asked us to wait before sending again, if `exc` is a rate limit."""
@@ -156,12 +181,30 @@ class ChatChannel(ABC, Generic[RawT, TargetT]):
             if refusal is not None:
                 await self._deny(host, route, refusal)
                 return
+            every = self.stream_edit_every(route.target)
+            if every is not None:
+                await self._stream_reply(host, route, every)
+                return
             reply = await self._dispatch(host, route)
             if reply.duplicate or not reply.text.strip():
                 return
             await self._send_reply(host, route, reply)
         except Exception as exc:
             self.on_handler_error(route, exc)
+
+    async def _stream_reply(self, host: ChannelHost, route: Route[TargetT], every: float) -> None:
+        shown = StreamedReply(self, route.target, every)
+        try:
+            reply = await self._dispatch(host, route, shown)
+        finally:
+            await shown.stop()
+        if reply.duplicate:
+            return
+        try:
+            await shown.settle(reply.text)
+        except PartFailed as failed:
+            cause = failed.__cause__ or failed
+            await self._send_failed(host, route, reply, failed.part, failed.parts, cause)
 
     async def _deny(self, host: ChannelHost, route: Route[TargetT], reason: str) -> None:
         if route.event_id in self._denied:
@@ -171,7 +214,9 @@ class ChatChannel(ABC, Generic[RawT, TargetT]):
         data = {"channel": self.name, "user_id": route.user_id, **route.where, "reason": reason}
         await host.audit("permission", "denied", conversation_key=route.conversation_key, data=data)
 
-    async def _dispatch(self, host: ChannelHost, route: Route[TargetT]) -> Reply:
+    async def _dispatch(
+        self, host: ChannelHost, route: Route[TargetT], sink: ReplySink | None = None
+    ) -> Reply:
         event = InboundEvent(
             agent=self.agent,
             conversation_key=route.conversation_key,
@@ -186,7 +231,7 @@ class ChatChannel(ABC, Generic[RawT, TargetT]):
             typing = asyncio.create_task(self._keep_typing(route.target, self.typing_every))
         # No await before dispatch: events of one conversation reach the host in arrival order.
         try:
-            return await host.dispatch(event)
+            return await host.dispatch(event, sink)
         finally:
             if typing is not None:
                 typing.cancel()
@@ -209,30 +254,41 @@ class ChatChannel(ABC, Generic[RawT, TargetT]):
         chunks = split_message(reply.text, self.message_limit)
         for part, chunk in enumerate(chunks, start=1):
             try:
-                await self._send_with_retries(route.target, chunk, part)
+                await self.retrying(functools.partial(self.send_chunk, route.target, chunk, part))
             except Exception as exc:
-                error = self.describe_error(exc)
-                log.error(
-                    "%s channel of agent %s: reply in %s failed at part %d of %d: %s",
-                    self.name,
-                    self.agent,
-                    route.conversation_key,
-                    part,
-                    len(chunks),
-                    error,
-                )
-                data = {"channel": self.name, **route.where, "run_id": reply.run_id}
-                data |= {"part": part, "parts": len(chunks), "error": error}
-                await host.audit("channel", "send_failed", conversation_key=route.conversation_key, data=data)
+                await self._send_failed(host, route, reply, part, len(chunks), exc)
                 return
 
-    async def _send_with_retries(self, target: TargetT, text: str, part: int) -> None:
+    async def _send_failed(
+        self,
+        host: ChannelHost,
+        route: Route[TargetT],
+        reply: Reply,
+        part: int,
+        parts: int,
+        exc: BaseException,
+    ) -> None:
+        error = self.describe_error(exc)
+        log.error(
+            "%s channel of agent %s: reply in %s failed at part %d of %d: %s",
+            self.name,
+            self.agent,
+            route.conversation_key,
+            part,
+            parts,
+            error,
+        )
+        data = {"channel": self.name, **route.where, "run_id": reply.run_id}
+        data |= {"part": part, "parts": parts, "error": error}
+        await host.audit("channel", "send_failed", conversation_key=route.conversation_key, data=data)
+
+    async def retrying(self, call: Callable[[], Awaitable[T]]) -> T:
+        """Make a platform call, retrying it after a rate limit (the platform's wait) or a transient failure."""
         transient_waits = iter(self.send_retry_delays())
         rate_limits = 0
         while True:
             try:
-                await self.send_chunk(target, text, part)
-                return
+                return await call()
             except Exception as exc:
                 wait = self.rate_limit_wait(exc)
                 if wait is not None:
@@ -246,6 +302,16 @@ class ChatChannel(ABC, Generic[RawT, TargetT]):
                         "%s: send failed, retrying in %.2f s: %s", self.name, wait, self.describe_error(exc)
                     )
             await asyncio.sleep(wait)
+
+    async def post(self, conversation_key: str, text: str) -> bool:
+        """Post into a conversation outside a reply (a run resumed after an approval): split, retried
+        like a reply; False when the platform cannot say where the conversation is."""
+        target = self.target_for(conversation_key)
+        if target is None or self._host is None:
+            return False
+        for part, chunk in enumerate(split_message(text, self.message_limit), start=1):
+            await self.retrying(functools.partial(self.send_chunk, target, chunk, part))
+        return True
 
     # -- lifecycle helpers -----------------------------------------------------------------------
 

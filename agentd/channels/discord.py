@@ -3,7 +3,8 @@
 A message is matched cheaply first (not a bot, addressed to us), then handled
 by the chat base: the allow-lists, dispatch to the agent while a typing
 indicator shows, and the reply sent back in the same channel, thread or DM,
-split at Discord's 2000 characters.
+split at Discord's 2000 characters (with `stream: true`, posted at its first
+text and edited as it grows: Discord allows about 5 edits per 5 s in a channel).
 
 Reconnects: discord.py resumes a dropped gateway by itself; if the client stops
 anyway (login over REST failed for a network reason, gateway refused), `run`
@@ -71,6 +72,7 @@ class DiscordChannel(ChatChannel[discord.Message, discord.Message]):
         self._send_retry_delays = tuple(send_retry_delays)
         self._reconnect_backoff = reconnect_backoff
         self.drain_seconds = drain_timeout
+        self.stream_every = spec.stream_edit_seconds if spec.stream else None
         self._client: discord.Client | None = None
         self._was_ready = False
 
@@ -177,7 +179,7 @@ class DiscordChannel(ChatChannel[discord.Message, discord.Message]):
         text = strip_mention(message.content, me.id)
         return text or None
 
-    async def send_chunk(self, target: discord.Message, text: str, part: int) -> None:
+    async def send_chunk(self, target: discord.Message, text: str, part: int) -> discord.Message:
         # The first chunk answers the message in busy server channels; DMs need no pointer.
         reference = None
         if part == 1 and target.guild is not None:
@@ -185,7 +187,14 @@ class DiscordChannel(ChatChannel[discord.Message, discord.Message]):
         # The nonce names this chunk of this reply, so a retry of a send whose answer was lost
         # is dropped by Discord (enforce_nonce) instead of posted twice.
         channel: Any = target.channel  # discord.py accepts reference=None; its annotations do not say so
-        await channel.send(text, reference=reference, nonce=f"{target.id}:{part}")
+        sent: discord.Message = await channel.send(text, reference=reference, nonce=f"{target.id}:{part}")
+        return sent
+
+    async def edit_chunk(self, target: discord.Message, sent: discord.Message, text: str) -> None:
+        await sent.edit(content=text)
+
+    async def delete_chunk(self, target: discord.Message, sent: discord.Message) -> None:
+        await sent.delete()
 
     async def show_typing(self, target: discord.Message) -> None:
         await target.channel.typing()

@@ -38,7 +38,7 @@ from agentd.backoff import backoff_delays
 from agentd.channels.callbacks import CallbackRefused, read_body
 from agentd.channels.chat import AllowList, ChatChannel, Route
 from agentd.channels.slack_events import SIGNATURE_HEADER, TIMESTAMP_HEADER, parse_payload, verify_signature
-from agentd.channels.slack_routing import SlackTarget, route_message
+from agentd.channels.slack_routing import SlackTarget, route_message, target_of
 from agentd.channels.slack_socket import SupervisedSocketModeHandler
 from agentd.config.slack import SlackSpec
 from agentd.errors import OperatorError
@@ -92,6 +92,7 @@ class SlackChannel(ChatChannel[dict[str, Any], SlackTarget]):
     ):
         super().__init__(agent, AllowList(spec.allowed_users, spec.allowed_channels, "channel"))
         self.spec = spec
+        self.exclusive = spec.app_token is not None  # Socket Mode; the Events API is served by any daemon
         if spec.signing_secret:
             self.http_path = f"/slack/{agent}/events"
         self._ping_interval = ping_interval
@@ -99,6 +100,7 @@ class SlackChannel(ChatChannel[dict[str, Any], SlackTarget]):
         self._reconnect_cap = reconnect_cap
         self._connect_timeout = connect_timeout
         self.drain_seconds = stop_grace
+        self.stream_every = spec.stream_edit_seconds if spec.stream else None  # chat.update: ~1/s (tier 3)
         self._watch_interval = min(1.0, ping_interval)
 
         self._session: aiohttp.ClientSession | None = None
@@ -319,9 +321,25 @@ class SlackChannel(ChatChannel[dict[str, Any], SlackTarget]):
             team=raw.get("team_id"),
         )
 
-    async def send_chunk(self, target: SlackTarget, text: str, part: int) -> None:
+    def target_for(self, conversation_key: str) -> SlackTarget | None:
+        return target_of(conversation_key)
+
+    async def send_chunk(self, target: SlackTarget, text: str, part: int) -> tuple[str, str]:
         assert self._web is not None
-        await self._web.chat_postMessage(channel=target.channel, text=text, thread_ts=target.thread_ts)
+        posted = await self._web.chat_postMessage(
+            channel=target.channel, text=text, thread_ts=target.thread_ts
+        )
+        return str(posted.get("channel") or target.channel), str(posted["ts"])
+
+    async def edit_chunk(self, target: SlackTarget, sent: tuple[str, str], text: str) -> None:
+        assert self._web is not None
+        channel, ts = sent
+        await self._web.chat_update(channel=channel, ts=ts, text=text)
+
+    async def delete_chunk(self, target: SlackTarget, sent: tuple[str, str]) -> None:
+        assert self._web is not None
+        channel, ts = sent
+        await self._web.chat_delete(channel=channel, ts=ts)
 
     def describe_error(self, exc: BaseException) -> str:
         return f"{type(exc).__name__}: {_api_error(exc) or exc}"

@@ -67,6 +67,16 @@ def route_message(
     )
 
 
+def target_of(conversation_key: str) -> SlackTarget | None:
+    """Where a message into a conversation goes, read off its key (`slack:<channel>[:<thread>][:user:<id>]`)."""
+    kind, _, rest = conversation_key.partition(":")
+    rest = rest.split(":user:")[0]
+    channel, _, thread = rest.partition(":")
+    if kind != "slack" or not channel:
+        return None
+    return SlackTarget(channel, thread or None)
+
+
 def strip_mention(text: str, bot_user_id: str | None) -> str:
     """Remove `<@BOTID>` (or `<@BOTID|name>`) wherever it is, so "@bot /status" reads "/status"."""
     if not bot_user_id:

@@ -23,7 +23,7 @@ from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
-from telegram import BotCommand, Update
+from telegram import BotCommand, Message, Update
 from telegram.constants import ChatAction
 from telegram.error import (
     BadRequest,
@@ -40,7 +40,7 @@ from telegram.request import HTTPXRequest
 from agentd.backoff import backoff_delays
 from agentd.channels.callbacks import CallbackRefused, json_object, read_body
 from agentd.channels.chat import AllowList, ChatChannel, Route
-from agentd.channels.telegram_routing import Bot, TelegramTarget, route_update
+from agentd.channels.telegram_routing import Bot, TelegramTarget, route_update, target_of
 from agentd.config.telegram import TelegramSpec
 from agentd.events import ChannelHost
 
@@ -54,12 +54,15 @@ COMMANDS = (
     BotCommand("compact", "Summarise older messages now"),
     BotCommand("new", "Start a fresh conversation (the old one stays in the log)"),
     BotCommand("reset", "Forget this conversation"),
+    BotCommand("approve", "Let a tool call waiting for approval run: /approve <id>"),
+    BotCommand("deny", "Refuse a tool call waiting for approval: /deny <id>"),
     BotCommand("help", "List the commands"),
 )
 TYPING_EVERY = 4.5  # Telegram shows "typing…" for 5 s after each sendChatAction
 NETWORK_RETRIES = 3  # a reply survives this many transient failures (timeouts, 5xx, dropped connections)
 STOP_SECONDS = 4.5  # stop() waits at most this long for run() to close everything (the daemon allows 5 s)
 MESSAGE_LIMIT = 4096
+GROUP_EDIT_SECONDS = 3.0  # a streamed reply in a group is edited at most this often (20 messages a minute)
 
 
 class TelegramChannel(ChatChannel[Update, TelegramTarget]):
@@ -76,8 +79,10 @@ class TelegramChannel(ChatChannel[Update, TelegramTarget]):
     def __init__(self, agent: str, spec: TelegramSpec) -> None:
         super().__init__(agent, AllowList(spec.allowed_users, spec.allowed_chats, "chat"))
         self.spec = spec
+        self.stream_every = spec.stream_edit_seconds if spec.stream else None
         if spec.mode == "webhook":
             self.http_path = f"/telegram/{agent}"
+        self.exclusive = spec.mode == "polling"  # getUpdates allows one poller; webhooks reach any daemon
         self._app: Application[Any, Any, Any, Any, Any, Any] | None = None
         self._requests: list[HTTPXRequest] = []
         self._bot = Bot(0, "")
@@ -294,15 +299,34 @@ class TelegramChannel(ChatChannel[Update, TelegramTarget]):
     def match(self, raw: Update) -> Route[TelegramTarget] | None:
         return route_update(raw, bot=self._bot, respond_to=self.spec.respond_to, per_user=self.spec.per_user)
 
-    async def send_chunk(self, target: TelegramTarget, text: str, part: int) -> None:
+    def target_for(self, conversation_key: str) -> TelegramTarget | None:
+        return target_of(conversation_key)
+
+    async def send_chunk(self, target: TelegramTarget, text: str, part: int) -> Message:
         bot = self._api()
         chat_id = self._moved.get(target.chat_id, target.chat_id)
         try:
-            await bot.send_message(chat_id, text, message_thread_id=target.thread_id)
+            return await bot.send_message(chat_id, text, message_thread_id=target.thread_id)
         except ChatMigrated as exc:
             # The group became a supergroup with a new id: send there, now and from now on.
             self._moved[target.chat_id] = int(exc.new_chat_id)
-            await bot.send_message(int(exc.new_chat_id), text, message_thread_id=target.thread_id)
+            return await bot.send_message(int(exc.new_chat_id), text, message_thread_id=target.thread_id)
+
+    async def edit_chunk(self, target: TelegramTarget, sent: Message, text: str) -> None:
+        try:
+            await self._api().edit_message_text(text, chat_id=sent.chat_id, message_id=sent.message_id)
+        except BadRequest as exc:
+            # Telegram trims what it stores: an edit that differs only in trailing space changes nothing.
+            if "not modified" not in str(exc).lower():
+                raise
+
+    async def delete_chunk(self, target: TelegramTarget, sent: Message) -> None:
+        await self._api().delete_message(sent.chat_id, sent.message_id)
+
+    def stream_edit_every(self, target: TelegramTarget) -> float | None:
+        every = self.stream_every
+        # Telegram allows a bot about one message a second in a chat, 20 a minute in a group; edits count.
+        return None if every is None else max(every, GROUP_EDIT_SECONDS) if target.chat_id < 0 else every
 
     async def show_typing(self, target: TelegramTarget) -> None:
         chat_id = self._moved.get(target.chat_id, target.chat_id)

@@ -63,6 +63,15 @@ def route_update(
     )
 
 
+def target_of(conversation_key: str) -> TelegramTarget | None:
+    """Where a message into a conversation goes, read off its key
+    (`telegram:<chat id>[:topic:<id>][:user:<id>]`)."""
+    match = re.match(r"^telegram:(-?\d+)(?::topic:(\d+))?(?::user:\S+)?$", conversation_key)
+    if match is None:
+        return None
+    return TelegramTarget(int(match.group(1)), int(match.group(2)) if match.group(2) else None)
+
+
 def addressed_text(message: Message, bot: Bot, respond_to: str) -> str | None:
     """The text meant for this bot, mention and @botname stripped; None if the message is not for us."""
     text = message.text or ""

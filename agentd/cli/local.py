@@ -11,21 +11,19 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
+from agentd.cli.remote import answer, running_daemon
 from agentd.cli.reports import render_inspection
+from agentd.cli.settings import settings_of
 from agentd.config.folder import find_agent_file
-from agentd.config.loader import parse_agent, parse_daemon
+from agentd.config.loader import parse_agent
 from agentd.config.models import AgentSpec, DaemonSpec
 from agentd.daemon.resources import Resources
 from agentd.engine.agent import Agent
 from agentd.errors import AgentdError, ConfigError
-from agentd.events import CONVERSATION_ID_RE, InboundEvent, Reply, is_conversation_key
+from agentd.events import InboundEvent, Reply, is_conversation_key
+from agentd.store.folder_lock import probe
 
 T = TypeVar("T")
-
-
-def settings_of(args: argparse.Namespace) -> DaemonSpec:
-    config = getattr(args, "config", None)
-    return parse_daemon(config if config is not None else args.agents.parent / "agentd.yaml")
 
 
 class FolderPeers:
@@ -51,14 +49,19 @@ class FolderPeers:
         raise LookupError(f"{name} does not run in this process")
 
 
-@asynccontextmanager
-async def local_agent(args: argparse.Namespace, *, readonly: bool = False) -> AsyncIterator[Agent]:
-    """The agent args.agent, opened in-process from the agents folder and agentd.yaml."""
+def agent_spec(args: argparse.Namespace) -> tuple[DaemonSpec, AgentSpec]:
+    """agentd.yaml and the definition of args.agent, parsed as the daemon parses them."""
     path = find_agent_file(args.agents, args.agent)
     if path is None:
         raise AgentdError(f"no agent file {args.agents / args.agent}.yaml")
     settings = settings_of(args)
-    spec = parse_agent(path, default_model=settings.defaults.model)
+    return settings, parse_agent(path, default_model=settings.defaults.model)
+
+
+@asynccontextmanager
+async def local_agent(args: argparse.Namespace, *, readonly: bool = False) -> AsyncIterator[Agent]:
+    """The agent args.agent, opened in-process from the agents folder and agentd.yaml."""
+    settings, spec = agent_spec(args)
     async with Resources(settings, args.data) as resources:
         agent = await resources.open_agent(
             spec, FolderPeers(args.agents, settings.defaults.model), readonly=readonly
@@ -80,38 +83,6 @@ def run_with_agent(
     return asyncio.run(go())
 
 
-def cmd_chat(args: argparse.Namespace) -> int:
-    if not CONVERSATION_ID_RE.match(args.session):
-        print("agentd: --session must be 1-128 of [A-Za-z0-9_.:-]", file=sys.stderr)
-        return 2
-    key = f"repl:{args.session}"
-
-    async def talk(agent: Agent) -> None:
-        print(
-            f"agentd chat: {agent.name} ({agent.spec.model.name}), conversation {key}. "
-            "/help for commands, Ctrl-D to quit."
-        )
-        loop = asyncio.get_running_loop()
-        while True:
-            line = await loop.run_in_executor(None, _read_line)
-            if line is None:
-                break
-            if not line.strip():
-                continue
-            reply = await agent.handle(InboundEvent(agent.name, key, line, "repl", user_id="local"))
-            print(reply.text, flush=True)
-
-    run_with_agent(args, talk)
-    return 0
-
-
-def _read_line() -> str | None:
-    try:
-        return input("you> " if sys.stdin.isatty() else "")
-    except EOFError:
-        return None
-
-
 def cmd_inspect(args: argparse.Namespace) -> int:
     if not is_conversation_key(args.key):
         print(
@@ -127,9 +98,25 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     async def look(agent: Agent) -> dict[str, Any]:
         return await agent.inspect(args.key)
 
-    inspected = run_with_agent(args, look)
+    # beside a running daemon the file is its own: read it, write nothing
+    inspected = run_with_agent(args, look, readonly=probe(args.data) is not None)
     if args.json:
         print(json.dumps(inspected, indent=2, ensure_ascii=False, default=str))
     else:
         print(render_inspection(inspected))
+    return 0
+
+
+def cmd_forget_episodes(args: argparse.Namespace) -> int:
+    """Through the daemon that owns the data folder when one runs, else in this process."""
+    with running_daemon(args) as client:
+        if client is not None:
+            deleted = answer(client.delete(f"/agents/{args.agent}/people/{args.user_id}/episodes"))["deleted"]
+        else:
+
+            async def forget(agent: Agent) -> int:
+                return await agent.forget_episodes(args.user_id, by="cli")
+
+            deleted = run_with_agent(args, forget)
+    print(f"deleted {deleted} episode(s) of {args.user_id} from {args.agent}")
     return 0

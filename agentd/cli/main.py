@@ -5,12 +5,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import logging
 import sys
 from pathlib import Path
 
-from agentd.cli.local import cmd_chat, cmd_inspect
+from agentd import __version__
+from agentd.cli.chat import cmd_chat
+from agentd.cli.init import cmd_init
+from agentd.cli.local import cmd_forget_episodes, cmd_inspect
+from agentd.cli.logs import LOG_FORMATS, LOG_LEVELS, configure_logging
 from agentd.cli.reports import cmd_audit, cmd_memories, cmd_runs
+from agentd.cli.tools import cmd_tools
 from agentd.config.folder import check_agents
 from agentd.errors import AgentdError
 
@@ -21,20 +25,8 @@ def main(argv: list[str] | None = None) -> int:
     if not hasattr(args, "func"):
         parser.print_help()
         return 2
-    logging.basicConfig(
-        level=logging.DEBUG if getattr(args, "verbose", False) else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    for noisy in (
-        "httpx",
-        "discord",
-        "telegram",
-        "slack_bolt",
-        "slack_sdk",
-        "aiohttp.access",
-        "uvicorn.access",
-    ):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    level = "debug" if getattr(args, "verbose", False) else getattr(args, "log_level", "info")
+    configure_logging(level, getattr(args, "log_format", "text"))
     try:
         code: int = args.func(args)
         return code
@@ -47,6 +39,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="agentd", description="A daemon that hosts LLM agents defined in YAML.")
+    p.add_argument("--version", action="version", version=f"agentd {__version__}")
     sub = p.add_subparsers(metavar="COMMAND")
 
     def common(sp: argparse.ArgumentParser, data: bool = True) -> None:
@@ -55,6 +48,12 @@ def build_parser() -> argparse.ArgumentParser:
         )
         if data:
             sp.add_argument("--data", type=Path, default=Path("data"), help="data folder (default: ./data)")
+
+    init = sub.add_parser(
+        "init", help="start a folder: agents/ with a commented example, agentd.yaml with every setting"
+    )
+    init.add_argument("dir", nargs="?", type=Path, default=Path("."), help="default: the current folder")
+    init.set_defaults(func=cmd_init)
 
     run = sub.add_parser("run", help="run the daemon: every agent, its channels and the HTTP API")
     common(run)
@@ -69,7 +68,15 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--reload-interval", type=float, default=1.0, help="seconds between checks of the agents folder"
     )
-    run.add_argument("-v", "--verbose", action="store_true")
+    run.add_argument("--log-level", choices=LOG_LEVELS, default="info", help="default: info")
+    run.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        default="text",
+        help="text (default), or json: one object per line with keys ts, level, logger, run_id, message, "
+        "data, error",
+    )
+    run.add_argument("-v", "--verbose", action="store_true", help="the same as --log-level debug")
     run.set_defaults(func=cmd_run)
 
     chat = sub.add_parser("chat", help="talk to an agent in this terminal (conversation key repl:NAME)")
@@ -119,11 +126,30 @@ def build_parser() -> argparse.ArgumentParser:
     common(inspect)
     inspect.add_argument("--config", type=Path, default=None)
     inspect.set_defaults(func=cmd_inspect)
+
+    tools = sub.add_parser("tools", help="list an agent's tools with their source and the policy's decision")
+    tools.add_argument("agent")
+    tools.add_argument("--json", action="store_true")
+    common(tools)
+    tools.add_argument("--config", type=Path, default=None)
+    tools.set_defaults(func=cmd_tools)
+
+    forget = sub.add_parser(
+        "forget-episodes", help="delete every episode of one person (audited, for data-subject requests)"
+    )
+    forget.add_argument("agent")
+    forget.add_argument("user_id", help="the person's user id, as the channels give it")
+    common(forget)
+    forget.add_argument("--config", type=Path, default=None)
+    forget.set_defaults(func=cmd_forget_episodes)
     return p
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from agentd.daemon import Daemon
+    from agentd.daemon.limits import raise_open_files_limit
+
+    raise_open_files_limit()
 
     async def go() -> None:
         daemon = Daemon(
@@ -160,6 +186,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     from agentd.providers.embedders import check_embedder
 
     result = check_agents(args.dir, args.config, check_embedder)
+    for warning in result.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
     for error in result.errors:
         print(error, file=sys.stderr)
     if result.errors:

@@ -7,10 +7,11 @@ import asyncio
 import json
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, TypeVar
 
 from agentd.config.loader import parse_daemon
-from agentd.daemon.resources import Resources
+from agentd.daemon.resources import DAEMON_STORE, Resources
 from agentd.messages import MESSAGE_ADAPTER, render_message
 from agentd.store.queries import AuditEvents, Memories, Query, Runs
 
@@ -19,21 +20,35 @@ T = TypeVar("T")
 
 def read_agent_data(args: argparse.Namespace, query: Query[T]) -> T:
     """Answer one query from args.agent's data, read-only (safe beside a running daemon)."""
-    path = args.data / f"{args.agent}.sqlite"
-    if not path.exists():
-        raise SystemExit(f"agentd: no data file {path} (has agent {args.agent!r} run yet?)")
+    answer = _read(args, args.agent, query)
+    if answer is None:
+        raise SystemExit(
+            f"agentd: no data file {_data_file(args, args.agent)} (has agent {args.agent!r} run yet?)"
+        )
+    return answer[0]
+
+
+def _data_file(args: argparse.Namespace, name: str) -> Path:
+    return args.data / f"{name}.sqlite"
+
+
+def _read(args: argparse.Namespace, name: str, query: Query[T]) -> tuple[T] | None:
+    """The answer from the store `name` (an agent's, or the daemon's own), read-only; None when it has
+    no data file."""
+    if not _data_file(args, name).exists():
+        return None
     settings = parse_daemon(args.agents.parent / "agentd.yaml")
 
     async def go() -> T:
         async with Resources(settings, args.data) as resources:
-            store = resources.store(args.agent, readonly=True)
+            store = resources.store(name, readonly=True)
             await store.open()
             try:
                 return await store.read(query)
             finally:
                 await store.close()
 
-    return asyncio.run(go())
+    return (asyncio.run(go()),)
 
 
 def _print_rows(rows: list[dict[str, Any]], as_json: bool, line: Callable[[dict[str, Any]], str]) -> int:
@@ -52,7 +67,14 @@ def _time(ts: float | None) -> str:
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
-    rows = read_agent_data(args, AuditEvents(args.agent, args.kind, None, args.limit))
+    """The agent's own trail and the daemon's events about it (config: loaded, rejected, removed...),
+    also once its file is gone."""
+    query = AuditEvents(args.agent, args.kind, None, args.limit)
+    own, daemons = _read(args, args.agent, query), _read(args, DAEMON_STORE, query)
+    if own is None and not (daemons and daemons[0]):
+        raise SystemExit(f"agentd: no audit events of agent {args.agent!r} in {args.data}")
+    rows = sorted([*(own[0] if own else []), *(daemons[0] if daemons else [])], key=lambda r: r["ts"])
+    rows = rows[-args.limit :]
     return _print_rows(
         rows,
         args.json,

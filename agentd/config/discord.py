@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Literal
 
+from pydantic import Field
+
 from agentd.config.base import Spec
 
 
@@ -18,6 +20,10 @@ class DiscordSpec(Spec):
     allowed_guilds: list[str] = []
     # User ids the bot answers; empty means anyone (within allowed_guilds).
     allowed_users: list[str] = []
+    # Show the reply as it is written: one message posted at the first text, edited as it grows (at most
+    # every stream_edit_seconds; more messages past the platform's limit), ending exactly as unstreamed.
+    stream: bool = False
+    stream_edit_seconds: float = Field(default=1.5, gt=0)
     # Where the REST API (including the version, e.g. "http://127.0.0.1:8123/api/v10") and
     # the gateway ("ws://127.0.0.1:8123/") live; only changed for tests or proxies. discord.py
     # keeps these process-wide, so every Discord channel in one daemon shares them.

@@ -44,6 +44,7 @@ def agents_folder_of(target: Path) -> Path:
 class CheckResult:
     agents: list[AgentSpec] = field(default_factory=list)
     errors: list[ConfigError] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # what `agentd run` starts with, but warns about
 
 
 def check_agents(
@@ -63,6 +64,11 @@ def check_agents(
     try:
         settings = parse_daemon(daemon_file, check_embedder=check_embedder)
         default_model, providers = settings.defaults.model, settings.provider_names()
+        result.warnings += [
+            f"{spec.unavailable}: calls to provider {name} fail until it is set"
+            for name, spec in settings.providers.items()
+            if spec.unavailable
+        ]
     except ConfigError as e:
         result.errors.append(e)  # its providers are unknown: agents' references go unchecked
     paths = _agent_paths(target, result)

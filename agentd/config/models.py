@@ -6,7 +6,7 @@ import ipaddress
 import re
 from typing import Any, Literal
 
-from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic import Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
 from agentd.config.base import Spec
 from agentd.config.discord import DiscordSpec
@@ -22,6 +22,7 @@ from agentd.config.refs import (
 from agentd.config.slack import SlackSpec
 from agentd.config.strategies import StrategySpec
 from agentd.config.telegram import TelegramSpec
+from agentd.config.tools import Loc, ToolsSpec, subagent_tool_name
 from agentd.errors import OperatorError
 
 AGENT_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
@@ -45,7 +46,13 @@ class MemorySpec(Spec):
     max_value_chars: int = Field(default=4000, gt=0, le=1_000_000)
     # agent: one set of facts for everyone; user: each person's facts are theirs alone
     persistent_scope: Literal["agent", "user"] = "agent"
+    # ask: every remember, forget and save_episode waits for a person's yes (the approval flow of
+    # `tools.ask`, with its approvers, expiry and audit trail)
+    writes: Literal["auto", "ask"] = "auto"
     strategy: StrategySpec | None = None
+    # secrets (API keys, tokens, private keys, card numbers) in what is written to memory:
+    # redact them, refuse a tool's write that holds one, or allow them (agentd/memory/screening.py)
+    secrets: Literal["redact", "refuse", "allow"] = "redact"
 
     @field_validator("compact_at_tokens", mode="before")
     @classmethod
@@ -61,6 +68,13 @@ class MemorySpec(Spec):
         if count <= 0:
             raise ValueError("expected a positive token count or false")
         return count
+
+
+class TranscriptsSpec(Spec):
+    """How conversation transcripts are stored."""
+
+    # store each turn's messages with secrets redacted (the model of that turn still saw them)
+    redact_secrets: bool = False
 
 
 class WebhookSpec(Spec):
@@ -97,9 +111,11 @@ class AgentSpec(Spec):
     purpose: str = ""
     model: ModelSpec = ModelSpec(name=OFFLINE_MODEL)
     memory: MemorySpec = MemorySpec()
+    transcripts: TranscriptsSpec = TranscriptsSpec()
     channels: ChannelsSpec = ChannelsSpec()
     max_tool_steps: int = Field(default=8, ge=1, le=100)
     subagents: list[SubagentSpec] = []
+    tools: ToolsSpec = ToolsSpec()
 
     @field_validator("name")
     @classmethod
@@ -110,6 +126,10 @@ class AgentSpec(Spec):
                 "lower-case letters, digits, '_' and '-'"
             )
         return v
+
+    def reference_problems(self) -> list[tuple[Loc, str]]:
+        """Cross-references between parts of the file that are wrong (located by path)."""
+        return self.tools.reference_problems([subagent_tool_name(s.agent) for s in self.subagents])
 
     @field_validator("model", mode="before")
     @classmethod
@@ -129,16 +149,34 @@ class ProviderSpec(Spec):
     kind: ProviderKind
     base_url: str | None = None
     api_key: str | None = None
-    timeout_s: float = Field(default=60.0, gt=0)
-    max_retries: int = Field(default=3, ge=0, le=10)
-    max_concurrency: int = Field(default=16, ge=1)
+    timeout_s: float = Field(
+        default=60.0, gt=0, description="seconds one attempt may take, from connecting to the last byte"
+    )
+    max_retries: int = Field(
+        default=3,
+        ge=0,
+        le=10,
+        description="retries of a 408, 429, 5xx, timeout or dropped connection, with backoff (Retry-After "
+        "honoured); other errors fail at once",
+    )
+    max_concurrency: int = Field(default=16, ge=1, description="calls in flight at once to this provider")
+    _unavailable: str | None = PrivateAttr(default=None)
+
+    @property
+    def unavailable(self) -> str | None:
+        """Why the provider cannot be used (a variable its settings name is not set), or None."""
+        return self._unavailable
+
+    def mark_unavailable(self, reason: str) -> None:
+        self._unavailable = reason
 
 
 class HttpSpec(Spec):
     host: str = "127.0.0.1"
     port: int = Field(default=8765, ge=0, le=65535)
     token: str | None = None
-    max_body_bytes: int = Field(default=256_000, gt=0)
+    # a message's 32,000 characters may take 12 bytes each as JSON (\ud83d\ude00 escapes)
+    max_body_bytes: int = Field(default=1_048_576, gt=0)
 
     @field_validator("token")
     @classmethod
@@ -170,13 +208,18 @@ class StoreSpec(Spec):
     # NORMAL: an OS crash may lose the last commits but never corrupts; a killed
     # process loses nothing. FULL: fsync on every commit group.
     synchronous: Literal["normal", "full"] = "normal"
-    hot_conversations: int = Field(default=2000, ge=1)
+    # agent files open at once (each holds up to 3 descriptors: the file, its -wal and -shm); the
+    # least recently used beyond this are closed, and so is any unused for close_idle_after_s
+    max_open_files: int = Field(default=256, ge=1)
+    close_idle_after_s: float = Field(default=60.0, gt=0)
+    # one budget for the conversations kept in memory by every agent, in MB (least recently used go first)
+    hot_cache_mb: float = Field(default=512, gt=0)
     # postgresql://user:password@host:port/database puts every agent in one PostgreSQL database that
     # several daemons may share (AGENTD_STORE_URL says the same); none: one SQLite file per agent
     url: str | None = None
-    # PostgreSQL: how long a daemon's claim on a conversation outlives its last renewal (it renews a
-    # third of the way through); a daemon killed mid-turn leaves its conversations to others after this
-    lease_s: float = Field(default=15.0, gt=0, le=3600)
+    # With several daemons on one store: how long a lease (a conversation being answered, a bot
+    # connection) outlives a daemon that stopped renewing it (killed), before another takes over.
+    lease_s: float = Field(default=15.0, ge=1.0, le=600.0)
 
     @field_validator("url")
     @classmethod

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import model_validator
+from pydantic import Field, model_validator
 
 from agentd.config.base import Spec
 
@@ -20,6 +20,10 @@ class SlackSpec(Spec):
     allowed_users: list[str] = []  # Slack user ids (U...); empty: everyone
     # Slack conversation ids; empty: everywhere. When set it applies to DMs too (their ids start with D).
     allowed_channels: list[str] = []
+    # Show the reply as it is written: one message posted at the first text, edited as it grows (at most
+    # every stream_edit_seconds; more messages past the platform's limit), ending exactly as unstreamed.
+    stream: bool = False
+    stream_edit_seconds: float = Field(default=1.5, gt=0)
     api_base_url: str | None = None  # only changed for tests or proxies, e.g. "http://127.0.0.1:9000/api/"
 
     @model_validator(mode="after")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from agentd.config.base import Spec
 
@@ -25,6 +25,10 @@ class TelegramSpec(Spec):
     # Numeric ids (a private chat's id is the user's id). Usernames are not accepted: they can change hands.
     allowed_users: list[str] = []
     allowed_chats: list[str] = []
+    # Show the reply as it is written: one message posted at the first text, edited as it grows (at most
+    # every stream_edit_seconds; more messages past the platform's limit), ending exactly as unstreamed.
+    stream: bool = False
+    stream_edit_seconds: float = Field(default=1.5, gt=0)
     poll_timeout: float = 30.0  # seconds a getUpdates long poll is held open (polling mode)
     api_base_url: str | None = None  # server root, default https://api.telegram.org; tests or a local Bot API
 

@@ -26,8 +26,18 @@ import uvicorn
 from agentd.channels.base import HttpChannel
 from agentd.config.loader import parse_daemon
 from agentd.config.models import DaemonSpec, is_loopback
-from agentd.daemon.fleet import Fleet
-from agentd.daemon.periodic import GC_FREEZE_EVERY, PRUNE_EVERY, delivery_cutoff, every, freeze_gc
+from agentd.daemon.fleet import Fleet, log_startup
+from agentd.daemon.metrics import Metrics
+from agentd.daemon.observe import DaemonObserver
+from agentd.daemon.periodic import (
+    CLOSE_IDLE_FILES_EVERY,
+    GC_FREEZE_EVERY,
+    PRUNE_EVERY,
+    delivery_cutoff,
+    every,
+    freeze_gc,
+)
+from agentd.daemon.provider_checks import warn_unused_providers
 from agentd.daemon.resources import _FROM_SETTINGS, DAEMON_STORE, Resources
 from agentd.daemon.server import EmbeddedServer, bind, url
 from agentd.daemon.watcher import FolderWatcher
@@ -37,9 +47,10 @@ from agentd.errors import OperatorError
 from agentd.http.app import create_app
 from agentd.providers.base import Embedder, ModelProvider
 from agentd.store.base import Store
+from agentd.store.folder_lock import DataFolderLock
 from agentd.store.queries import AuditEvents
 from agentd.store.records import AuditRecord
-from agentd.store.writes import AppendAudit
+from agentd.store.writes import AppendAudit, Write
 
 log = logging.getLogger("agentd")
 
@@ -72,8 +83,14 @@ class Daemon:
                 "(every request then needs Authorization: Bearer <token>), or bind to 127.0.0.1"
             )
         self.reload_interval = reload_interval
+        self.metrics = Metrics(lambda: self.fleet.entries, lambda: self.resources.stats())
         self.resources = Resources(
-            self.settings, data_dir, embedder=embedder, providers=providers, breakers=breakers
+            self.settings,
+            data_dir,
+            embedder=embedder,
+            providers=providers,
+            breakers=breakers,
+            observer=DaemonObserver(self.metrics),
         )
         self.watcher = FolderWatcher(agents_dir)
         self.fleet = Fleet(self.resources, self.daemon_audit, self.spawn)
@@ -84,6 +101,8 @@ class Daemon:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stop = asyncio.Event()
         self._signals = 0
+        self._audit_batch: list[Write[Any]] | None = None  # while agents load: committed together
+        self._folder_lock: DataFolderLock | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -96,13 +115,29 @@ class Daemon:
     ) -> None:
         await self.shutdown()
 
-    async def start(self) -> None:
-        """Open the resources, load every agent, start the periodic jobs."""
+    def _own_data_folder(self) -> None:
+        """Take the data folder's lock before anything else: a second daemon on the same folder is
+        refused here, having loaded, bound and written nothing. (Several daemons share a PostgreSQL
+        store by design; only SQLite files need one owner.)"""
         if not self.agents_dir.is_dir():  # refused before anything is created
             raise OperatorError(
                 f"agents folder {self.agents_dir} does not exist: create it and add <name>.yaml files"
             )
+        if self._folder_lock is None and not self.resources.shared_store:
+            lock = DataFolderLock(self.data_dir)
+            lock.acquire()
+            self._folder_lock = lock
+
+    def _release_data_folder(self) -> None:
+        if self._folder_lock is not None:
+            self._folder_lock.release()
+            self._folder_lock = None
+
+    async def start(self) -> None:
+        """Own the data folder, open the resources, load every agent, start the periodic jobs."""
+        self._own_data_folder()
         stack = contextlib.AsyncExitStack()
+        stack.callback(self._release_data_folder)
         try:
             await stack.enter_async_context(self.resources)
             self.daemon_store = self.resources.store(DAEMON_STORE)
@@ -111,11 +146,21 @@ class Daemon:
             self._group = await stack.enter_async_context(asyncio.TaskGroup())
             stack.push_async_callback(self._cancel_tasks)
             stack.push_async_callback(self.fleet.close_all)
-            await self.sync_agents()
-            gc.freeze()
+            # The first load builds every agent (10,000 at most starts): the cyclic collector would
+            # walk that growing heap again and again (~40% of the load) and find nothing, since
+            # loading leaves no cyclic garbage; so it stays off until the load is frozen out of reach.
+            gc.disable()
+            try:
+                await self.sync_agents()
+            finally:
+                gc.freeze()
+                gc.enable()
+            warn_unused_providers(self.settings, [e.spec for e in self.fleet.entries.values() if e.spec])
             self.spawn(every(self.reload_interval, self.sync_agents, "reloading agents"))
             self.spawn(every(GC_FREEZE_EVERY, freeze_gc, "freezing the GC"))
-            self.spawn(every(PRUNE_EVERY, self._prune_deliveries, "pruning old delivery ids"))
+            self.spawn(every(PRUNE_EVERY, self._prune, "pruning old delivery ids and episodes"))
+            sweep = min(CLOSE_IDLE_FILES_EVERY, self.settings.store.close_idle_after_s / 2)
+            self.spawn(every(sweep, self.resources.close_idle_files, "closing idle agent files"))
         except BaseException:
             await stack.aclose()
             raise
@@ -163,8 +208,15 @@ class Daemon:
 
     async def serve(self, install_signals: bool = True) -> None:
         """Listen, start, run until a signal (or request_stop), then stop intake, drain and close."""
-        sock = bind(self.host, self.port)  # first: a busy port is refused before anything starts
+        self._own_data_folder()  # first of all: a second daemon on this folder stops here
+        try:
+            sock = bind(self.host, self.port)  # next: a busy port is refused before anything starts
+        except BaseException:
+            self._release_data_folder()
+            raise
         self.port = sock.getsockname()[1]
+        if self._folder_lock is not None:
+            self._folder_lock.set_http_address(url(self.host, self.port))
         try:
             if install_signals:
                 loop = asyncio.get_running_loop()
@@ -176,11 +228,7 @@ class Daemon:
                 )
                 self.server = EmbeddedServer(config)
                 server_task = self.spawn(self.server.serve(sockets=[sock]))
-                log.info(
-                    "agentd listening on %s (%d agents)", url(self.host, self.port), len(self.fleet.entries)
-                )
-                agents = ", ".join(sorted(self.fleet.entries))
-                print(f"agentd: listening on {url(self.host, self.port)} with agents: {agents}", flush=True)
+                log_startup(url(self.host, self.port), self.fleet)
                 await self._stop.wait()
                 # Stop intake first (HTTP finishes requests already in flight), then drain, then close.
                 self.server.should_exit = True
@@ -193,23 +241,41 @@ class Daemon:
     async def sync_agents(self) -> None:
         """Bring running agents in line with the files: start new, reload changed, stop deleted."""
         changes = self.watcher.scan()
-        for name, path in changes.changed.items():
-            await self.fleet.load(name, path)
-        for name in changes.removed:
-            await self.fleet.remove(name)
+        # one commit for the audit rows of every agent loaded (10,000 at a start), not one each
+        self._audit_batch = []
+        try:
+            for name, path in changes.changed.items():
+                await self.fleet.load(name, path)
+            for name in changes.removed:
+                await self.fleet.remove(name)
+        finally:
+            batch, self._audit_batch = self._audit_batch, None
+            if batch:
+                assert self.daemon_store is not None
+                await self.daemon_store.write(*batch)
 
-    async def _prune_deliveries(self) -> None:
-        await self.fleet.prune_deliveries(delivery_cutoff())
+    async def _prune(self) -> None:
+        """Hourly: platform delivery ids past a week, and episodes past their agent's retention."""
+        now = time.time()
+        for agent in self.fleet.running_agents():
+            await agent.prune_deliveries(delivery_cutoff())
+            await agent.sweep_episodes(now)
 
     async def daemon_audit(self, kind: str, action: str, agent: str | None, data: dict[str, Any]) -> None:
         assert self.daemon_store is not None
-        record = AuditRecord(kind, action, data=data)
-        await self.daemon_store.write(AppendAudit(agent or "daemon", [record], time.time()))
+        op = AppendAudit(agent or "daemon", [AuditRecord(kind, action, data=data)], time.time())
+        if self._audit_batch is not None:
+            self._audit_batch.append(op)
+        else:
+            await self.daemon_store.write(op)
 
     # -- AgentDirectory (for the HTTP layer) ------------------------------------------------------
 
     def agent(self, name: str) -> Agent | None:
         return self.fleet.agent(name)
+
+    def agent_problem(self, name: str) -> str | None:
+        return self.fleet.problem(name)
 
     def has_webhook(self, name: str) -> bool:
         agent = self.fleet.agent(name)
@@ -218,20 +284,26 @@ class Daemon:
     def describe_agents(self) -> list[dict[str, Any]]:
         return self.fleet.describe()
 
+    def describe_daemon(self) -> dict[str, Any]:
+        return {"agents": len(self.fleet.entries), **self.resources.stats()}
+
     def memory_models(self) -> dict[str, dict[str, Any]]:
         return self.resources.breakers.describe()
 
+    def metrics_text(self) -> tuple[bytes, str]:
+        return self.metrics.exposition()
+
     async def query_audit(
-        self, agent: str | None, kind: str | None, since: float | None, limit: int
+        self, agent: str | None, kind: str | None, since: float | None, limit: int, tool: str | None = None
     ) -> list[dict[str, Any]]:
         assert self.daemon_store is not None
-        query = AuditEvents(agent, kind, since, limit)
+        query = AuditEvents(agent, kind, since, limit, tool)
         merged = [{**r, "id": f"daemon:{r['id']}"} for r in await self.daemon_store.read(query)]
         for name, entry in self.fleet.entries.items():
             if entry.agent is not None and agent in (None, name):
                 merged += [
                     {**r, "id": f"{name}:{r['id']}"}
-                    for r in await entry.agent.audit_events(kind, since, limit)
+                    for r in await entry.agent.audit_events(kind, since, limit, tool)
                 ]
         merged.sort(key=lambda r: r["ts"])
         return merged[-limit:]

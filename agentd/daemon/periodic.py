@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 log = logging.getLogger("agentd")
 GC_FREEZE_EVERY = 30.0  # seconds
 PRUNE_EVERY = 3600.0  # seconds
+CLOSE_IDLE_FILES_EVERY = 10.0  # seconds: how often files idle past store.close_idle_after_s are closed
 DELIVERY_MEMORY_S = 7 * 86400.0  # platform redeliveries come within minutes; a week is plenty
 
 

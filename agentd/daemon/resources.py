@@ -24,16 +24,20 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from agentd.config.models import AgentSpec, DaemonSpec
+from agentd.daemon.observe import ObservedStore, Observer
 from agentd.engine.agent import Agent
 from agentd.engine.breakers import Breakers
+from agentd.engine.hot_cache import HotBudget
+from agentd.engine.outbox import NoOutbox, Outbox
 from agentd.engine.peers import NoPeers, Peers
 from agentd.engine.state import AgentResources
 from agentd.errors import OperatorError
 from agentd.providers.base import Embedder, ModelProvider
 from agentd.providers.embedders import build_embedder
 from agentd.providers.registry import ProviderRegistry
-from agentd.store.base import Store
-from agentd.store.sqlite import SqliteStore, StoreExecutor
+from agentd.store.base import Leases, Store
+from agentd.store.sqlite import SoleOwner, SqliteStore, StoreExecutor
+from agentd.tools.mcp_servers import McpServers
 
 if TYPE_CHECKING:  # (imported when a store.url is set: psycopg is an optional extra)
     from agentd.store.postgres import PostgresBackend
@@ -54,9 +58,11 @@ class Resources:
         embedder: Embedder | None = _FROM_SETTINGS,
         providers: dict[str, ModelProvider] | None = None,
         breakers: Breakers | None = None,
+        observer: Observer | None = None,
     ):
         """`embedder` and `providers` replace what agentd.yaml names (tests and benchmarks pass fakes);
-        `breakers` the memory models' breakers (tests pass ones with their own pauses)."""
+        `breakers` the memory models' breakers (tests pass ones with their own pauses); `observer`
+        is told of committed runs, model calls and store commits (the daemon's log line and metrics)."""
         self.settings = settings
         self.data_dir = data_dir
         self._embedder_override = embedder
@@ -64,11 +70,17 @@ class Resources:
         self._stack = contextlib.AsyncExitStack()
         # this process among the daemons that may share a store: recorded on its runs and audit events
         self.daemon_id = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+        self.leases: Leases = SoleOwner(self.daemon_id)  # of bot connections among daemons sharing a store
         self.breakers = breakers or Breakers()  # per memory model, shared by every agent of the process
+        self.observer = observer
+        # where a run resumed after an approval posts its answer: the daemon sets its fleet here
+        self.outbox: Outbox = NoOutbox()
         self.executor: StoreExecutor | None = None
         self.postgres: PostgresBackend | None = None
         self.providers: ProviderRegistry | None = None
         self.embedder: Embedder | None = None
+        # every agent's hot threads share one byte budget
+        self.hot_budget = HotBudget(int(settings.store.hot_cache_mb * 2**20))
 
     @property
     def store_url(self) -> str | None:
@@ -80,8 +92,11 @@ class Resources:
         except BaseException:
             await self._stack.aclose()
             raise
+        observer = self.observer
         client = await self._stack.enter_async_context(httpx.AsyncClient())
-        providers = ProviderRegistry(self.settings.providers, client)
+        providers = ProviderRegistry(
+            self.settings.providers, client, report_calls=observer.model_call if observer else None
+        )
         for name, provider in self._provider_overrides.items():
             providers.register(name, provider)
         self.providers = providers
@@ -94,8 +109,12 @@ class Resources:
     async def _open_store(self) -> None:
         url = self.store_url
         if url is None:
-            executor = StoreExecutor()
+            executor = StoreExecutor(
+                self.settings.store.max_open_files, self.settings.store.close_idle_after_s
+            )
             self._stack.callback(executor.shutdown)
+            if self.observer is not None:
+                executor.on_commit = self.observer.store_commit
             self.executor = executor
             return
         try:
@@ -107,21 +126,30 @@ class Resources:
             ) from None
         backend = PostgresBackend(url, daemon=self.daemon_id, lease_s=self.settings.store.lease_s)
         self.postgres = await self._stack.enter_async_context(backend)
+        self.leases = backend.leases  # (bot connections: one daemon of those sharing the database)
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self._stack.aclose()
 
+    @property
+    def shared_store(self) -> bool:
+        """True when the store is one several daemons share (PostgreSQL); SQLite files have one owner."""
+        return self.postgres is not None
+
     def store(self, name: str, *, readonly: bool = False) -> Store:
         """The store of the agent (or `_daemon`) `name`; not opened yet."""
+        store: Store
         if self.postgres is not None:
-            return self.postgres.store(name, readonly=readonly)
-        assert self.executor is not None, "Resources used outside `async with`"
-        path = self.data_dir / f"{name}.sqlite"
-        return SqliteStore(
-            path, self.executor, self.settings.store.synchronous, readonly=readonly, daemon=self.daemon_id
-        )
+            store = self.postgres.store(name, readonly=readonly)
+        else:
+            assert self.executor is not None, "Resources used outside `async with`"
+            path = self.data_dir / f"{name}.sqlite"
+            store = SqliteStore(
+                path, self.executor, self.settings.store.synchronous, readonly=readonly, daemon=self.daemon_id
+            )
+        return store if self.observer is None else ObservedStore(store, name, self.observer)
 
     def agent_resources(self, peers: Peers | None = None) -> AgentResources:
         assert self.providers is not None, "Resources used outside `async with`"
@@ -129,14 +157,27 @@ class Resources:
             providers=self.providers,
             embedder=self.embedder,
             memory_extractor_model=self.settings.memory_extractor_model,
-            hot_conversations=self.settings.store.hot_conversations,
+            hot_budget=self.hot_budget,
             peers=peers if peers is not None else NoPeers(),
             breakers=self.breakers,
+            outbox=self.outbox,
         )
 
+    def stats(self) -> dict[str, Any]:
+        """What the process holds for all its agents: open files, the hot threads' memory."""
+        return {
+            "files": self.executor.files.stats() if self.executor is not None else None,
+            "hot_threads": self.hot_budget.stats(),
+        }
+
+    async def close_idle_files(self) -> None:
+        if self.executor is not None:
+            await self.executor.close_idle_files()
+
     def build_agent(self, spec: AgentSpec, peers: Peers | None = None, *, readonly: bool = False) -> Agent:
-        """A running agent's parts, not opened yet (`await agent.open()`)."""
-        return Agent(spec, self.store(spec.name, readonly=readonly), self.agent_resources(peers))
+        """A running agent's parts, not opened yet (`await agent.open()`: it starts the MCP servers)."""
+        store = self.store(spec.name, readonly=readonly)
+        return Agent(spec, store, self.agent_resources(peers), McpServers(spec.name))
 
     async def open_agent(
         self, spec: AgentSpec, peers: Peers | None = None, *, readonly: bool = False

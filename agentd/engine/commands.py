@@ -35,13 +35,21 @@ HELP = {
     "compact": "summarise older turns now, keeping the last two verbatim",
     "new": "archive this conversation's thread and start a fresh one",
     "reset": "delete this conversation's transcript",
-    "status": "show the agent, model, context size and totals",
+    "status": "show the agent, model, context size, totals and approvals waiting",
+    "approve": "/approve <id>: let a tool call that waits for approval run",
+    "deny": "/deny <id>: refuse a tool call that waits for approval",
     "help": "list these commands",
 }
 
 
 def is_command(text: str) -> bool:
     return text.startswith("/") and _COMMAND_RE.match(text.strip()) is not None
+
+
+def command_name(text: str) -> str | None:
+    """The command's name, lower case (`/Status@bot` -> status), or None when `text` is no command."""
+    match = _COMMAND_RE.match(text.strip()) if text.startswith("/") else None
+    return match.group(1).lower() if match else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +183,18 @@ async def _status(inv: Invocation) -> CommandResult:
                 f"Memory model {ref}: paused after {counted(breaker['failures'], 'failure')}, "
                 f"retrying in {breaker['retry_in_s']:g} s; the chat goes on ({breaker['last_error']})"
             )
+    for approval in facts["approvals"]:
+        lines.append(
+            f"Waiting for approval [{approval['id']}]: {approval['summary']}, asked by "
+            f"{approval['requested_by']}; expires in {max(1, round(approval['expires_in_s'] / 60))} min "
+            f"(/approve {approval['id']} or /deny {approval['id']})"
+        )
+    if facts["approvals"]:
+        waiting = facts["messages_waiting"]
+        lines.append(
+            f"{counted(waiting, 'later message')} of this conversation "
+            f"{'waits' if waiting == 1 else 'wait'} in order behind it"
+        )
     return CommandResult("\n".join(lines), "status")
 
 

@@ -13,6 +13,7 @@ from agentd.memory.base import ModelCall
 from agentd.memory.runs import OFFLINE_PREFIX
 from agentd.messages import Message, estimate_tokens
 from agentd.providers.base import CompletionRequest, Embedder
+from agentd.run_context import current_run
 from agentd.store.base import Store
 from agentd.store.records import AuditRecord, RunRecord
 from agentd.store.writes import AppendAudit, InsertRun
@@ -35,6 +36,10 @@ class AgentContext:
     @property
     def embedder(self) -> Embedder | None:
         return self._state.resources.embedder
+
+    @property
+    def secrets(self) -> str:
+        return self._state.spec.memory.secrets
 
     def agent_model(self, small: bool = False) -> str:
         model = self._state.spec.model
@@ -74,6 +79,7 @@ class AgentContext:
             thread_id=thread_id,
             parent_run_id=parent_run_id,
         )
+        current_run.set(run.id)
         breakers = self._state.resources.breakers
         breakers.check(model_ref)  # a model that keeps failing is not called again until its pause ends
         try:

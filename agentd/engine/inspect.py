@@ -15,6 +15,8 @@ from agentd.engine.prompt import build_prompt
 from agentd.engine.state import AgentState
 from agentd.memory.base import MemoryContext, TurnInput
 from agentd.messages import MESSAGE_ADAPTER
+from agentd.tools.base import Tool
+from agentd.tools.policy import Policy, Ruling
 
 
 async def next_prompt(
@@ -23,9 +25,14 @@ async def next_prompt(
     """What the next turn would send (recall is searched with no text here, so nothing is recalled)."""
     spec = state.spec
     memory = state.memory_of(spec, conversation_key)
-    thread = await state.thread(conversation_key, memory)
+    thread = await state.thread(conversation_key, memory, ctx)
     prompt = await build_prompt(state, ctx, spec, memory, thread, TurnInput(conversation_key, "", user_id))
     threshold = memory.compaction.compact_at_tokens if memory.compaction is not None else None
+    policy = Policy.of(spec)
+
+    def decide(tool: Tool) -> Ruling:
+        return policy.decide(tool.source, tool.origin_name)
+
     return {
         "agent": spec.name,
         "conversation_key": conversation_key,
@@ -34,7 +41,16 @@ async def next_prompt(
         "system": prompt.system,
         "summary": thread.summary,
         "messages": [MESSAGE_ADAPTER.dump_python(m, mode="json", exclude_none=True) for m in prompt.history],
-        "tools": [{"name": t.name, "description": t.description} for t in prompt.tool_specs],
+        # the tools offered (what the policy does not deny), with where each comes from
+        "tools": [
+            {
+                "name": t.name,
+                "description": t.spec.description,
+                "source": t.source,
+                "decision": decide(t).decision,
+            }
+            for t in prompt.tools.values()
+        ],
         "context": {
             "tokens": thread.last_input_tokens,
             "estimated": thread.last_tokens_estimated,
@@ -53,7 +69,7 @@ async def inspect_conversation(
     """
     spec = state.spec
     memory = state.memory_of(spec, conversation_key)
-    thread = await state.thread(conversation_key, memory)
+    thread = await state.thread(conversation_key, memory, ctx)
     described = await memory.describe(ctx, thread)
     layers = described.get("layers")
     if not isinstance(layers, list):

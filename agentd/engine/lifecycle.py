@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from typing import Any
 
 
@@ -19,6 +19,15 @@ class Lifecycle:
         self._idle.set()
         self._background: set[asyncio.Task[Any]] = set()
         self._timers: set[asyncio.TimerHandle] = set()
+        # told when the agent fails after it started (its data found written by a newer agentd)
+        self.on_fail: Callable[[str], Awaitable[None]] | None = None
+
+    async def fail(self, reason: str) -> None:
+        """The agent cannot serve until its definition is reloaded or the daemon restarts."""
+        first = self.status != "error"
+        self.status, self.last_error = "error", reason
+        if first and self.on_fail is not None:
+            await self.on_fail(reason)
 
     @property
     def in_flight(self) -> int:
@@ -41,6 +50,15 @@ class Lifecycle:
             yield
         finally:
             self._leave()
+
+    @contextlib.contextmanager
+    def parked(self) -> Iterator[None]:
+        """Inside `busy`: not counted while inside (waiting for a person is not work in flight)."""
+        self._leave()
+        try:
+            yield
+        finally:
+            self._enter()
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
         """Run work in the background, counted as in flight from now until it ends."""

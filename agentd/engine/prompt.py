@@ -18,6 +18,7 @@ from agentd.memory.tooling import Tool
 from agentd.messages import MessageSequence
 from agentd.providers.base import PromptHints, ToolSpec
 from agentd.store.records import StoredThread
+from agentd.tools.policy import Policy
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,9 +26,10 @@ class Prompt:
     system: str
     history: MessageSequence  # replayed before the new message
     history_chars: int
-    tools: Mapping[str, Tool]
+    tools: Mapping[str, Tool]  # offered to the model: what the policy does not deny
     hints: PromptHints
     notes: Sequence[str]  # said once in the run log
+    known: Mapping[str, Tool]  # every tool of the agent, offered or not: a call to a denied one is refused
 
     @property
     def tool_specs(self) -> list[ToolSpec]:
@@ -60,7 +62,12 @@ async def build_prompt(
         keys = state.memory_keys(spec, turn.conversation_key, turn.user_id)
         sections.append(memory_preamble(keys))
         hints = replace(hints, memory_keys=tuple(keys))
-    offered = [*state.tools(spec), *(memory.tools.tools(ctx, thread, turn) if memory.tools else ())]
+    known = {
+        t.spec.name: t
+        for t in (*state.tools(spec), *(memory.tools.tools(ctx, thread, turn) if memory.tools else ()))
+    }
+    policy = Policy.of(spec)
+    offered = {name: t for name, t in known.items() if policy.decide(t.source, t.origin_name).offered}
     history = view.messages
     if not isinstance(history, MessageSequence):
         history = MessageSequence(list(history))
@@ -68,7 +75,8 @@ async def build_prompt(
         system=build_system(spec.purpose, sections),
         history=history,
         history_chars=view.chars if view.chars is not None else sum(m.char_count() for m in history),
-        tools={t.spec.name: t for t in offered},
+        tools=offered,
         hints=hints,
         notes=view.notes,
+        known=known,
     )

@@ -28,6 +28,7 @@ from typing import Any
 
 from agentd.config.models import AgentSpec, SubagentSpec
 from agentd.config.strategies import StrategySpec
+from agentd.config.tools import AGENTS_SOURCE, subagent_tool_name
 from agentd.engine.peers import Peers
 from agentd.errors import ToolError
 from agentd.events import InboundEvent, is_conversation_key
@@ -42,7 +43,7 @@ _CALLERS: ContextVar[tuple[str, ...]] = ContextVar("agentd_subagent_callers", de
 
 
 def tool_name(agent: str) -> str:
-    return f"ask_{agent.replace('-', '_')}"[:64]
+    return subagent_tool_name(agent)
 
 
 def subagent_key(caller: str, caller_key: str) -> str:
@@ -128,4 +129,5 @@ def _tool(caller: str, peers: Peers, slot: SubagentSpec) -> Tool:
         return reply.text
 
     task = {"type": "string", "description": "what the agent should do, with everything it needs to know"}
-    return Tool(ToolSpec(tool_name(name), _description(peers, slot), object_schema({"task": task})), ask)
+    spec = ToolSpec(tool_name(name), _description(peers, slot), object_schema({"task": task}))
+    return Tool(spec, ask, source=AGENTS_SOURCE)

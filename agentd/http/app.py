@@ -1,168 +1,105 @@
 """The daemon's HTTP API (FastAPI), served inside the daemon's event loop.
 
-Every bad input gets a 4xx with a reason: 400 malformed JSON or query,
-401 missing/wrong bearer token, 404 unknown agent or route, 413 too large,
-422 a field that fails validation, 503 an agent that cannot serve now.
+Every bad input gets a 4xx with a reason (`errors.py`: one body shape, documented per
+route): 400 malformed JSON or query, 401 missing/wrong bearer token, 404 unknown agent
+or route, 413 too large, 422 a field that fails validation, 503 an agent that cannot
+serve now. The routes live by what they do: talking to agents here, reading in
+`reads.py`, deleting in `deletes.py`, the OpenAPI and /docs in `docs.py`.
 """
 
 from __future__ import annotations
 
-import hmac
-import json
-import logging
-from datetime import UTC, datetime
+import asyncio
 from typing import Any
 
 from fastapi import Depends, FastAPI, Query, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from starlette.exceptions import HTTPException as StarletteHTTPException
+from fastapi.responses import RedirectResponse, Response, StreamingResponse
 
+from agentd import __version__
 from agentd.engine.agent import Agent
-from agentd.errors import LeaseLost, StoreError
-from agentd.events import CONVERSATION_ID_RE, InboundEvent, is_conversation_key
+from agentd.events import InboundEvent, Reply, ReplySink
+from agentd.http.auth import bearer_token
+from agentd.http.bodies import (
+    MessageIn,
+    MessageOut,
+    ReplIn,
+    agent_param,
+    body_schema,
+    read_json,
+    reply_out,
+    sse_event_schema,
+)
+from agentd.http.deletes import add_delete_routes
 from agentd.http.directory import AgentDirectory
+from agentd.http.docs import add_docs_routes
+from agentd.http.errors import ApiError, errors, install_error_handlers
+from agentd.http.lookup import running_agent
+from agentd.http.openai_api import add_openai_routes, is_openai_path, openai_error
+from agentd.http.reads import add_read_routes
+from agentd.http.streaming import TurnStream, reply_events
+from agentd.http.tools_routes import add_tool_routes
 from agentd.http.ui import add_ui_routes
-
-log = logging.getLogger(__name__)
-MAX_TEXT = 32_000
-
-
-class ApiError(Exception):
-    def __init__(self, status: int, reason: str, **extra: Any):
-        self.status, self.reason, self.extra = status, reason, extra
-
-
-class MessageIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    conversation_id: str = Field(pattern=CONVERSATION_ID_RE.pattern, description="1-128 of [A-Za-z0-9_.:-]")
-    text: str = Field(min_length=1)
-    user_id: str | None = Field(default=None, min_length=1, max_length=128)
-    sent_at: datetime | None = Field(
-        default=None,
-        description="when the person sent the message (ISO-8601, UTC when no offset is given, or epoch "
-        "seconds); episodic memories of it carry this time",
-    )
-
-
-class MessageOut(BaseModel):
-    reply: str
-    run_id: str | None
-    conversation_key: str
-    error: str | None = None
-
-
-def iso(ts: float | None) -> str | None:
-    if ts is None:
-        return None
-    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def parse_since(value: str | None) -> float | None:
-    if value is None or value == "":
-        return None
-    try:
-        return float(value)
-    except ValueError:
-        pass
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        raise ApiError(400, f"since: expected an ISO-8601 time or epoch seconds, got {value!r}") from None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=UTC)
-    return parsed.timestamp()
 
 
 def create_app(directory: AgentDirectory) -> FastAPI:
     app = FastAPI(
         title="agentd",
-        version="0.1.0",
+        version=__version__,
         description="Talk to agentd's agents and read their runs, memory and audit trail.",
+        # served by docs.py behind the token, from files installed with agentd (no CDN)
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
     )
+    install_error_handlers(app, special=(is_openai_path, openai_error))  # OpenAI's clients read its shape
+    require_token = bearer_token(directory)
+    protected = [Depends(require_token)]
 
-    @app.exception_handler(ApiError)
-    async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
-        return JSONResponse({"error": exc.reason, **exc.extra}, status_code=exc.status)
+    @app.get("/", include_in_schema=False)
+    async def root() -> Response:
+        return RedirectResponse("/ui/", status_code=307)
 
-    @app.exception_handler(RequestValidationError)
-    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return JSONResponse({"error": "invalid request", "detail": _reasons(exc.errors())}, status_code=422)
-
-    @app.exception_handler(StarletteHTTPException)
-    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code, headers=exc.headers)
-
-    @app.exception_handler(StoreError)
-    async def _store(request: Request, exc: StoreError) -> JSONResponse:
-        log.error("store error on %s: %s", request.url.path, exc)
-        if isinstance(exc, LeaseLost):  # (this daemon stalled; the conversation went on elsewhere)
-            return JSONResponse(
-                {"error": f"{exc}; the message was not answered: send it again"}, status_code=503
-            )
-        return JSONResponse({"error": f"the agent's data file is unavailable: {exc}"}, status_code=503)
-
-    async def require_token(request: Request) -> None:
-        if directory.token is None:
-            return
-        header = request.headers.get("authorization", "")
-        scheme, _, given = header.partition(" ")
-        if scheme.lower() != "bearer" or not given:
-            await directory.audit_auth_failure(request.url.path, "missing token", _client(request))
-            raise ApiError(401, "missing bearer token: send Authorization: Bearer <http.token>")
-        if not hmac.compare_digest(given.encode(), directory.token.encode()):
-            await directory.audit_auth_failure(request.url.path, "wrong token", _client(request))
-            raise ApiError(401, "wrong bearer token")
-
-    def check_key(conversation_key: str) -> None:
-        if not is_conversation_key(conversation_key):
-            raise ApiError(
-                400,
-                f"not a conversation key: {conversation_key!r} (expected <channel>:<id>, e.g. webhook:t-1)",
-            )
-
-    def agent_or_404(name: str) -> Agent:
-        agent = directory.agent(name)
-        if agent is None:
-            raise ApiError(404, f"no agent named {name!r}")
-        if agent.status != "running":
-            raise ApiError(503, f"agent {name!r} is {agent.status}")
-        return agent
-
-    @app.get("/healthz", tags=["daemon"])
+    @app.get("/healthz", tags=["daemon"], summary="Liveness (never needs the token)")
     async def healthz() -> dict[str, Any]:
         agents = directory.describe_agents()
         return {"ok": True, "agents": {a["name"]: a["status"] for a in agents}}
+
+    @app.get(
+        "/metrics",
+        tags=["daemon"],
+        dependencies=protected,
+        responses={**errors(), 200: {"content": {"text/plain": {}}, "description": "Prometheus text"}},
+        summary="Prometheus metrics",
+    )
+    async def metrics() -> Response:
+        body, content_type = directory.metrics_text()
+        return Response(body, media_type=content_type)
+
+    turns: set[asyncio.Task[None]] = set()  # streamed turns, alive whether or not their client stays
+
+    async def streamed(target: Agent, event: InboundEvent) -> StreamingResponse:
+        await target.ready()  # data that cannot be opened is a 503 now, not an event in a 200 stream
+
+        async def run(sink: ReplySink) -> Reply:
+            return await target.handle(event, sink=sink)
+
+        return reply_events(TurnStream(run, turns), lambda reply: reply_out(reply).model_dump())
 
     @app.post(
         "/agents/{agent}/messages",
         response_model=MessageOut,
         tags=["agents"],
-        dependencies=[Depends(require_token)],
-        openapi_extra={
-            "requestBody": {
-                "required": True,
-                "content": {"application/json": {"schema": MessageIn.model_json_schema()}},
-            }
-        },
+        dependencies=protected,
+        responses=errors(400, 404, 413, 422, 503),
+        openapi_extra=streamable(MessageIn),
     )
-    async def post_message(agent: str, request: Request) -> MessageOut:
-        body = await _read_body(request, directory.max_body_bytes)
-        try:
-            raw = json.loads(body)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise ApiError(400, f"malformed JSON: {e}") from None
-        if not isinstance(raw, dict):
-            raise ApiError(400, "expected a JSON object {conversation_id, text, user_id?}")
-        if isinstance(raw.get("text"), str) and len(raw["text"]) > MAX_TEXT:
-            raise ApiError(413, f"text is {len(raw['text'])} characters; the limit is {MAX_TEXT}")
-        try:
-            message = MessageIn.model_validate(raw)
-        except ValidationError as e:
-            raise ApiError(422, "invalid request", detail=_reasons(e.errors())) from None
-        target = agent_or_404(agent)
+    async def post_message(
+        request: Request, agent: str = agent_param(), stream: bool = Query(False, description=STREAM_DOC)
+    ) -> Any:
+        """A message to the agent's webhook channel (conversation `webhook:<conversation_id>`); text starting
+        with `/` runs a command."""
+        message = await read_json(request, MessageIn, directory.max_body_bytes)
+        target = running_agent(directory, agent)
         if not directory.has_webhook(agent):
             raise ApiError(404, f"agent {agent!r} has no webhook channel: add `channels: {{webhook: {{}}}}`")
         event = InboundEvent(
@@ -171,65 +108,33 @@ def create_app(directory: AgentDirectory) -> FastAPI:
             text=message.text,
             channel="webhook",
             user_id=message.user_id,
-            sent_at=_epoch(message.sent_at),
+            sent_at=message.sent_at,
         )
-        reply = await target.handle(event)
-        return MessageOut(
-            reply=reply.text, run_id=reply.run_id, conversation_key=reply.conversation_key, error=reply.error
-        )
+        if stream:
+            return await streamed(target, event)
+        return reply_out(await target.handle(event))
 
-    @app.get("/agents", tags=["agents"], dependencies=[Depends(require_token)])
-    async def agents() -> dict[str, Any]:
-        return {"agents": directory.describe_agents(), "memory_models": directory.memory_models()}
-
-    @app.get("/audit", tags=["daemon"], dependencies=[Depends(require_token)])
-    async def audit(
-        agent: str | None = None,
-        kind: str | None = None,
-        since: str | None = None,
-        limit: int = Query(default=100, ge=1, le=1000),
-    ) -> dict[str, Any]:
-        if agent is not None and directory.agent(agent) is None and agent not in _names(directory):
-            raise ApiError(404, f"no agent named {agent!r}")
-        events = await directory.query_audit(agent, kind, parse_since(since), limit)
-        return {"events": [{**e, "ts": iso(e["ts"])} for e in events]}
-
-    @app.get("/agents/{agent}/runs", tags=["agents"], dependencies=[Depends(require_token)])
-    async def runs(
-        agent: str, conversation_key: str | None = None, limit: int = Query(default=50, ge=1, le=1000)
-    ) -> dict[str, Any]:
-        rows = await agent_or_404(agent).runs(conversation_key, limit)
-        return {"runs": [_run_out(r) for r in rows]}
-
-    @app.get("/agents/{agent}/status", tags=["agents"], dependencies=[Depends(require_token)])
-    async def status(
-        agent: str, conversation_key: str = Query(min_length=3), user_id: str | None = None
-    ) -> dict[str, Any]:
-        target = agent_or_404(agent)
-        check_key(conversation_key)
-        return await target.status_of(conversation_key, user_id)
-
-    # Before the transcript route below: its `{conversation_key:path}` would take ".../memory" as a key.
-    @app.get(
-        "/agents/{agent}/conversations/{conversation_key:path}/memory",
+    @app.post(
+        "/agents/{agent}/repl",
+        response_model=MessageOut,
         tags=["agents"],
-        dependencies=[Depends(require_token)],
+        dependencies=protected,
+        responses=errors(400, 404, 413, 422, 503),
+        openapi_extra=streamable(ReplIn),
     )
-    async def conversation_memory(agent: str, conversation_key: str) -> dict[str, Any]:
-        """The memory inspector: per layer, what the model will see on the next turn."""
-        target = agent_or_404(agent)
-        check_key(conversation_key)
-        return await target.inspect(conversation_key)
+    async def post_repl(
+        request: Request, agent: str = agent_param(), stream: bool = Query(False, description=STREAM_DOC)
+    ) -> Any:
+        """`agentd chat` beside a running daemon: the same repl:<session> conversation as in-process."""
+        line = await read_json(request, ReplIn, directory.max_body_bytes)
+        event = InboundEvent(agent, f"repl:{line.session}", line.text, "repl", user_id="local")
+        target = running_agent(directory, agent)
+        if stream:
+            return await streamed(target, event)
+        return reply_out(await target.handle(event))
 
-    @app.get(
-        "/agents/{agent}/conversations/{conversation_key:path}",
-        tags=["agents"],
-        dependencies=[Depends(require_token)],
-    )
-    async def conversation(agent: str, conversation_key: str) -> dict[str, Any]:
-        target = agent_or_404(agent)
-        check_key(conversation_key)
-        return await target.next_prompt(conversation_key)
+    add_read_routes(app, directory, protected)
+    add_delete_routes(app, directory, protected)
 
     async def platform(request: Request) -> Any:
         handler = directory.platform_endpoint(request.url.path)
@@ -241,59 +146,20 @@ def create_app(directory: AgentDirectory) -> FastAPI:
     # so they are not behind the bearer token: Slack and Telegram cannot send one.
     app.add_api_route("/slack/{agent}/events", platform, methods=["POST"], include_in_schema=False)
     app.add_api_route("/telegram/{agent}", platform, methods=["POST"], include_in_schema=False)
+    add_openai_routes(app, directory, require_token, turns)
+    add_tool_routes(app, directory, protected)
     add_ui_routes(app, directory)
+    add_docs_routes(app, directory, require_token)
     return app
 
 
-async def _read_body(request: Request, limit: int) -> bytes:
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise ApiError(413, f"request body is {declared} bytes; the limit is {limit}")
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise ApiError(413, f"request body is over the limit of {limit} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
+STREAM_DOC = (
+    "true: answer as Server-Sent Events while the model writes: `delta` {text} pieces, `restart` {} when "
+    "the text so far was not the reply (the model went on to call a tool), then `reply` (the JSON below) "
+    "or `error` {error}. A client that disconnects loses nothing: the turn completes and is stored."
+)
 
 
-def _reasons(errors: Any) -> list[dict[str, Any]]:
-    out = []
-    for err in errors:
-        loc = [str(p) for p in err.get("loc", ()) if p not in ("body",)]
-        out.append({"field": ".".join(loc), "reason": err.get("msg", "invalid")})
-    return out
-
-
-def _client(request: Request) -> str | None:
-    return request.client.host if request.client else None
-
-
-def _names(directory: AgentDirectory) -> set[str]:
-    return {a["name"] for a in directory.describe_agents()}
-
-
-def _run_out(run: dict[str, Any]) -> dict[str, Any]:
-    keys = (
-        "id",
-        "conversation_key",
-        "trigger",
-        "model",
-        "status",
-        "input_tokens",
-        "output_tokens",
-        "tokens_estimated",
-        "duration_ms",
-        "error",
-        "parent_run_id",
-    )
-    out = {k: run[k] for k in keys}
-    out["started_at"] = iso(run["started_at"])
-    return out
-
-
-def _epoch(value: datetime | None) -> float | None:
-    if value is None:
-        return None
-    return (value if value.tzinfo is not None else value.replace(tzinfo=UTC)).timestamp()
+def streamable(model: type[MessageIn] | type[ReplIn]) -> dict[str, Any]:
+    """The body schema, and the events a `?stream=true` call answers with."""
+    return body_schema(model, stream=sse_event_schema(["delta", "restart", "reply", "error"]))

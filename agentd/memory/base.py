@@ -14,6 +14,7 @@ definition (`Memory.of`):
     OffersTools   tools for the model (save_episode)
     Compacts      the full transcript, which `/compact` and the threshold apply to
     Inspectable   what the inspector shows of this memory
+    ReadsTail     only the end of the transcript: the hot thread keeps only that
 """
 
 from __future__ import annotations
@@ -81,6 +82,11 @@ class MemoryContext(Protocol):
 
     @property
     def embedder(self) -> Embedder | None: ...
+
+    @property
+    def secrets(self) -> str:
+        """`memory.secrets` of the agent's current definition: redact, refuse or allow."""
+        ...
 
     def agent_model(self, small: bool = False) -> str:
         """The agent's model reference; with small, model.small when set (compaction, summaries)."""
@@ -182,6 +188,32 @@ class Inspectable(Protocol):
 
 
 @runtime_checkable
+class ReadsTail(Protocol):
+    """A memory that reads only the end of a thread (a window, what follows a cursor).
+
+    Without it a memory is taken to read the whole transcript, and the hot thread
+    keeps all of it in memory.
+    """
+
+    async def tail_from(self, ctx: MemoryContext, thread: StoredThread) -> int:
+        """The seq of the oldest message this memory will read of `thread` (its view, its after-run
+        work, its inspector); older ones need not be in memory. `thread.next_seq - 1` is the last
+        message's seq. Worked out from what the thread holds: when that cannot tell (say, no person's
+        message is held yet), answer a seq before the first one held, and the loader loads older
+        messages and asks again."""
+        ...
+
+
+@runtime_checkable
+class Retains(Protocol):
+    """A memory whose stored items expire (episodes: max_episodes, max_age_days)."""
+
+    async def sweep(self, ctx: MemoryContext, now: float) -> int:
+        """Apply retention to everything stored (a periodic sweep); returns how many items went."""
+        ...
+
+
+@runtime_checkable
 class ShowsPending(Protocol):
     """After-run work whose view shows verbatim what that work has not taken in yet (Σ and the
     messages not folded; the summary and the messages since), so it need not precede the next turn."""
@@ -215,6 +247,7 @@ class Memory:
     tools: OffersTools | None
     compaction: Compacts | None
     inspector: Inspectable | None
+    tail: ReadsTail | None = None
     settles_first: bool = False
 
     @classmethod
@@ -230,8 +263,17 @@ class Memory:
             strategy if isinstance(strategy, OffersTools) else None,
             strategy if isinstance(strategy, Compacts) else None,
             strategy if isinstance(strategy, Inspectable) else None,
+            strategy if isinstance(strategy, ReadsTail) else None,
             settles_first=first,
         )
+
+    async def tail_from(self, ctx: MemoryContext, thread: StoredThread) -> int:
+        """The oldest seq of `thread` this memory reads: 1 (everything) unless it reads only a tail."""
+        if not self.keeps_transcript:
+            return thread.next_seq
+        if self.tail is None:
+            return 1
+        return await self.tail.tail_from(ctx, thread)
 
     @property
     def kind(self) -> str:
@@ -243,6 +285,12 @@ class Memory:
 
     def settle_due(self, thread: StoredThread) -> bool:
         return self.after_run is not None and self.after_run.settle_due(thread)
+
+    async def sweep(self, ctx: MemoryContext, now: float) -> int:
+        """Retention over everything this memory stores (every layer of a composite)."""
+        if isinstance(self.strategy, Layered):
+            return sum([await layer.sweep(ctx, now) for layer in self.strategy.layers])
+        return await self.strategy.sweep(ctx, now) if isinstance(self.strategy, Retains) else 0
 
     async def describe(self, ctx: MemoryContext, thread: StoredThread) -> dict[str, Any]:
         """What the inspector shows of this memory: its own description, or its kind and layer."""

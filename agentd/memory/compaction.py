@@ -17,17 +17,24 @@ from agentd.errors import OperatorError, ProviderError
 from agentd.memory.base import MemoryContext
 from agentd.memory.runs import commit_memory_run
 from agentd.messages import Message, render_transcript
+from agentd.providers.remembered import remembered_block
 from agentd.store.records import AuditRecord, StoredMessage, StoredThread
 from agentd.store.writes import ApplyCompaction
 
 log = logging.getLogger(__name__)
 
 KEEP_TURNS = 2
+SUMMARY_HEADING = "Summary of the earlier part of this conversation (older turns were compacted)."
 SUMMARY_INSTRUCTIONS = (
     "You compact a conversation so it can continue in less context. Write a concise summary of the "
     "conversation excerpt below: keep decisions made, facts established, the person's preferences and "
     "requests, open questions and errors met. Write plain text, no preamble."
 )
+
+
+def compacted_section(summary: str) -> str:
+    """The compaction summary as the model sees it: quoted as remembered material."""
+    return remembered_block("compaction summary", SUMMARY_HEADING, summary)
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,8 +115,10 @@ async def compact_thread(ctx: MemoryContext, thread: StoredThread, reason: str) 
         {"reason": reason, "upto_seq": upto_seq, "messages": len(older), "summary_chars": len(summary)},
     )
     compaction = ApplyCompaction(thread_id, upto_seq, summary, run.id, time.time())
-    await commit_memory_run(ctx, produced=[compaction], runs=[run], audits=[audit])
-    thread.summary = summary
+    committed = await commit_memory_run(ctx, produced=[compaction], runs=[run], audits=[audit])
+    [written] = committed.produced
+    assert isinstance(written, ApplyCompaction)
+    thread.summary = written.summary  # as stored: secrets redacted
     thread.messages = thread.messages[split:]
     thread.last_input_tokens, thread.last_tokens_estimated = None, False
     thread.recount()

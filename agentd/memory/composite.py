@@ -69,6 +69,10 @@ class CompositeMemory:
     async def view(self, ctx: MemoryContext, thread: StoredThread, turn: TurnInput) -> MemoryView:
         return merge_views([await layer.strategy.view(ctx, thread, turn) for layer in self.layers])
 
+    async def tail_from(self, ctx: MemoryContext, thread: StoredThread) -> int:
+        # the widest layer decides (one without ReadsTail reads everything)
+        return min([await layer.tail_from(ctx, thread) for layer in self.layers])
+
     def tools(self, ctx: MemoryContext, thread: StoredThread, turn: TurnInput) -> Sequence[Tool]:
         tools: dict[str, Tool] = {}
         for layer in self.layers:

@@ -7,6 +7,7 @@ are the only functions that read one.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Sequence
 
 from agentd.memory.base import MemoryContext
@@ -24,6 +25,22 @@ def after_cursor(messages: Sequence[StoredMessage], upto_seq: int) -> int:
     while i > 0 and messages[i - 1].seq > upto_seq:
         i -= 1
     return i
+
+
+def back_to_call(messages: Sequence[StoredMessage], seq: int) -> int:
+    """`seq`, moved back while the message there is a tool result, so what is read from it never
+    starts with a result whose call is cut off (a memory's `tail_from`). When the call is older than
+    the messages held, a seq before them: the loader then loads older ones."""
+    if not messages or seq < messages[0].seq:
+        return seq
+    i = bisect.bisect_left(messages, seq, key=lambda m: m.seq)
+    if i == len(messages):
+        return seq
+    while messages[i].message.role == "tool":
+        if i == 0:
+            return messages[0].seq - 1
+        i -= 1
+    return messages[i].seq
 
 
 def cursor_behind(thread: StoredThread, layer: str) -> bool:

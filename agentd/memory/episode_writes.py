@@ -19,6 +19,7 @@ from agentd.memory.base import MemoryContext
 from agentd.memory.ranking import DAY
 from agentd.memory.recall import embed_texts, indexed
 from agentd.memory.runs import commit_memory_run
+from agentd.memory.screening import REDACTED, SecretScreen
 from agentd.memory.vectors import IndexedVector, as_blob, index_cache
 from agentd.store.base import Store
 from agentd.store.queries import EpisodePartitions, PendingEpisodes
@@ -98,11 +99,25 @@ async def store_episodes(
     audits: Sequence[AuditRecord] = (),
     retention: Retention = Retention(),
     now: float = 0.0,
+    screen: SecretScreen | None = None,
 ) -> list[int]:
     """Embed (first any pending episodes of the same partitions) and store, in one transaction with
     the layer's cursor or audit rows and the partitions' retention. An embedder that is down stores
-    them unembedded."""
+    them unembedded.
+
+    Secrets are screened out of the text before anything is embedded (agentd/memory/screening.py),
+    by `screen` when the caller gives one (a tool's: under `memory.secrets: refuse` one secret found
+    refuses the whole call with a ToolError; the caller reads what was found from it)."""
     embedder, store = ctx.embedder, ctx.store
+    screen = screen or SecretScreen(ctx.secrets)
+    episodes = [replace(e, text=screen.text(e.text, "episode")) for e in episodes]
+    if screen.found:
+        key = episodes[0].conversation_key
+        run_ids = {e.run_id for e in episodes}
+        run_id = run_ids.pop() if len(run_ids) == 1 else None
+        if screen.refuses:
+            raise await screen.refuse(store, ctx.agent, key, run_id)
+        audits = [*audits, *screen.audits(REDACTED, key, run_id)]
     partitions = sorted({e.partition for e in episodes})
     pending: list[Episode] = []
     vectors: list[list[float]] | None = None
@@ -122,7 +137,8 @@ async def store_episodes(
     if embedder is not None and late:
         produced.append(SetVectors(embedder.id, [(p.id, as_blob(v)) for p, v in late]))
     prunes = [retention.prune(ctx.agent, part, now) for part in partitions] if retention.limits else []
-    results = await commit_memory_run(ctx, produced=[*produced, *prunes], cursor=cursor, audits=audits)
+    committed = await commit_memory_run(ctx, produced=[*produced, *prunes], cursor=cursor, audits=audits)
+    results = committed.results
     ids: list[int] = results[0]
     if embedder is not None:
         cache = index_cache(store)

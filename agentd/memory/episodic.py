@@ -31,9 +31,10 @@ from agentd.config.strategies import EpisodicStrategy
 from agentd.errors import ToolError
 from agentd.memory.base import MemoryContext, MemoryView, TurnInput, speaker_partition
 from agentd.memory.cursor import after_cursor, cursor_behind, layer_state
-from agentd.memory.episode_writes import Retention, exchanges_of, store_episodes
+from agentd.memory.episode_writes import Retention, exchanges_of, store_episodes, sweep_retention
 from agentd.memory.recall import Recall, Weights, recall_episodes
 from agentd.memory.recall_section import shown_recall
+from agentd.memory.screening import SecretScreen
 from agentd.memory.tooling import Tool, ToolCall, object_schema
 from agentd.providers.base import PromptHints, ToolSpec
 from agentd.store.queries import ConversationPartitions, EpisodeCounts
@@ -126,7 +127,7 @@ class EpisodicMemory:
                 required=["text"],
             ),
         )
-        return (Tool(spec, save_episode),)
+        return (Tool(spec, save_episode, private_args=frozenset({"text"})),)  # memories stay out of the audit
 
     async def _save(self, ctx: MemoryContext, args: dict[str, Any], call: ToolCall) -> str:
         text, importance = args.get("text"), args.get("importance", 1.0)
@@ -149,8 +150,20 @@ class EpisodicMemory:
         audit = AuditRecord(
             "memory", "save_episode", call.conversation_key, call.run_id, {"partition": partition}
         )
-        ids = await store_episodes(ctx, [episode], audits=[audit], retention=self.retention, now=now)
-        return f"Saved to episodic memory (episode {ids[0]})."
+        screen = SecretScreen(ctx.secrets, tool="save_episode")
+        ids = await store_episodes(
+            ctx, [episode], audits=[audit], retention=self.retention, now=now, screen=screen
+        )
+        return f"Saved to episodic memory (episode {ids[0]})." + screen.note()
+
+    async def tail_from(self, ctx: MemoryContext, thread: StoredThread) -> int:
+        # recall reads episodes, never the transcript; `always` stores the exchanges after the cursor
+        if self.spec.write != "always":
+            return thread.next_seq
+        return (await layer_state(ctx, thread, self.layer)).upto_seq + 1
+
+    async def sweep(self, ctx: MemoryContext, now: float) -> int:
+        return await sweep_retention(ctx.store, ctx.agent, self.retention, now)
 
     def settle_due(self, thread: StoredThread) -> bool:
         return self.spec.write == "always" and cursor_behind(thread, self.layer)

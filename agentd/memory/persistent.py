@@ -1,9 +1,14 @@
 """Persistent memory: facts the agent chose to keep, visible from every conversation.
 
 The system prompt carries only the keys held (progressive disclosure); the
-model pulls a value with `recall`. Every remember/forget is committed together
-with its audit event `{kind: memory, action, key}` (never the value); reads
-are not audited.
+model pulls a value with `recall`, which quotes it in a remembered block (data,
+not instructions: agentd/providers/remembered.py). Every remember/forget is
+committed together with its audit event `{kind: memory, action, key}` (never
+the value); reads are not audited. A value is screened for secrets before it
+is written (`memory.secrets`, agentd/memory/screening.py).
+
+Keys are not quoted: they are names of at most 64 letters, digits and `_ . : -`,
+which can neither hold a sentence nor close a block.
 """
 
 from __future__ import annotations
@@ -14,6 +19,8 @@ import time
 from agentd.config.models import MemorySpec
 from agentd.errors import ToolError
 from agentd.memory.base import speaker_partition
+from agentd.memory.screening import REDACTED, SecretScreen
+from agentd.providers.remembered import remembered_block
 from agentd.store.base import Store
 from agentd.store.queries import MemoryKeys, MemoryValue
 from agentd.store.records import AuditRecord
@@ -44,10 +51,11 @@ def memory_preamble(keys: list[str]) -> str:
 class PersistentMemory:
     """One agent's memories table, with the keys of every scope cached in memory."""
 
-    def __init__(self, store: Store, agent: str, max_value_chars: int = 4000):
+    def __init__(self, store: Store, agent: str, max_value_chars: int = 4000, secrets: str = "redact"):
         self.store = store
         self.agent = agent
         self.max_value_chars = max_value_chars
+        self.secrets = secrets  # memory.secrets: redact | refuse | allow (agentd/memory/screening.py)
         self._keys: dict[str, list[str]] = {}
         self._version: int | None = None  # the store's memories version the keys were read at
 
@@ -86,35 +94,53 @@ class PersistentMemory:
             raise ToolError(
                 f"value is {len(value)} characters; the limit is {self.max_value_chars}. Shorten it."
             )
+        screen = SecretScreen(self.secrets, tool="remember")
+        # a key is a name (in every prompt, in the audit trail): one holding a secret is never kept
+        named_a_secret = screen.text(key, "memory_key") != key
+        value = screen.text(value, "memory")
+        if named_a_secret or screen.refuses:
+            raise await screen.refuse(self.store, self.agent, conversation_key, run_id)
         now = time.time()
         data = {"key": key} if not scope else {"key": key, "scope": scope}
-        audit = AuditRecord("memory", "remember", conversation_key, run_id, data)
-
+        audits = [
+            AuditRecord("memory", "remember", conversation_key, run_id, data),
+            *screen.audits(REDACTED, conversation_key, run_id),
+        ]
         created, _ = await self.store.write(
-            UpsertMemory(scope, key, value, run_id, now), AppendAudit(self.agent, [audit], now)
+            UpsertMemory(scope, key, value, run_id, now), AppendAudit(self.agent, audits, now)
         )
         if created:
             self._keys.setdefault(scope, []).append(key)
             self._keys[scope].sort()
-        return f"Remembered {key}." if created else f"Updated {key}."
+        return (f"Remembered {key}." if created else f"Updated {key}.") + screen.note()
 
     async def recall(self, key: object, *, scope: str = AGENT_SCOPE) -> str:
+        """What the model reads: the value quoted in a remembered block (data, not instructions)."""
         key = self._check_key(key)
         value = await self.store.read(MemoryValue(scope, key))
         if value is None:
             raise ToolError(f"no memory with key {key!r}; keys held: {', '.join(self.keys(scope)) or 'none'}")
-        return value
+        return remembered_block("persistent memory", f"The value remembered under the key {key}.", value)
 
     def list(self, *, scope: str = AGENT_SCOPE) -> str:
         keys = self.keys(scope)
         return "Keys held: " + ", ".join(keys) if keys else "No memories held."
 
     async def forget(
-        self, key: object, *, scope: str = AGENT_SCOPE, conversation_key: str | None, run_id: str | None
+        self,
+        key: object,
+        *,
+        scope: str = AGENT_SCOPE,
+        conversation_key: str | None,
+        run_id: str | None,
+        by: str | None = None,
     ) -> str:
+        """Delete a key (the `forget` tool, or `by` someone through the API); ToolError when none."""
         key = self._check_key(key)
         now = time.time()
         data = {"key": key} if not scope else {"key": key, "scope": scope}
+        if by is not None:
+            data["by"] = by
         audit = AuditRecord("memory", "forget", conversation_key, run_id, data)
 
         try:

@@ -16,7 +16,9 @@ before a much weaker match (an episode that does not fit is left out, a shorter
 one after it may still fit; a neighbour is never shown past one left out).
 Snippets are listed most relevant first; a line shows when it was said (UTC),
 once per snippet and again when the day changes, so "when did ..." can be
-answered from the prompt. Measured on LoCoMo (bench/locomo.py): with 1,000
+answered from the prompt. They are quoted in one remembered block (data, not
+instructions: agentd/providers/remembered.py); the budget is the heading and
+the episodes, not the block's fixed framing. Measured on LoCoMo (bench/locomo.py): with 1,000
 tokens, ±2 neighbours in this order find more evidence than ±1, and far more
 than the top k alone or than all recalled before any neighbour.
 """
@@ -28,11 +30,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from agentd.memory.recall import Recalled
+from agentd.providers.remembered import remembered_block
 from agentd.store.base import Store
 from agentd.store.queries import NeighbourEpisodes
 from agentd.store.records import Episode
 
-HEADING = "Relevant earlier exchanges (recalled from memory, most relevant first; dates are UTC):"
+HEADING = "Relevant earlier exchanges (recalled from memory, most relevant first; dates are UTC)."
+SOURCE = "episodes"
 SHOWN_CHARS = 1200  # of one episode
 CHARS_PER_TOKEN = 4  # the estimate used everywhere tokens are counted without a tokenizer
 
@@ -159,9 +163,10 @@ def _snippets(
 
 
 def _render(snippets: Sequence[Sequence[Episode]]) -> str:
+    """The snippets quoted in one remembered block (data, not instructions)."""
     if not snippets:
         return ""
-    lines = [HEADING]
+    lines: list[str] = []
     for snippet in snippets:
         day = None
         for episode in snippet:
@@ -172,4 +177,4 @@ def _render(snippets: Sequence[Sequence[Episode]]) -> str:
                 day = stamp[:10]
             else:
                 lines.append(f"  {text}")
-    return "\n".join(lines)
+    return remembered_block(SOURCE, HEADING, "\n".join(lines))

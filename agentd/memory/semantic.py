@@ -35,6 +35,7 @@ from agentd.memory.cursor import after_cursor, cursor_behind, layer_state
 from agentd.memory.patches import TOOL_RESULT_CHARS, PatchRefused, parse_json_answer, rejected_request
 from agentd.memory.runs import commit_memory_run, structured_model
 from agentd.messages import Message, render_transcript
+from agentd.providers.remembered import remembered_block
 from agentd.store.queries import Facts
 from agentd.store.records import AuditRecord, Fact, LayerState, RunRecord, StoredMessage, StoredThread
 from agentd.store.writes import DeleteFact, UpsertFact, Write
@@ -47,6 +48,10 @@ MAX_FACTS = 20  # per answer; more is not "durable facts" but a transcript in di
 VALUE_CHARS = 500
 SOURCE_CHARS = 200
 KEY_RE = re.compile(r"^[a-z0-9][a-z0-9_.]{0,63}$")
+FACTS_HEADING = (
+    "Facts remembered about the person you are talking with, from earlier exchanges "
+    "(newest first; they may be out of date)."
+)
 
 EXTRACTION_CONTRACT = """\
 Answer with one JSON object and nothing else, in exactly this shape:
@@ -132,10 +137,7 @@ def _fact(item: Any, i: int) -> ExtractedFact:
 
 def facts_section(facts: Sequence[Fact]) -> str:
     lines = [f"- {f.key}: {f.value} (confidence {f.confidence:.2g})" for f in facts]
-    return (
-        "Facts remembered about the person you are talking with, from earlier exchanges "
-        "(newest first; they may be out of date):\n" + "\n".join(lines)
-    )
+    return remembered_block("facts", FACTS_HEADING, "\n".join(lines))
 
 
 def speakers(messages: Sequence[StoredMessage], start: int, conversation_key: str) -> list[str]:

@@ -34,7 +34,7 @@ from agentd.config.models import MemorySpec
 from agentd.config.strategies import StateStrategy
 from agentd.errors import OperatorError, ProviderError
 from agentd.memory.base import MemoryContext, MemoryView, TurnInput
-from agentd.memory.cursor import after_cursor, cursor_behind, layer_state
+from agentd.memory.cursor import after_cursor, back_to_call, cursor_behind, layer_state
 from agentd.memory.patches import (
     TOOL_RESULT_CHARS,
     FoldResult,
@@ -45,6 +45,7 @@ from agentd.memory.patches import (
 )
 from agentd.memory.runs import commit_memory_run, structured_model
 from agentd.messages import MESSAGE_ADAPTER, Message, render_transcript
+from agentd.providers.remembered import remembered_block
 from agentd.store.records import AuditRecord, LayerState, RunRecord, StoredMessage, StoredThread
 
 log = logging.getLogger(__name__)
@@ -150,6 +151,17 @@ class StateMemory:
             notes=notes,
         )
 
+    async def tail_from(self, ctx: MemoryContext, thread: StoredThread) -> int:
+        """What the view reads (see shown_from and tail_start), as a seq: Σ holds the rest."""
+        messages = thread.messages
+        if structured_model(ctx, self.spec.model) is None:
+            return back_to_call(messages, thread.next_seq - self.spec.tail_messages)
+        state = await layer_state(ctx, thread, self.layer)
+        last_exchange = next((m.seq for m in reversed(messages) if m.message.role == "user"), None)
+        if last_exchange is None:  # not among the messages held: older than them (or there is none)
+            last_exchange = (messages[0].seq if messages else thread.next_seq) - 1
+        return back_to_call(messages, min(state.upto_seq + 1, last_exchange))
+
     def shown_from(self, messages: Sequence[StoredMessage], upto_seq: int) -> tuple[int, int]:
         """Where the verbatim messages start (the last exchange, or the queue if it is longer),
         and how many messages are not folded yet."""
@@ -175,8 +187,10 @@ class StateMemory:
                     else "."
                 )
             )
-        value = sigma_json(sigma) if sigma else "{} (nothing kept yet)"
-        return f"{head}\nIt keeps: {self.spec.spec.strip()}\nFields: {fields}\nΣ = {value}"
+        what = f"{head}\nIt keeps: {self.spec.spec.strip()}\nFields: {fields}"
+        if not sigma:
+            return f"{what}\nΣ = {{}} (nothing kept yet)"
+        return remembered_block("state", f"{what}\nΣ, as JSON:", sigma_json(sigma))
 
     def pending_in_view(self, thread: StoredThread) -> int:
         state = thread.layers.get(self.layer)

@@ -33,17 +33,18 @@ from agentd.config.models import MemorySpec
 from agentd.config.strategies import SummarizedStrategy
 from agentd.errors import OperatorError, ProviderError
 from agentd.memory.base import MemoryContext, MemoryView, TurnInput
-from agentd.memory.compaction import render_for_summary, verbatim_tail_start
+from agentd.memory.compaction import compacted_section, render_for_summary, verbatim_tail_start
 from agentd.memory.cursor import after_cursor, layer_state
 from agentd.memory.runs import commit_memory_run
 from agentd.messages import MESSAGE_ADAPTER, Message
 from agentd.providers.base import PromptHints
+from agentd.providers.remembered import remembered_block
 from agentd.store.records import AuditRecord, LayerState, StoredMessage, StoredThread
 
 log = logging.getLogger(__name__)
 
 SUMMARY_HEADING = (
-    "Summary of the earlier part of this conversation (a rolling summary; the messages since follow):"
+    "Summary of the earlier part of this conversation (a rolling summary; the messages since follow)."
 )
 REFRESH_INSTRUCTIONS = (
     "You keep a running summary of a conversation so it can continue without its older messages. "
@@ -95,13 +96,17 @@ class SummarizedMemory:
         summary = state.data.get("summary")
         sections = []
         if summary:
-            sections.append(f"{SUMMARY_HEADING}\n{summary}")
+            sections.append(remembered_block("rolling summary", SUMMARY_HEADING, summary))
         if thread.summary:  # a hand-made /compact of the same thread
-            sections.append(f"Summary of older turns (compacted):\n{thread.summary}")
+            sections.append(compacted_section(thread.summary))
         shown = [m.message for m in thread.messages[after_cursor(thread.messages, state.upto_seq) :]]
         chars = sum(len(s) for s in sections) + sum(m.char_count() for m in shown)
         hints = PromptHints(summary=bool(sections))
         return MemoryView(system_sections=sections, messages=shown, chars=chars, hints=hints)
+
+    async def tail_from(self, ctx: MemoryContext, thread: StoredThread) -> int:
+        # what follows the cursor: the view shows it, a refresh folds it; the summary holds the rest
+        return (await layer_state(ctx, thread, self.layer)).upto_seq + 1
 
     def pending_in_view(self, thread: StoredThread) -> int:
         state = thread.layers.get(self.layer)

@@ -7,12 +7,10 @@ from typing import Any
 from agentd.config.models import MemorySpec
 from agentd.config.strategies import FullStrategy, NoneStrategy
 from agentd.memory.base import MemoryContext, MemoryView, TurnInput
-from agentd.memory.compaction import CompactionOutcome, compact_thread
+from agentd.memory.compaction import CompactionOutcome, compact_thread, compacted_section
 from agentd.messages import MESSAGE_ADAPTER, MessageSequence
 from agentd.providers.base import PromptHints
 from agentd.store.records import StoredThread
-
-SUMMARY_HEADING = "Summary of the earlier part of this conversation (older turns were compacted):"
 
 
 class NoHistory:
@@ -50,7 +48,7 @@ class FullTranscript:
         return self.current_view(thread)
 
     def current_view(self, thread: StoredThread) -> MemoryView:
-        sections = (f"{SUMMARY_HEADING}\n{thread.summary}",) if thread.summary else ()
+        sections = (compacted_section(thread.summary),) if thread.summary else ()
         return MemoryView(
             system_sections=sections,
             messages=MessageSequence(thread.messages),

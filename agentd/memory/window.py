@@ -23,6 +23,7 @@ from agentd.config.models import MemorySpec
 from agentd.config.strategies import WindowStrategy
 from agentd.memory.base import MemoryContext, MemoryView, TurnInput
 from agentd.messages import MESSAGE_ADAPTER
+from agentd.store.queries import MessageCounts
 from agentd.store.records import StoredMessage, StoredThread
 
 
@@ -47,6 +48,10 @@ class WindowMemory:
         self.size = spec.messages
         self.layer = layer
 
+    async def tail_from(self, ctx: MemoryContext, thread: StoredThread) -> int:
+        # the cut only ever moves forward from the last N (window_start), so N messages are enough
+        return thread.next_seq - self.size
+
     def window(self, thread: StoredThread) -> list[StoredMessage]:
         messages = thread.messages
         return messages[window_start(messages, self.size) :]
@@ -57,6 +62,10 @@ class WindowMemory:
 
     async def inspect(self, ctx: MemoryContext, thread: StoredThread) -> dict[str, Any]:
         shown = self.window(thread)
+        stored = 0  # the hot thread holds only the window: count the rest in the store
+        if thread.id is not None:
+            counts = await ctx.store.read(MessageCounts(thread.conversation_key))
+            stored = counts["messages"] - counts["compacted"]
         return {
             "kind": self.kind,
             "layer": self.layer,
@@ -65,5 +74,5 @@ class WindowMemory:
                 MESSAGE_ADAPTER.dump_python(m.message, mode="json", exclude_none=True) for m in shown
             ],
             "first_seq": shown[0].seq if shown else None,
-            "out_of_view": len(thread.messages) - len(shown),
+            "out_of_view": max(0, stored - len(shown)),
         }

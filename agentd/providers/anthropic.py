@@ -9,15 +9,18 @@ messages that land on the same wire role are merged into one turn.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import functools
+from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
 import httpx
 
 from agentd.errors import ProviderError
 from agentd.messages import Message, Part, TextPart, ToolCallPart, ToolResultPart
-from agentd.providers.base import Completion, CompletionRequest, Usage
-from agentd.providers.http import Endpoint, api_key, post_json, unreadable
+from agentd.providers.anthropic_stream import EventAssembly
+from agentd.providers.base import Completion, CompletionRequest, TextDelta, Usage
+from agentd.providers.http import Endpoint, api_key, json_post, key_problem, post_json, post_sse, unreadable
+from agentd.providers.streaming import stream_completion
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 API_VERSION = "2023-06-01"
@@ -57,11 +60,11 @@ class AnthropicProvider:
     def base_url(self) -> str:
         return self._endpoint.base_url
 
+    def credential_problem(self, model: str) -> str | None:
+        return key_problem(self._endpoint, self._api_key, model)
+
     async def complete(self, request: CompletionRequest) -> Completion:
-        headers = {
-            "x-api-key": api_key(self._endpoint, self._api_key, request.model),
-            "anthropic-version": API_VERSION,
-        }
+        headers = self._headers(request.model)
         payload = self._payload(request)
         # The slot is held across retries, so a rate-limited provider is not hit harder.
         async with self._slots:
@@ -69,6 +72,19 @@ class AnthropicProvider:
                 self._client, self._endpoint, "/v1/messages", payload, model=request.model, headers=headers
             )
         return self._completion(body, request.model)
+
+    def stream(self, request: CompletionRequest) -> AsyncGenerator[TextDelta | Completion, None]:
+        """The answer as it is written (`stream: true`), then the same Completion `complete` returns."""
+        payload = {**self._payload(request), "stream": True}
+        post = json_post(self._client, self._endpoint, "/v1/messages", payload, self._headers(request.model))
+        events = post_sse(self._client, self._endpoint, post, model=request.model)
+        read = functools.partial(self._completion, model=request.model)
+        return stream_completion(
+            events, EventAssembly(), self._slots, read, endpoint=self._endpoint, model=request.model
+        )
+
+    def _headers(self, model: str) -> dict[str, str]:
+        return {"x-api-key": api_key(self._endpoint, self._api_key, model), "anthropic-version": API_VERSION}
 
     # -- to the wire ---------------------------------------------------------------
 

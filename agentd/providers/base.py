@@ -1,8 +1,9 @@
-"""The model seam: one main method, `complete(request) -> Completion`."""
+"""The model seam: one main method, `complete(request) -> Completion`; streaming is a separate
+optional capability (`StreamingProvider`), checked by type."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -80,6 +81,28 @@ class ModelProvider(Protocol):
     name: str
 
     async def complete(self, request: CompletionRequest) -> Completion: ...
+
+
+@dataclass(frozen=True, slots=True)
+class TextDelta:
+    """A piece of the assistant's text, as the model writes it."""
+
+    text: str
+
+
+@runtime_checkable
+class StreamingProvider(Protocol):
+    """A provider that can also hand out its answer as it is written.
+
+    `stream` yields TextDeltas and ends with the full Completion (the same one
+    `complete` would return: text, tool calls, usage). Transient failures are
+    retried only until the provider starts answering; a stream that breaks
+    after that raises ProviderError, so nothing half-written passes for an answer.
+    """
+
+    name: str
+
+    def stream(self, request: CompletionRequest) -> AsyncGenerator[TextDelta | Completion, None]: ...
 
 
 class Embedder(Protocol):

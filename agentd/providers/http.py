@@ -1,4 +1,5 @@
-"""One JSON POST to a model provider, with a deadline, retries and errors that say what to do.
+"""One POST to a model provider (a JSON reply, or an event stream), with a deadline, retries and
+errors that say what to do.
 
 Transient failures (429, 408, 5xx, dropped connections, timeouts) are retried
 with capped exponential backoff, or after the provider's `Retry-After` when it
@@ -13,7 +14,7 @@ import email.utils
 import json
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -22,6 +23,7 @@ import httpx
 
 from agentd.backoff import backoff_delays
 from agentd.errors import CredentialError, ProviderError
+from agentd.providers.sse import ServerSentEvent, SSEDecoder
 
 # 529 is Anthropic's "overloaded"; 408 is a request the server gave up waiting for.
 RETRYABLE_STATUSES = frozenset({408, 429, 500, 502, 503, 504, 529})
@@ -53,6 +55,27 @@ def api_key(endpoint: Endpoint, configured: str | None, model: str) -> str:
     return key
 
 
+def json_post(
+    client: httpx.AsyncClient,
+    endpoint: Endpoint,
+    path: str,
+    payload: Mapping[str, Any],
+    headers: Mapping[str, str],
+) -> httpx.Request:
+    """The POST of `payload` as JSON to base_url + path, each phase bounded by the endpoint's timeout."""
+    url = endpoint.base_url.rstrip("/") + path
+    return client.build_request("POST", url, json=payload, headers=headers, timeout=endpoint.timeout_s)
+
+
+def key_problem(endpoint: Endpoint, configured: str | None, model: str) -> str | None:
+    """What a call would say about the missing key, found without calling (GET /agents' warnings)."""
+    try:
+        api_key(endpoint, configured, model)
+    except CredentialError as e:
+        return str(e)
+    return None
+
+
 async def post_json(
     client: httpx.AsyncClient,
     endpoint: Endpoint,
@@ -68,16 +91,73 @@ async def post_json(
     whole (not per read), and raises ProviderError when they are used up or
     the failure is not worth retrying.
     """
-    url = endpoint.base_url.rstrip("/") + path
+    request = json_post(client, endpoint, path, payload, headers or {})
+    response = await _with_retries(endpoint, model, lambda: client.send(request))
+    return _json_object(endpoint, model, response)
+
+
+async def post_sse(
+    client: httpx.AsyncClient, endpoint: Endpoint, request: httpx.Request, *, model: str
+) -> AsyncGenerator[ServerSentEvent, None]:
+    """Send `request` (see `json_post`) and yield the Server-Sent Events of a 2xx reply as they arrive.
+
+    Retried like `post_json` until the reply's status arrives (nothing has been
+    read yet, so a retry repeats nothing); after that a broken connection, or a
+    read that waits longer than `timeout_s`, raises ProviderError. A long
+    answer streams for as long as it keeps coming. Close it with `aclosing`.
+    """
+    response = await _with_retries(endpoint, model, lambda: client.send(request, stream=True))
+    try:
+        content_type = response.headers.get("content-type", "")
+        if not content_type.startswith("text/event-stream"):
+            await response.aread()
+            raise unreadable(
+                endpoint,
+                model,
+                f"expected an event stream, got {content_type or 'no content-type'}: "
+                f"{_snippet(response.text)!r}",
+            )
+        decoder = SSEDecoder()
+        try:
+            async for line in response.aiter_lines():
+                if (event := decoder.feed(line)) is not None:
+                    yield event
+        except (TimeoutError, httpx.TimeoutException):
+            raise ProviderError(
+                f"the stream stalled: nothing came for {endpoint.timeout_s:g}s",
+                provider=endpoint.provider,
+                model=model,
+                unreachable=True,
+            ) from None
+        except httpx.TransportError as exc:
+            raise ProviderError(
+                f"the stream broke off before the answer was complete ({_describe(exc)})",
+                provider=endpoint.provider,
+                model=model,
+                unreachable=True,
+            ) from None
+        if (event := decoder.end()) is not None:
+            yield event
+    finally:
+        await response.aclose()
+
+
+async def _with_retries(
+    endpoint: Endpoint, model: str, attempt: Callable[[], Awaitable[httpx.Response]]
+) -> httpx.Response:
+    """The first 2xx response of up to `max_retries + 1` attempts (its body may still be unread)."""
     attempts = endpoint.max_retries + 1
     backoff = backoff_delays(endpoint.retry_base_s, endpoint.retry_cap_s)
-    for attempt in range(1, attempts + 1):
+    for number in range(1, attempts + 1):
         wait: float | None = None
         try:
             # httpx's own timeout bounds each phase; the outer deadline bounds the
             # whole call, so a server trickling bytes cannot hold a turn forever.
             async with asyncio.timeout(endpoint.timeout_s):
-                response = await client.post(url, json=payload, headers=headers, timeout=endpoint.timeout_s)
+                response = await attempt()
+                if not response.is_success:
+                    await response.aread()  # a streamed reply's error body, for the message
+                    await response.aclose()
         except (TimeoutError, httpx.TimeoutException):
             failure = _Failure(
                 f"timed out after {endpoint.timeout_s:g}s: is {endpoint.base_url} reachable?",
@@ -95,12 +175,12 @@ async def post_json(
             )
         else:
             if response.is_success:
-                return _json_object(endpoint, model, response)
+                return response
             failure = _status_failure(endpoint, response)
             if response.status_code not in RETRYABLE_STATUSES:
                 raise failure.error(endpoint, model, retryable=False)
             wait = _retry_after(response, endpoint.retry_after_cap_s)
-        if attempt == attempts:
+        if number == attempts:
             if attempts > 1:
                 failure.message += f" (gave up after {attempts} attempts)"
             raise failure.error(endpoint, model, retryable=True)

@@ -2,23 +2,32 @@
 
 It tells the person how many earlier messages of the conversation it sees,
 whether a summary or recalled exchanges came with them and which memory keys
-it holds (read from the request's hints, never from the prompt's wording), really calls the memory tools when asked
-("remember KEY: VALUE", "recall KEY", "forget KEY", "what do you remember"),
-summarises for compaction with an extractive rule, and reports no usage, so
-the runtime estimates tokens and marks them as estimated.
+it holds (read from the request's hints, never from the prompt's wording),
+really calls the memory tools when asked ("remember KEY: VALUE", "recall KEY",
+"forget KEY", "what do you remember") and any offered tool on request ("call
+TOOL {json arguments}"), repeats a recalled value (the
+material of its remembered block), summarises for compaction with an
+extractive rule, and reports no usage, so the runtime estimates tokens and
+marks them as estimated. Streamed, its reply comes word by word
+(deterministic, no waiting).
 """
 
 from __future__ import annotations
 
+import json
 import re
+from collections.abc import AsyncGenerator
+from typing import Any
 
 from agentd.messages import Message, ToolCallPart
-from agentd.providers.base import Completion, CompletionRequest
+from agentd.providers.base import Completion, CompletionRequest, TextDelta
+from agentd.providers.remembered import material_of
 
 _REMEMBER = re.compile(r"^\s*remember\s+(\S+?)\s*[:=]\s*(.+?)\s*$", re.I | re.S)
 _RECALL = re.compile(r"^\s*recall\s+(\S+?)\s*[?.!]?\s*$", re.I)
 _FORGET = re.compile(r"^\s*forget\s+(\S+?)\s*[.!]?\s*$", re.I)
 _LIST = re.compile(r"^\s*what do you remember\s*\??\s*$", re.I)
+_CALL = re.compile(r"^\s*call\s+([A-Za-z0-9_-]{1,64})\s*(\{.*\})?\s*$", re.I | re.S)
 SUMMARY_LINE_CHARS = 160
 SUMMARY_MAX_CHARS = 4000
 
@@ -40,8 +49,21 @@ class OfflineProvider:
             return Completion(Message(role="assistant", parts=(part,)), stop_reason="tool_calls")
         return Completion(Message.assistant(_describe(request, text)), stop_reason="stop")
 
+    async def stream(self, request: CompletionRequest) -> AsyncGenerator[TextDelta | Completion, None]:
+        completion = await self.complete(request)
+        for word in re.findall(r"\S*\s*", completion.message.text):
+            if word:
+                yield TextDelta(word)
+        yield completion
 
-def _memory_call(text: str, tools: set[str]) -> tuple[str, dict[str, str]] | None:
+
+def _memory_call(text: str, tools: set[str]) -> tuple[str, dict[str, Any]] | None:
+    if (m := _CALL.match(text)) and m.group(1) in tools:
+        try:
+            args = json.loads(m.group(2) or "{}")
+        except json.JSONDecodeError:
+            return None
+        return (m.group(1), args) if isinstance(args, dict) else None
     if (m := _REMEMBER.match(text)) and "remember" in tools:
         return "remember", {"key": m.group(1), "value": m.group(2)}
     if (m := _RECALL.match(text)) and "recall" in tools:
@@ -59,7 +81,7 @@ def _after_tools(tool_message: Message) -> str:
         if result.is_error:
             lines.append(f"{result.name} failed: {result.content}")
         elif result.name == "recall":
-            lines.append(f"I remember: {result.content}")
+            lines.append(f"I remember: {material_of(result.content)}")
         else:
             lines.append(result.content)
     return "\n".join(lines)

@@ -7,16 +7,20 @@ points at a local server and needs none.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import uuid
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import httpx
 
 from agentd.errors import ProviderError
 from agentd.messages import Message, Part, TextPart, ToolCallPart, ToolResultPart
-from agentd.providers.base import Completion, CompletionRequest, Usage
-from agentd.providers.http import Endpoint, api_key, post_json, unreadable
+from agentd.providers.base import Completion, CompletionRequest, TextDelta, Usage
+from agentd.providers.http import Endpoint, api_key, json_post, key_problem, post_json, post_sse, unreadable
+from agentd.providers.openai_stream import ChunkAssembly
+from agentd.providers.streaming import stream_completion
 
 _DEFAULT_BASE_URLS = {"openai": "https://api.openai.com/v1", "ollama": "http://localhost:11434/v1"}
 KEY_ENV = "OPENAI_API_KEY"
@@ -58,10 +62,7 @@ class OpenAIProvider:
         return self._endpoint.base_url
 
     async def complete(self, request: CompletionRequest) -> Completion:
-        headers = {}
-        key = self._key(request.model)
-        if key:
-            headers["Authorization"] = f"Bearer {key}"
+        headers = self._headers(request.model)
         payload = self._payload(request)
         # The slot is held across retries, so a rate-limited provider is not hit harder.
         async with self._slots:
@@ -74,6 +75,26 @@ class OpenAIProvider:
                 headers=headers,
             )
         return self._completion(body, request.model)
+
+    def stream(self, request: CompletionRequest) -> AsyncGenerator[TextDelta | Completion, None]:
+        """The answer as it is written (`stream: true`), then the same Completion `complete` returns."""
+        # include_usage: the last chunk carries the usage (OpenAI; Ollama since 0.5.2; vLLM; llama.cpp)
+        payload = {**self._payload(request), "stream": True, "stream_options": {"include_usage": True}}
+        post = json_post(
+            self._client, self._endpoint, "/chat/completions", payload, self._headers(request.model)
+        )
+        events = post_sse(self._client, self._endpoint, post, model=request.model)
+        read = functools.partial(self._completion, model=request.model)
+        return stream_completion(
+            events, ChunkAssembly(), self._slots, read, endpoint=self._endpoint, model=request.model
+        )
+
+    def _headers(self, model: str) -> dict[str, str]:
+        key = self._key(model)
+        return {"Authorization": f"Bearer {key}"} if key else {}
+
+    def credential_problem(self, model: str) -> str | None:
+        return None if self.kind == "ollama" else key_problem(self._endpoint, self._api_key, model)
 
     def _key(self, model: str) -> str | None:
         if self.kind == "ollama":

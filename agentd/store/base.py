@@ -9,7 +9,7 @@ own SQL; nothing above this package ever sees SQL or a connection.
 from __future__ import annotations
 
 from contextlib import AbstractAsyncContextManager
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from agentd.store.claims import Claim
 from agentd.store.queries import Query
@@ -30,9 +30,12 @@ class Store(Protocol):
         ...
 
     async def open(self) -> list[str]:
-        """Open (and migrate) the agent's data; returns the migrations applied now.
+        """Ready the agent's data; returns the migrations applied now.
 
-        Raises StoreError (NewerSchema when written by a newer agentd) when it cannot.
+        A backend may defer opening and migrating to the first read or write (the
+        SQLite one does: a daemon with thousands of agents touches none of their
+        files at startup); then that call raises what opening would have, StoreError
+        (NewerSchema when the data was written by a newer agentd), and this returns [].
         """
         ...
 
@@ -62,3 +65,33 @@ class Store(Protocol):
         that runs beside the turns (one at a time, across daemons too).
         """
         ...
+
+
+class Leases(Protocol):
+    """Named leases among the daemons sharing a store: a singleton (a bot connection) runs on the one
+    daemon holding its lease; a lease not renewed within its time passes to another daemon."""
+
+    async def acquire(self, name: str, holder: str, ttl: float) -> int | None:
+        """The lease's token when `holder` now holds it (new, renewed or taken over), else None."""
+        ...
+
+    async def renew(self, name: str, holder: str, token: int, ttl: float) -> bool:
+        """Extend a held lease; False when it was lost (expired and taken)."""
+        ...
+
+    async def release(self, name: str, holder: str, token: int) -> None: ...
+
+    async def holder(self, name: str) -> str | None:
+        """Who holds the lease now (None: nobody, or it expired)."""
+        ...
+
+
+@runtime_checkable
+class KnowsIfAbsent(Protocol):
+    """A store that can tell, without opening anything, that nothing was ever stored in it.
+
+    Optional (checked by type): the SQLite store has no file yet. Reads across many
+    agents (the daemon-wide audit trail) skip such a store instead of creating it.
+    """
+
+    def absent(self) -> bool: ...

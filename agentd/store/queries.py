@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from agentd.store.records import (
+    ApprovalRecord,
     Episode,
     Fact,
     KeywordHit,
@@ -66,9 +67,10 @@ class MessageCounts(Query[dict[str, int]]):
 
 @dataclass(frozen=True, slots=True)
 class Conversations(Query[list[dict[str, Any]]]):
-    """Conversations with an active thread, the most recently active first."""
+    """Conversations with an active thread, the most recently active first (`offset` skips as many)."""
 
     limit: int = 200
+    offset: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,12 +99,27 @@ class RunTotals(Query[dict[str, dict[str, int]]]):
 
 @dataclass(frozen=True, slots=True)
 class AuditEvents(Query[list[dict[str, Any]]]):
-    """The newest `limit` events matching the filters, oldest first."""
+    """The newest `limit` events matching the filters, oldest first (`tool`: events whose data names
+    that tool, as the model called it)."""
 
     agent: str | None = None
     kind: str | None = None
     since: float | None = None
     limit: int = 100
+    tool: str | None = None
+
+
+# -- approvals ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class OpenApprovals(Query[list[ApprovalRecord]]):
+    """Approvals whose run has not been resumed yet (pending, or decided just before a stop), oldest first."""
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalById(Query[ApprovalRecord | None]):
+    id: str
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,6 +46,32 @@ class AuditRecord:
 
 
 @dataclass(slots=True)
+class ApprovalRecord:
+    """A tool call waiting for a person's yes or no, and the paused run it belongs to.
+
+    `state` is the run so far (see agentd.engine.paused), kept until the run has
+    been resumed and committed; `status` is pending until someone decides or it
+    expires (approved | refused | expired).
+    """
+
+    id: str  # short: what a person types after /approve
+    conversation_key: str
+    run_id: str
+    tool: str  # the name the model called
+    server: str | None
+    args: dict[str, Any]  # as called: the approved call runs with these
+    shown_args: dict[str, Any]  # redacted: what the approval request and the audit show
+    requested_by: str  # <channel>:<user id> of the person whose message started the run
+    approvers: list[str]
+    created_at: float
+    expires_at: float
+    status: str = "pending"
+    decided_by: str | None = None
+    decided_at: float | None = None
+    state: dict[str, Any] | None = None
+
+
+@dataclass(slots=True)
 class StoredMessage:
     seq: int
     message: Message

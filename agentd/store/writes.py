@@ -14,7 +14,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Generic, TypeVar
 
-from agentd.store.records import AuditRecord, LayerState, NewEpisode, Pruned, RunRecord, StoredMessage
+from agentd.store.records import (
+    ApprovalRecord,
+    AuditRecord,
+    LayerState,
+    NewEpisode,
+    Pruned,
+    RunRecord,
+    StoredMessage,
+)
 
 T = TypeVar("T")
 
@@ -83,7 +91,7 @@ def stamped(ops: Sequence[Write[Any]], daemon: str | None) -> list[Write[Any]]:
         return list(ops)
     out: list[Write[Any]] = []
     for op in ops:
-        if isinstance(op, AppendAudit | PruneEpisodes | DeletePartitionEpisodes):
+        if isinstance(op, AppendAudit | PruneEpisodes | DeletePartitionEpisodes | DeleteConversation):
             op = replace(op, daemon=daemon)
         elif isinstance(op, InsertRun | CommitTurn):
             op.run.daemon = daemon
@@ -105,6 +113,34 @@ class PruneDeliveries(Write[int]):
     older_than: float
 
 
+# -- approvals -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class InsertApproval(Write[None]):
+    """A paused run's approval request, with the run's state so far."""
+
+    approval: ApprovalRecord
+
+
+@dataclass(frozen=True, slots=True)
+class DecideApproval(Write[None]):
+    """Record a decision (approved | refused | expired) on a pending approval; RowMissing when it is no
+    longer pending (someone else decided first, or it expired): then nothing of the batch is kept."""
+
+    id: str
+    status: str
+    by: str | None
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class CloseApproval(Write[None]):
+    """The approval's run has been resumed and committed: its saved state is dropped."""
+
+    id: str
+
+
 # -- threads -------------------------------------------------------------------------------
 
 
@@ -119,6 +155,20 @@ class DeleteTranscript(Write[int]):
     """Delete a thread's messages, summaries and layer states (the thread row stays, empty)."""
 
     thread_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteConversation(Write[dict[str, int]]):
+    """Delete every thread of a conversation (archived ones too) with their messages, summaries and
+    layer states, with one audit row of `agent` saying how many and who asked (`conversation/delete`;
+    none when there was nothing to delete); the result is `{"threads": n, "messages": n}`. Runs and
+    audit rows stay: they are the trail."""
+
+    agent: str
+    conversation_key: str
+    by: str
+    ts: float
+    daemon: str | None = None  # stamped on its audit row by the store that writes it
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,22 +1,36 @@
 """A ChannelHost for testing channels without an engine or a store.
 
 It answers every event with a deterministic reply that shows which
-conversation it landed in and how many messages that conversation has seen,
-de-duplicates by (channel, event_id) like the engine does, and records
-audits and status changes so tests can assert on them.
+conversation it landed in and how many messages that conversation has seen
+(or what `reply_with` makes of the event), de-duplicates by (channel,
+event_id) like the engine does, and records audits and status changes so
+tests can assert on them. Given a sink, it tells it the reply word by word
+(or `piece_chars` characters at a time), `piece_delay` seconds apart, after `preamble` and a restart when one is set
+(as a model that writes a line, then calls a tool).
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
-from agentd.events import InboundEvent, Reply
+from agentd.events import InboundEvent, Reply, ReplySink
 
 
 class RecordingHost:
-    def __init__(self, agent: str = "bot", reply_delay: float = 0.0):
+    def __init__(
+        self,
+        agent: str = "bot",
+        reply_delay: float = 0.0,
+        *,
+        reply_with: Callable[[InboundEvent], str] | None = None,
+        piece_delay: float = 0.0,
+        piece_chars: int | None = None,
+        preamble: str | None = None,
+    ):
         self.agent = agent
         self.events: list[InboundEvent] = []
         self.audits: list[dict[str, Any]] = []
@@ -24,9 +38,13 @@ class RecordingHost:
         self.counts: dict[str, int] = defaultdict(int)
         self.seen: set[tuple[str, str]] = set()
         self.reply_delay = reply_delay
+        self.reply_with = reply_with
+        self.piece_delay = piece_delay
+        self.piece_chars = piece_chars
+        self.preamble = preamble
         self.event_arrived = asyncio.Event()
 
-    async def dispatch(self, event: InboundEvent) -> Reply:
+    async def dispatch(self, event: InboundEvent, sink: ReplySink | None = None) -> Reply:
         if event.event_id is not None:
             marker = (event.channel, event.event_id)
             if marker in self.seen:
@@ -39,7 +57,26 @@ class RecordingHost:
         self.counts[event.conversation_key] += 1
         n = self.counts[event.conversation_key]
         text = f"[{event.conversation_key} #{n}] you said: {event.text}"
+        if self.reply_with is not None:
+            text = self.reply_with(event)
+        if sink is not None:
+            if self.preamble is not None:
+                await self._tell(sink, self.preamble)
+                sink.restart()
+            await self._tell(sink, text)
         return Reply(text=text, conversation_key=event.conversation_key, run_id=f"run{len(self.events)}")
+
+    async def _tell(self, sink: ReplySink, text: str) -> None:
+        size = self.piece_chars
+        pieces = (
+            re.findall(r"\S*\s*", text)
+            if size is None
+            else [text[i : i + size] for i in range(0, len(text), size)]
+        )
+        for piece in pieces:
+            if piece:
+                sink.delta(piece)
+                await asyncio.sleep(self.piece_delay)
 
     async def audit(
         self,

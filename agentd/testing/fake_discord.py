@@ -186,6 +186,7 @@ class SentMessage:
     reference: dict[str, Any] | None
     allowed_mentions: dict[str, Any] | None
     body: dict[str, Any]
+    deleted: bool = False  # `content` is always the latest edit
 
 
 @dataclass
@@ -223,6 +224,8 @@ class FakeDiscord:
         self._delivered: dict[int, dict[str, Any]] = {}  # message id -> MESSAGE_CREATE payload
 
         self.sent: list[SentMessage] = []
+        self.edits: list[tuple[int, str]] = []  # (message id, new content), one per accepted PATCH
+        self.deletes: list[int] = []  # message ids, one per accepted DELETE
         self.attempts: list[SendAttempt] = []
         self.typing: list[int] = []  # channel ids, one per typing call
         self.identifies = 0
@@ -249,6 +252,9 @@ class FakeDiscord:
         app.router.add_get(API_PREFIX + "/gateway/bot", self._gateway_info)
         app.router.add_post(API_PREFIX + "/channels/{channel_id}/messages", self._create_message)
         app.router.add_post(API_PREFIX + "/channels/{channel_id}/typing", self._typing)
+        message = API_PREFIX + "/channels/{channel_id}/messages/{message_id}"
+        app.router.add_patch(message, self._edit_message)
+        app.router.add_delete(message, self._delete_message)
         self._runner = web.AppRunner(app, handle_signals=False)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -644,6 +650,41 @@ class FakeDiscord:
         if reference:
             extra["message_reference"] = reference
         return self._message_payload(sent.id, channel, self.bot, sent.content, [], extra), True
+
+    def visible(self, channel_id: int) -> list[str]:
+        """What the bot's messages in a channel say now, oldest first (edits applied, deleted ones gone)."""
+        return [m.content for m in self.sent if m.channel_id == channel_id and not m.deleted]
+
+    def _own_message(self, request: web.Request) -> SentMessage | web.Response:
+        """The bot's message a PATCH or DELETE names, or the error Discord would answer."""
+        if not self._authorized(request):
+            return _json({"message": "401: Unauthorized", "code": 0}, status=401)
+        channel_id, message_id = int(request.match_info["channel_id"]), int(request.match_info["message_id"])
+        for sent in self.sent:
+            if sent.id == message_id and sent.channel_id == channel_id and not sent.deleted:
+                return sent
+        return _json({"message": "Unknown Message", "code": 10008}, status=404)
+
+    async def _edit_message(self, request: web.Request) -> web.StreamResponse:
+        sent = self._own_message(request)
+        if isinstance(sent, web.Response):
+            return sent
+        body = await request.json()
+        sent.content = str(body.get("content") or "")
+        self.edits.append((sent.id, sent.content))
+        await self._changed_now()
+        channel = self.channels[sent.channel_id]
+        edited = {"edited_timestamp": _now_iso()}
+        return _json(self._message_payload(sent.id, channel, self.bot, sent.content, [], edited))
+
+    async def _delete_message(self, request: web.Request) -> web.StreamResponse:
+        sent = self._own_message(request)
+        if isinstance(sent, web.Response):
+            return sent
+        sent.deleted = True
+        self.deletes.append(sent.id)
+        await self._changed_now()
+        return web.Response(status=204)
 
     async def _attempt(self, channel_id: int, response: web.StreamResponse) -> web.StreamResponse:
         self.attempts.append(SendAttempt(channel_id, response.status, time.monotonic()))

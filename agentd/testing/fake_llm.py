@@ -4,6 +4,7 @@
         fake.reply("hello", usage=(12, 3))
         fake.reply(tool_calls=[("lookup", {"q": "x"})])
         fake.fail(429, retry_after=0.2)
+        fake.reply("slow words", pieces=["slow ", "words"], delay=0.5)  # as streamed, if asked to stream
         ...  # point a provider at fake.url + "/v1" (OpenAI) or fake.url (Anthropic)
         assert fake.requests[0].json["messages"][0]["role"] == "system"
 
@@ -11,6 +12,8 @@ It runs in its own thread with its own event loop, so sync tests, async tests
 and a daemon in a subprocess can all use it. Chat calls on either API take the
 next item of one shared script; when the script is empty they get a
 deterministic default reply ("fake reply to: <last user text>") with usage.
+A request with `stream: true` gets the same reply as the API's event stream
+(fake_llm_stream), piece by piece, optionally slowly or broken off mid-way.
 `/v1/embeddings` and Ollama's native `/api/embed` answer deterministic unit
 vectors derived from a hash of each text (`fake_embedding`). Faults
 (fail/hang/malformed/drop/raw) can target either embeddings route with
@@ -39,6 +42,8 @@ from typing import Any, Literal
 
 from aiohttp import web
 
+from agentd.testing.fake_llm_stream import anthropic_events, openai_events
+
 Endpoint = Literal["chat", "embeddings"]
 _AUTO: Any = object()  # `usage` default: estimate token counts from the characters
 
@@ -59,6 +64,9 @@ class _Reply:
     tool_calls: tuple[tuple[str, dict[str, Any], str | None], ...]
     usage: Any
     stop_reason: str | None
+    pieces: tuple[str, ...] | None = None  # streamed: the text in these pieces (default: word by word)
+    delay: float = 0.0  # streamed: seconds between events
+    break_after: int | None = None  # streamed: close the connection after this many events
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,11 +199,19 @@ class FakeLLM:
         tool_calls: Sequence[tuple[str, dict[str, Any]] | tuple[str, dict[str, Any], str]] = (),
         usage: tuple[int, int] | None = _AUTO,
         stop_reason: str | None = None,
+        pieces: Sequence[str] | None = None,
+        delay: float = 0.0,
+        break_after: int | None = None,
     ) -> None:
         """Queue an assistant reply. `tool_calls` items are (name, arguments) or (name, arguments, id);
-        `usage` is (input, output) tokens, None to send no usage, or by default an estimate."""
+        `usage` is (input, output) tokens, None to send no usage, or by default an estimate.
+        Asked for a stream, the fake sends the text in `pieces` (default: word by word), waits
+        `delay` seconds after each event, and with `break_after` closes the connection after that
+        many events (an OpenAI stream starts with a role chunk; an Anthropic one with message_start
+        and the block's start)."""
         calls = tuple((c[0], dict(c[1]), c[2] if len(c) == 3 else None) for c in tool_calls)
-        self._push("chat", _Reply(text, calls, usage, stop_reason))
+        cut = None if pieces is None else tuple(pieces)
+        self._push("chat", _Reply(text, calls, usage, stop_reason, cut, delay, break_after))
 
     def fail(
         self,
@@ -229,10 +245,12 @@ class FakeLLM:
         *,
         status: int = 200,
         headers: dict[str, str] | None = None,
+        content_type: str | None = None,
         endpoint: Endpoint = "chat",
     ) -> None:
-        """Queue an exact response body (a dict/list is sent as JSON, a str as is)."""
-        self._push(endpoint, _Raw(status, body, dict(headers or {})))
+        """Queue an exact response body (a dict/list is sent as JSON, a str as is, as `content_type`:
+        e.g. a hand-made "text/event-stream")."""
+        self._push(endpoint, _Raw(status, body, dict(headers or {}), content_type))
 
     def clear(self) -> None:
         """Forget the script and the recorded requests."""
@@ -298,7 +316,12 @@ class FakeLLM:
         item = await self._scripted("chat", request, "openai")
         if isinstance(item, web.StreamResponse):
             return item
-        return _json(200, self._openai_reply(item or self._default_reply(body, "openai"), body))
+        reply = item or self._default_reply(body, "openai")
+        answer = self._openai_reply(reply, body)
+        if body.get("stream"):
+            usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            return await _stream(request, openai_events(answer, reply.pieces, usage), reply)
+        return _json(200, answer)
 
     async def _anthropic_messages(self, request: web.Request) -> web.StreamResponse:
         body = await self._receive(request)
@@ -307,7 +330,11 @@ class FakeLLM:
         item = await self._scripted("chat", request, "anthropic")
         if isinstance(item, web.StreamResponse):
             return item
-        return _json(200, self._anthropic_reply(item or self._default_reply(body, "anthropic"), body))
+        reply = item or self._default_reply(body, "anthropic")
+        answer = self._anthropic_reply(reply, body)
+        if body.get("stream"):
+            return await _stream(request, anthropic_events(answer, reply.pieces), reply)
+        return _json(200, answer)
 
     async def _embeddings(self, request: web.Request) -> web.StreamResponse:
         body = await self._receive(request)
@@ -598,6 +625,22 @@ def _last_user_text(body: dict[str, Any]) -> str:
 
 def _estimate_tokens(text: str) -> int:
     return (len(text) + 3) // 4
+
+
+async def _stream(request: web.Request, events: list[bytes], reply: _Reply) -> web.StreamResponse:
+    """Send the events one by one, as the scripted reply says (slowly, or broken off)."""
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    await response.prepare(request)
+    for sent, event in enumerate(events):
+        if reply.break_after is not None and sent >= reply.break_after:
+            if request.transport is not None:
+                request.transport.close()
+            raise asyncio.CancelledError  # as for a dropped request: leave without finishing the body
+        await response.write(event)
+        if reply.delay:
+            await asyncio.sleep(reply.delay)
+    await response.write_eof()
+    return response
 
 
 def _json(status: int, body: Any, headers: dict[str, str] | None = None) -> web.Response:

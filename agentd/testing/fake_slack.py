@@ -85,6 +85,9 @@ class FakeSlack:
 
         self.calls: list[ApiCall] = []
         self.posts: list[dict[str, Any]] = []  # params of each accepted chat.postMessage
+        self.updates: list[dict[str, Any]] = []  # params of each accepted chat.update
+        self.deletes: list[dict[str, Any]] = []  # params of each accepted chat.delete
+        self.messages: dict[str, dict[str, Any]] = {}  # ts -> the bot's message as it is now, oldest first
         self.acks: list[dict[str, Any]] = []  # every Socket Mode ack, in arrival order
         self.connections = 0  # websocket connections that got "hello"
 
@@ -337,6 +340,8 @@ class FakeSlack:
         return {
             "auth.test": self._auth_test,
             "chat.postMessage": self._post_message,
+            "chat.update": self._update,
+            "chat.delete": self._delete,
             "apps.connections.open": self._connections_open,
         }
 
@@ -371,7 +376,30 @@ class FakeSlack:
         }
         if params.get("thread_ts"):
             message["thread_ts"] = params["thread_ts"]
+        self.messages[ts] = {"channel": params["channel"], **message}
         return _json({"ok": True, "channel": params["channel"], "ts": ts, "message": message})
+
+    async def _update(self, params: dict[str, Any]) -> web.Response:
+        message = self.messages.get(str(params.get("ts")))
+        if message is None or message["channel"] != params.get("channel"):
+            return _json({"ok": False, "error": "message_not_found"})
+        if not params.get("text") and not params.get("blocks"):
+            return _json({"ok": False, "error": "no_text"})
+        message["text"] = params.get("text", "")
+        self.updates.append(params)
+        return _json({"ok": True, "channel": params["channel"], "ts": params["ts"], "text": message["text"]})
+
+    async def _delete(self, params: dict[str, Any]) -> web.Response:
+        message = self.messages.get(str(params.get("ts")))
+        if message is None or message["channel"] != params.get("channel"):
+            return _json({"ok": False, "error": "message_not_found"})
+        del self.messages[str(params["ts"])]
+        self.deletes.append(params)
+        return _json({"ok": True, "channel": params["channel"], "ts": params["ts"]})
+
+    def visible(self, channel: str) -> list[str]:
+        """What the bot's messages in a channel say now, oldest first (updates applied, deleted ones gone)."""
+        return [m["text"] for m in self.messages.values() if m["channel"] == channel]
 
     async def _connections_open(self, params: dict[str, Any]) -> web.Response:
         ticket = uuid.uuid4().hex
@@ -433,13 +461,15 @@ class FakeSlack:
 
 
 async def _read_params(request: web.Request) -> dict[str, Any]:
+    # The SDK sends some methods' arguments in the query string (chat.delete), others in the body.
+    query: dict[str, Any] = dict(request.query)
     raw = await request.read()
     if not raw:
-        return {}
+        return query
     if request.content_type == "application/json":
         data = json.loads(raw)
-        return data if isinstance(data, dict) else {}
-    return dict(parse_qsl(raw.decode()))
+        return query | data if isinstance(data, dict) else query
+    return query | dict(parse_qsl(raw.decode()))
 
 
 def _bearer(request: web.Request) -> str | None:

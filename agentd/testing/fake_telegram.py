@@ -41,6 +41,14 @@ class Call:
     params: dict[str, Any]
 
 
+class _Refused(Exception):
+    """A Bot API method refusing the call with a 400 and this description."""
+
+    def __init__(self, description: str):
+        super().__init__(description)
+        self.description = description
+
+
 @dataclass(frozen=True)
 class _Fault:
     kind: FaultKind
@@ -63,6 +71,9 @@ class FakeTelegram:
         self.username = username
         self.calls: list[Call] = []
         self.sent: list[dict[str, Any]] = []  # sendMessage calls that succeeded, in order
+        self.edits: list[dict[str, Any]] = []  # editMessageText calls that succeeded, in order
+        self.deletes: list[dict[str, Any]] = []  # deleteMessage calls that succeeded, in order
+        self.messages: dict[tuple[int, int], str] = {}  # (chat id, message id) -> the bot's text now
         self.webhook: dict[str, Any] | None = None  # the last setWebhook, cleared by deleteWebhook
         self.commands: list[dict[str, Any]] = []
         self._updates: list[dict[str, Any]] = []
@@ -270,7 +281,10 @@ class FakeTelegram:
         handler = getattr(self, f"_api_{method}", None)
         if handler is None:
             return _error(404, "Not Found")
-        result = handler(params)
+        try:
+            result = handler(params)
+        except _Refused as refused:
+            return _error(400, refused.description)
         self._call_arrived.set()
         return _ok(result)
 
@@ -312,10 +326,43 @@ class FakeTelegram:
             "from": self.bot_user(),
             "text": params.get("text", ""),
         }
+        self.messages[(chat_id, message["message_id"])] = str(params.get("text", "")).strip()
         if params.get("message_thread_id") is not None:
             message["message_thread_id"] = int(params["message_thread_id"])
             message["is_topic_message"] = True
         return message
+
+    def visible(self, chat_id: int) -> list[str]:
+        """What the bot's messages in a chat say now, oldest first (edits applied, deleted ones gone)."""
+        return [text for (chat, _), text in self.messages.items() if chat == chat_id]
+
+    def _api_editMessageText(self, params: dict[str, Any]) -> dict[str, Any]:
+        where = (int(params["chat_id"]), int(params["message_id"]))
+        if where not in self.messages:
+            raise _Refused("Bad Request: message to edit not found")
+        text = str(params.get("text", "")).strip()  # Telegram keeps text without surrounding space
+        if text == self.messages[where]:
+            raise _Refused(
+                "Bad Request: message is not modified: specified new message content and reply markup "
+                "are exactly the same as a current content and reply markup of the message"
+            )
+        self.messages[where] = text
+        self.edits.append(params)
+        return {
+            "message_id": where[1],
+            "date": int(time.time()),
+            "edit_date": int(time.time()),
+            "chat": {"id": where[0], "type": "private" if where[0] > 0 else "supergroup"},
+            "from": self.bot_user(),
+            "text": text,
+        }
+
+    def _api_deleteMessage(self, params: dict[str, Any]) -> bool:
+        where = (int(params["chat_id"]), int(params["message_id"]))
+        if self.messages.pop(where, None) is None:
+            raise _Refused("Bad Request: message to delete not found")
+        self.deletes.append(params)
+        return True
 
     def _api_sendChatAction(self, params: dict[str, Any]) -> bool:
         return True

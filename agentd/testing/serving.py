@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import socket
 from collections.abc import AsyncIterator, Iterator
-from typing import Any
+from typing import Any, Literal
 
 import uvicorn
 
@@ -20,12 +20,22 @@ class _Server(uvicorn.Server):
 
 
 @contextlib.asynccontextmanager
-async def serve_on_loopback(app: Any) -> AsyncIterator[str]:
-    """Serve `app` with uvicorn on a free loopback port until the block ends; yields its base URL."""
+async def serve_on_loopback(app: Any, lifespan: Literal["on", "off"] = "off") -> AsyncIterator[str]:
+    """Serve `app` with uvicorn on a free loopback port until the block ends; yields its base URL
+    (`lifespan="on"` for an app that starts things in its lifespan, as an MCP server does)."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    server = _Server(uvicorn.Config(app, lifespan="off", ws="none", log_level="warning"))
+    server = _Server(
+        uvicorn.Config(
+            # a client still connected at the end (an MCP client's open stream) is cut after 2 s
+            app,
+            lifespan=lifespan,
+            ws="none",
+            log_level="warning",
+            timeout_graceful_shutdown=2,
+        )
+    )
     serving = asyncio.create_task(server.serve(sockets=[sock]))
     try:
         await wait_until(lambda: server.started or serving.done(), "uvicorn to start")

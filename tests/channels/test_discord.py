@@ -109,7 +109,7 @@ class ScriptedHost(RecordingHost):
         self.reply_text = reply_text
         self.raise_on = raise_on
 
-    async def dispatch(self, event: InboundEvent) -> Reply:
+    async def dispatch(self, event: InboundEvent, sink: object = None) -> Reply:
         if event.text == self.raise_on:
             raise RuntimeError("engine bug")
         reply = await super().dispatch(event)

@@ -33,7 +33,7 @@ class CountingHost(RecordingHost):
         super().__init__(**kw)
         self.duplicates: list[InboundEvent] = []
 
-    async def dispatch(self, event: InboundEvent) -> Reply:
+    async def dispatch(self, event: InboundEvent, sink: object = None) -> Reply:
         reply = await super().dispatch(event)
         if reply.duplicate:
             self.duplicates.append(event)

@@ -31,6 +31,7 @@ pytestmark = pytest.mark.filterwarnings(
 )
 
 ALICE, BOB = 1111, 2222
+COMMAND_NAMES = {"compact", "new", "reset", "status", "approve", "deny", "help"}
 GROUP = -1001234567890
 
 
@@ -99,7 +100,7 @@ async def test_a_private_message_is_answered_in_the_same_chat(
 async def test_commands_are_registered_at_start(fake: FakeTelegram, host: RecordingHost) -> None:
     async with running(fake, host):
         pass
-    assert {c["command"] for c in fake.commands} == {"compact", "new", "reset", "status", "help"}
+    assert {c["command"] for c in fake.commands} == COMMAND_NAMES
     assert all(c["description"] for c in fake.commands)
 
 
@@ -209,7 +210,7 @@ async def test_commands_pass_through_as_text_without_the_bot_name(
 class EchoingDuplicatesHost(RecordingHost):
     """Like an engine that hands back the earlier answer for a repeat: the channel must still send nothing."""
 
-    async def dispatch(self, event: InboundEvent) -> Reply:
+    async def dispatch(self, event: InboundEvent, sink: object = None) -> Reply:
         reply = await super().dispatch(event)
         if reply.duplicate:
             return Reply(text="the earlier answer", conversation_key=reply.conversation_key, duplicate=True)
@@ -390,7 +391,7 @@ async def test_messages_from_outside_the_allow_lists_are_ignored_and_audited(
 
 async def test_a_failing_turn_does_not_stop_the_bot(fake: FakeTelegram) -> None:
     class FlakyHost(RecordingHost):
-        async def dispatch(self, event: InboundEvent) -> Reply:
+        async def dispatch(self, event: InboundEvent, sink: object = None) -> Reply:
             if event.text == "boom":
                 raise RuntimeError("the engine fell over")
             return await super().dispatch(event)
@@ -490,7 +491,7 @@ async def test_webhook_registers_with_the_secret_and_answers_a_post(
 
     assert sent[0] == {"chat_id": ALICE, "text": f"[telegram:{ALICE} #1] you said: hello over webhook"}
     assert not fake.calls_to("getUpdates") and not fake.calls_to("deleteWebhook")
-    assert {c["command"] for c in fake.commands} == {"compact", "new", "reset", "status", "help"}
+    assert {c["command"] for c in fake.commands} == COMMAND_NAMES
 
 
 async def test_webhook_refuses_a_missing_or_wrong_secret(fake: FakeTelegram, host: RecordingHost) -> None:

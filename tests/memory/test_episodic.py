@@ -18,9 +18,11 @@ from agentd.memory.base import TurnInput
 from agentd.memory.episode_writes import exchanges_of
 from agentd.memory.episodic import NO_EMBEDDER, EpisodicMemory
 from agentd.memory.keywords import keyword_terms
+from agentd.memory.recall_section import HEADING
 from agentd.memory.vectors import IndexCache, IndexedVector, VectorIndex, as_blob, index_cache
 from agentd.messages import Message, ToolCallPart, ToolResultPart
 from agentd.providers.embedders import HashEmbedder
+from agentd.providers.remembered import material_of
 from agentd.store.queries import KeywordSearch
 from agentd.store.records import NewEpisode, StoredMessage
 from agentd.store.sqlite.episodes import fts_match, insert_episodes, keyword_search
@@ -79,9 +81,9 @@ async def episodes(runtime: Agent) -> list[tuple[str, str, str | None, bool]]:
 
 
 def recalled_section(main: ScriptedProvider) -> str:
+    """The recalled episodes the last prompt quoted (the material of their remembered block)."""
     system = main.requests[-1].system
-    marker = "Relevant earlier exchanges"
-    return system[system.index(marker) :] if marker in system else ""
+    return material_of(system[system.index(HEADING) :]) if HEADING in system else ""
 
 
 async def last_recall(runtime: Agent, key: str) -> dict[str, Any]:
@@ -107,7 +109,7 @@ async def test_recall_finds_the_right_earlier_exchange_and_shows_no_transcript(h
     later = say(runtime, "webhook:c2", "u1")  # another conversation of the same person
     await later("Which city does my sister Maria live in?")
     section = recalled_section(main)
-    assert section.splitlines()[1].endswith("User: My sister Maria lives in Lisbon and works as a nurse.")
+    assert section.splitlines()[0].endswith("User: My sister Maria lives in Lisbon and works as a nurse.")
     assert "Assistant: default reply to: My sister Maria" in section  # the exchange, not just the question
     # episodic alone replays no transcript: the model sees the new message only
     assert [m.text for m in main.requests[-1].messages] == ["Which city does my sister Maria live in?"]
@@ -116,7 +118,7 @@ async def test_recall_finds_the_right_earlier_exchange_and_shows_no_transcript(h
     assert "Lisbon" in top["text"] and top["score"] > recall["episodes"][1]["score"]
     assert top["cosine"] > 0.2 and top["keyword"] > 0.7 and recall["mode"] == "hybrid"
     await later("Where is the spare key for the shed?")
-    assert "green flowerpot" in recalled_section(main).splitlines()[1]
+    assert "green flowerpot" in recalled_section(main).splitlines()[0]
 
 
 async def test_two_people_in_one_conversation_never_see_each_others_episodes(harness: Harness) -> None:

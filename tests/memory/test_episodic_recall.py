@@ -69,7 +69,7 @@ async def test_a_match_comes_with_what_was_said_around_it_in_the_order_it_was_sa
     await feed(runtime, lines)
     section = await ask(runtime, "What are my plans for the summer holidays?")
     # the reply that answers the question took over its relevance; the question shows as its neighbour
-    assert section.splitlines()[1:] == [
+    assert section.splitlines() == [
         "[2024-03-01 00:05] Any plans for the summer holidays?",  # when it was said, once per snippet
         "  Researching adoption agencies.",
         f"  {FILLER[5]}",
@@ -113,7 +113,7 @@ async def test_neighbours_stay_in_their_conversation_and_the_budget_holds(harnes
     await feed(runtime, ["Short one.", "The boat is called Marlin.", "Short two.", "Short three."])
     section = await ask(runtime, "What is my boat called?")
     assert "Marlin" in section and "Other chat" not in section
-    assert len(section) <= 60 * 4
+    assert len(HEADING) + len(section) <= 60 * 4  # the budget: the heading and the episodes quoted
     assert "Short one." in section and "Short two." in section  # nearest first, both sides
     roomy = await episodic(harness, "{kind: episodic, write: tool, top_k: 1, neighbours: 3}", name="roomy")
     await feed(roomy[0], ["Short one.", "The boat is called Marlin.", "Short two.", "Short three."])
@@ -124,7 +124,7 @@ async def test_neighbours_0_shows_only_what_was_recalled(harness: Harness) -> No
     runtime, _ = await episodic(harness, "{kind: episodic, write: tool, top_k: 1, neighbours: 0}")
     await feed(runtime, ["Short one.", "The boat is called Marlin.", "Short two."])
     section = await ask(runtime, "What is my boat called?")
-    assert section.splitlines() == [HEADING, "[2024-03-01 00:01] The boat is called Marlin."]
+    assert section.splitlines() == ["[2024-03-01 00:01] The boat is called Marlin."]
 
 
 async def test_a_date_in_the_question_prefers_what_was_said_then(harness: Harness) -> None:

@@ -21,6 +21,7 @@ from agentd.memory.patches import (
     validate_patch,
 )
 from agentd.memory.state import StateMemory
+from agentd.providers.remembered import material_of
 from agentd.store.queries import AuditEvents
 from agentd.testing.scripted import ScriptedProvider
 from tests.support import Harness, say, strategy_of
@@ -197,7 +198,7 @@ async def test_the_model_sees_spec_sigma_and_the_last_exchange_never_the_transcr
     await turn(runtime, "working on PR 12")
     chat = main.requests[1]
     assert chat.system.startswith("PURPOSE LINE")
-    assert 'Σ = {"goal":"ship v2"}' in chat.system
+    assert "Σ, as JSON:" in chat.system and material_of(chat.system) == '{"goal":"ship v2"}'
     assert texts(chat) == ["I want to ship v2", "noted", "working on PR 12"]
     assert texts(fold.requests[1])[0].startswith('Σ now:\n{"goal":"ship v2"}')
     assert "I want to ship v2" not in texts(fold.requests[1])[0]  # only what was not folded yet
@@ -206,7 +207,7 @@ async def test_the_model_sees_spec_sigma_and_the_last_exchange_never_the_transcr
     fold.reply("{}")  # nothing changed
     await turn(runtime, "thanks")
     chat = main.requests[2]
-    assert 'Σ = {"goal":"ship v2","working_on":"PR 12"}' in chat.system
+    assert material_of(chat.system) == '{"goal":"ship v2","working_on":"PR 12"}'
     assert texts(chat) == ["working on PR 12", "on it", "thanks"]  # not the first exchange
 
     assert [status for status, _, _ in await fold_runs(runtime)] == ["ok", "ok", "ok"]

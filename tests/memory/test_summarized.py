@@ -10,6 +10,7 @@ import pytest
 from agentd.engine.agent import Agent
 from agentd.memory.summarized import SUMMARY_HEADING, SummarizedMemory, count_foldable, foldable
 from agentd.messages import Message, ToolCallPart, ToolResultPart
+from agentd.providers.remembered import remembered_block
 from agentd.store.queries import LayerStateOf
 from agentd.store.records import StoredMessage
 from agentd.testing.scripted import ScriptedProvider
@@ -82,7 +83,7 @@ async def test_refreshed_every_n_messages_as_a_summary_run(harness: Harness) -> 
     await turn(runtime, main, 3)
     seen = main.requests[-1]
     assert seen.system.startswith("KEEP THE PURPOSE")
-    assert f"{SUMMARY_HEADING}\nSUMMARY ONE" in seen.system
+    assert seen.system.endswith(remembered_block("rolling summary", SUMMARY_HEADING, "SUMMARY ONE"))
     assert [m.text for m in seen.messages] == ["q2", "a2", "q3"]
     assert len(summariser.requests) == 1  # q2 a2 only: not yet
 

@@ -1,23 +1,6 @@
 import socket
-from collections.abc import AsyncIterator, Iterator
 
-import httpx
 import pytest
-
-from agentd.testing.fake_llm import FakeLLM
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeLLM]:
-    with FakeLLM() as server:
-        yield server
-
-
-@pytest.fixture
-async def client() -> AsyncIterator[httpx.AsyncClient]:
-    # trust_env=False: a proxy in the environment must not swallow loopback calls.
-    async with httpx.AsyncClient(trust_env=False) as c:
-        yield c
 
 
 @pytest.fixture

@@ -63,6 +63,7 @@ class ClaimQueue:
         self.heartbeat_s = heartbeat_s if heartbeat_s is not None else lease_s / 3
         self.poll_s = min(MAX_POLL_S, lease_s / 3)
         self._tickets: set[int] = set()  # held or waiting: renewed by the heartbeat
+        self._held: set[int] = set()  # granted, with their claim's block still running
         self._releasing: dict[str, asyncio.Future[Any]] = {}  # by queue digest
         self._heartbeat: asyncio.Task[None] | None = None
 
@@ -95,14 +96,22 @@ class ClaimQueue:
                 grant = await self._try(agent_id, key, purpose, ticket)
                 ticket = grant.ticket  # (a new one if this one expired while we stalled)
             fence = current_fence.set(Fence(agent, key, grant.ticket))
+            self._held.add(grant.ticket)
             try:
                 yield grant.claim
             finally:
+                self._held.discard(grant.ticket)
                 current_fence.reset(fence)
         finally:
             self._wakeups.unwatch(digest)
             if ticket is not None:
                 self._release(digest, ticket)
+
+    def holds(self, ticket: int) -> bool:
+        """Whether a claim of this process still runs under this ticket. A task started inside a
+        claim inherits its fence (context variables are copied) and may write after the claim is
+        over: such a write is not under any claim, and is not fenced."""
+        return ticket in self._held
 
     async def _try(self, agent_id: int, key: str, purpose: str, ticket: int | None) -> Grant:
         """One try for the lease; the ticket joins the heartbeat as soon as the thread has it, and a

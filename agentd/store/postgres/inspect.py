@@ -2,7 +2,8 @@
 
 `PostgresStore.sql(job)` calls `job(conn)` where `conn.execute(sql, params)` takes SQLite's text
 (`?` placeholders) and reads temporary views named like SQLite's tables, each showing only this
-agent's rows with SQLite's columns (booleans as 0/1, `rowid` where SQLite has one). The views live
+agent's rows with SQLite's columns (booleans as 0/1, `rowid` where SQLite has one), and a
+`sqlite_master` listing them. The views live
 in a transaction that is rolled back afterwards: nothing is left behind and nothing can be changed.
 """
 
@@ -39,9 +40,13 @@ VIEWS: dict[str, str] = {
         "SELECT channel, event_id, conversation_key, run_id, received_at FROM agentd.inbound_events"
     ),
     "memory_state": "SELECT thread_id, layer, data, upto_seq, updated_at FROM agentd.memory_state",
-    "episodes": (
+    "episodes": (  # (with its keyword index's words, as SQLite's FTS5 tables hold them)
         "SELECT id, id AS rowid, partition, conversation_key, text, importance, created_at, run_id, embedder,"
-        " vector FROM agentd.episodes"
+        " vector, words::text AS words FROM agentd.episodes"
+    ),
+    "approvals": (
+        "SELECT id, conversation_key, run_id, tool, server, args, shown_args, requested_by, approvers,"
+        " created_at, expires_at, status, decided_by, decided_at, state FROM agentd.approvals"
     ),
     "facts": (
         "SELECT partition, key, value, confidence, source, created_at, updated_at, run_id FROM agentd.facts"
@@ -56,9 +61,9 @@ class SqliteShaped:
         self.conn = conn
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> psycopg.Cursor[Any]:
-        if params:
-            sql = sql.replace("%", "%%").replace("?", "%s")
-        return self.conn.execute(sql, params)  # type: ignore[arg-type]  # (a test's own SQL)
+        if not params:  # (no parameters: psycopg reads the text as it is, % and all)
+            return self.conn.execute(sql)  # type: ignore[arg-type]  # (a test's own SQL)
+        return self.conn.execute(sql.replace("%", "%%").replace("?", "%s"), params)  # type: ignore[arg-type]
 
 
 def run_as_sqlite(conn: psycopg.Connection[Any], agent_id: int, job: Callable[[SqliteShaped], T]) -> T:
@@ -67,6 +72,10 @@ def run_as_sqlite(conn: psycopg.Connection[Any], agent_id: int, job: Callable[[S
         for name, select in VIEWS.items():
             # (a temporary view comes before the agentd schema in the search path)
             conn.execute(f"CREATE TEMPORARY VIEW {name} AS {select} WHERE agent_id = {int(agent_id)}")  # type: ignore[arg-type]
+        names = ", ".join(f"('{name}')" for name in VIEWS)  # (and SQLite's catalog of them)
+        conn.execute(
+            f"CREATE TEMPORARY VIEW sqlite_master AS SELECT 'table' AS type, name FROM (VALUES {names}) AS v(name)"
+        )  # type: ignore[arg-type]
         return job(SqliteShaped(conn))
     finally:
         conn.execute("ROLLBACK")

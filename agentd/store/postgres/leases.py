@@ -12,7 +12,6 @@ the database's clock, so daemons whose clocks differ agree on who holds what.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -33,20 +32,12 @@ _RENEW = (
     " WHERE name = %s AND holder = %s AND token = %s RETURNING 1"
 )
 _RELEASE = "DELETE FROM leases WHERE name = %s AND holder = %s AND token = %s"
-_HOLDER = (
-    "SELECT holder, token, extract(epoch FROM expires_at - clock_timestamp())::float8 FROM leases"
-    " WHERE name = %s AND expires_at >= clock_timestamp()"
-)
-
-
-@dataclass(frozen=True, slots=True)
-class Held:
-    holder: str
-    token: int
-    expires_in: float  # seconds
+_HOLDER = "SELECT holder FROM leases WHERE name = %s AND expires_at >= clock_timestamp()"
 
 
 class Leases:
+    """agentd.store.base.Leases on the shared database."""
+
     def __init__(self, executor: PgExecutor):
         self._executor = executor
 
@@ -62,10 +53,10 @@ class Leases:
     async def release(self, name: str, holder: str, token: int) -> None:
         await self._executor.call(lambda conn: conn.execute(_RELEASE, (name, holder, token)))
 
-    async def holder(self, name: str) -> Held | None:
-        """Who holds the lease now, if anyone."""
+    async def holder(self, name: str) -> str | None:
+        """Who holds the lease now (None: nobody, or it lapsed)."""
         row = await self._one(_HOLDER, (name,))
-        return None if row is None else Held(row[0], int(row[1]), float(row[2]))
+        return None if row is None else str(row[0])
 
     async def _one(self, sql: str, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
         def job(conn: psycopg.Connection[Any]) -> tuple[Any, ...] | None:

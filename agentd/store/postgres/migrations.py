@@ -192,9 +192,35 @@ INITIAL: tuple[str, ...] = (
     )""",
 )
 
+APPROVALS: tuple[str, ...] = (
+    # A tool call waiting for a person, and the paused run's state (NULL once resumed); JSON as text.
+    f"""CREATE TABLE approvals (
+        agent_id bigint NOT NULL REFERENCES agents (id),
+        id text {C} NOT NULL,
+        conversation_key text {C} NOT NULL,
+        run_id text NOT NULL,
+        tool text NOT NULL,
+        server text,
+        args text NOT NULL,
+        shown_args text NOT NULL,
+        requested_by text NOT NULL,
+        approvers text NOT NULL,
+        created_at double precision NOT NULL,
+        expires_at double precision NOT NULL,
+        status text NOT NULL DEFAULT 'pending'
+            CHECK (status IN ('pending', 'approved', 'refused', 'expired')),
+        decided_by text,
+        decided_at double precision,
+        state text,
+        PRIMARY KEY (agent_id, id)
+    )""",
+    "CREATE INDEX approvals_open ON approvals (agent_id, created_at, id) WHERE state IS NOT NULL",
+)
+
 MIGRATIONS: list[tuple[str, tuple[str, ...]]] = [
     ("0001_initial", INITIAL),
     ("0002_claims", CLAIM_STATEMENTS),
+    ("0003_approvals", APPROVALS),
 ]
 
 

@@ -18,6 +18,7 @@ from agentd.errors import StoreError
 # Importing the SQL modules registers their handlers.
 from agentd.store.claims import Claim, current_fence
 from agentd.store.postgres import (
+    approvals,
     deliveries,
     episode_reads,
     episodes,
@@ -34,7 +35,17 @@ from agentd.store.queries import Query
 from agentd.store.writes import Write, stamped
 
 T = TypeVar("T")
-_SQL_MODULES = (deliveries, episode_reads, episodes, facts, memories, memory_state, runs, transcripts)
+_SQL_MODULES = (
+    approvals,
+    deliveries,
+    episode_reads,
+    episodes,
+    facts,
+    memories,
+    memory_state,
+    runs,
+    transcripts,
+)
 
 
 class Database(Protocol):
@@ -95,8 +106,8 @@ class PostgresStore:
             raise StoreError(f"{self.label} is open read-only")
         agent_id = self._require()
         fence = current_fence.get()
-        if fence is not None and fence.agent != self.agent:
-            fence = None  # (a claim of another agent: a sub-agent's, or the daemon's own audit)
+        if fence is not None and (fence.agent != self.agent or not self._backend.claims.holds(fence.token)):
+            fence = None  # (a claim of another agent, a sub-agent's say, or one that is over)
         batch = stamped(ops, self.daemon)
         return await self._executor.call(lambda conn: write_batch(conn, agent_id, batch, fence))
 

@@ -14,10 +14,17 @@ from typing import Any
 from agentd.messages import dump_message, load_message
 from agentd.store.postgres.deliveries import record_delivery
 from agentd.store.postgres.dispatch import Cx, Later, handles, rowcount
-from agentd.store.postgres.runs import insert_run
+from agentd.store.postgres.runs import insert_audit, insert_run
 from agentd.store.queries import ActiveThread, Conversations, MessageCounts, MessagesPage, ThreadHeader
-from agentd.store.records import StoredMessage, StoredThread
-from agentd.store.writes import ApplyCompaction, ArchiveThread, CommitTurn, DeleteTranscript
+from agentd.store.records import AuditRecord, StoredMessage, StoredThread
+from agentd.store.writes import (
+    AppendAudit,
+    ApplyCompaction,
+    ArchiveThread,
+    CommitTurn,
+    DeleteConversation,
+    DeleteTranscript,
+)
 
 _HEADER = (
     "SELECT t.id, t.last_input_tokens, t.last_tokens_estimated, t.version, t.layers_version,"
@@ -168,6 +175,22 @@ def delete_transcript(cx: Cx, op: DeleteTranscript) -> Later[int]:
     return rowcount(deleted)
 
 
+@handles(DeleteConversation, reads_midway=lambda op: True)
+def delete_conversation(cx: Cx, op: DeleteConversation) -> dict[str, int]:
+    """As on SQLite; the counts are read before the batch goes on (its audit row says them)."""
+    threads = "SELECT id FROM threads WHERE agent_id = %s AND conversation_key = %s"
+    scope = (cx.agent_id, op.conversation_key)
+    messages = cx.run(f"DELETE FROM messages WHERE thread_id IN ({threads}) RETURNING 1", scope)
+    for table in ("summaries", "memory_state"):
+        cx.run(f"DELETE FROM {table} WHERE thread_id IN ({threads})", scope)  # type: ignore[arg-type]
+    gone = cx.run("DELETE FROM threads WHERE agent_id = %s AND conversation_key = %s RETURNING 1", scope)
+    deleted = {"threads": len(gone.fetchall()), "messages": len(messages.fetchall())}
+    if deleted["threads"]:
+        audit = AuditRecord("conversation", "delete", op.conversation_key, None, {**deleted, "by": op.by})
+        insert_audit(cx, AppendAudit(op.agent, [audit], op.ts, op.daemon))
+    return deleted
+
+
 @handles(MessageCounts)
 def count_messages(cx: Cx, q: MessageCounts) -> Later[dict[str, int]]:
     cur = cx.run(
@@ -193,8 +216,8 @@ def list_conversations(cx: Cx, q: Conversations) -> Later[list[dict[str, Any]]]:
         "SELECT t.conversation_key, t.id, t.created_at, count(m.seq), max(m.created_at)"
         " FROM threads t LEFT JOIN messages m ON m.thread_id = t.id"
         " WHERE t.agent_id = %s AND t.status = 'active'"
-        " GROUP BY t.id ORDER BY max(m.created_at) DESC NULLS LAST, t.id LIMIT %s",
-        (cx.agent_id, q.limit),
+        " GROUP BY t.id ORDER BY max(m.created_at) DESC NULLS LAST, t.id DESC LIMIT %s OFFSET %s",
+        (cx.agent_id, q.limit, q.offset),
     )
     return Later(
         lambda: [

@@ -39,6 +39,9 @@ def query_audit(conn: sqlite3.Connection, q: AuditEvents) -> list[dict[str, Any]
         if value is not None:
             clauses.append(f"{column} {op} ?")
             args.append(value)
+    if q.tool is not None:
+        clauses.append("json_extract(data, '$.tool') = ?")
+        args.append(q.tool)
     where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
     rows = conn.execute(
         f"SELECT id, ts, agent, kind, action, conversation_key, run_id, data, daemon FROM audit {where}"

@@ -19,9 +19,12 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, TypeVar
+
+from agentd.store.sqlite.files import OpenFiles
 
 T = TypeVar("T")
 Outcome = tuple["asyncio.Future[Any]", Any, "BaseException | None"]
@@ -38,13 +41,17 @@ class BatchTarget(Protocol):
 
 
 class StoreExecutor:
-    """The store thread, and the queue of files with writes waiting."""
+    """The store thread, the queue of files with writes waiting, and the files open (`files`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_open_files: int = 256, close_idle_after_s: float = 60.0) -> None:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentd-store")
+        # the connections live here because this thread is the only one that uses them
+        self.files = OpenFiles(max_open_files, close_idle_after_s)
         self._lock = threading.Lock()
         self._dirty: list[BatchTarget] = []
         self._drain_scheduled = False
+        # told each file's group-commit time, on this thread (the daemon's metrics)
+        self.on_commit: Callable[[float], None] | None = None
 
     async def call(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
@@ -73,9 +80,16 @@ class StoreExecutor:
         by_loop: dict[asyncio.AbstractEventLoop, list[Outcome]] = {}
         for target, batch in batches:
             if batch and target._loop is not None:
+                started = time.perf_counter()
                 by_loop.setdefault(target._loop, []).extend(target._commit_batch(batch))
+                if self.on_commit is not None:
+                    self.on_commit(time.perf_counter() - started)
         for loop, outcomes in by_loop.items():
             loop.call_soon_threadsafe(_resolve, outcomes)
+
+    async def close_idle_files(self) -> int:
+        """Close the files unused for a while (they reopen on their next use); returns how many."""
+        return await self.call(self.files.close_idle)
 
     def shutdown(self) -> None:
         self._pool.shutdown(wait=True)

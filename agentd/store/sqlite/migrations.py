@@ -173,6 +173,31 @@ MIGRATIONS: list[tuple[str, tuple[str, ...]]] = [
             "ALTER TABLE audit ADD COLUMN daemon TEXT",
         ),
     ),
+    (
+        "0005_approvals",
+        (
+            # A tool call waiting for a person, and the paused run's state (NULL once resumed).
+            """CREATE TABLE approvals (
+                id TEXT PRIMARY KEY,
+                conversation_key TEXT NOT NULL,
+                run_id TEXT NOT NULL,
+                tool TEXT NOT NULL,
+                server TEXT,
+                args TEXT NOT NULL,
+                shown_args TEXT NOT NULL,
+                requested_by TEXT NOT NULL,
+                approvers TEXT NOT NULL,
+                created_at REAL NOT NULL,
+                expires_at REAL NOT NULL,
+                status TEXT NOT NULL DEFAULT 'pending'
+                    CHECK (status IN ('pending', 'approved', 'refused', 'expired')),
+                decided_by TEXT,
+                decided_at REAL,
+                state TEXT
+            )""",
+            "CREATE INDEX approvals_open ON approvals(created_at) WHERE state IS NOT NULL",
+        ),
+    ),
 ]
 
 

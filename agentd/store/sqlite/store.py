@@ -16,6 +16,7 @@ from agentd.store.queries import Query
 
 # Importing the SQL modules registers their handlers.
 from agentd.store.sqlite import (
+    approvals,  # noqa: F401 - imported for its handlers alone, as every module here
     audit,
     episodes,
     facts,
@@ -64,7 +65,14 @@ def connect(path: Path, synchronous: str = "normal", *, readonly: bool = False) 
 
 
 class SqliteStore:
-    """The SQLite file of one agent: `read(query)` on the store thread, group-committed `write(*ops)`."""
+    """The SQLite file of one agent: `read(query)` on the store thread, group-committed `write(*ops)`.
+
+    The file is opened (created, migrated) at its first read or write, not by
+    `open()`, and may be closed between uses by the executor's `OpenFiles`: an
+    idle agent holds no descriptor, and a daemon with thousands of agents starts
+    without touching their files. A file that cannot be opened (written by a
+    newer agentd, out of descriptors) fails the call that needed it.
+    """
 
     def __init__(
         self,
@@ -80,7 +88,8 @@ class SqliteStore:
         self._executor = executor
         self._synchronous = synchronous
         self._readonly = readonly
-        self._conn: sqlite3.Connection | None = None
+        self._conn: sqlite3.Connection | None = None  # set and cleared by executor.files, on its thread
+        self._migrated = False  # migrated (or checked) once by this process: reopening skips it
         # guarded by the executor's lock: batches waiting, and whether this file is queued to drain
         self._pending: list[tuple[Batch, asyncio.Future[Any]]] = []
         self._queued = False
@@ -97,42 +106,45 @@ class SqliteStore:
     def claim(self, conversation_key: str, purpose: str = "turn") -> AbstractAsyncContextManager[Claim]:
         return nullcontext(NO_CLAIM)
 
+    def absent(self) -> bool:
+        """Whether nothing was ever stored: no file yet (reads can be answered without creating it)."""
+        return self._conn is None and not self.path.exists()
+
     async def open(self) -> list[str]:
-        """Open, configure and migrate the file (read-only: open only); returns the migrations applied now."""
+        """Ready the store; the file itself is opened and migrated at its first use (returns [])."""
         self._loop = asyncio.get_running_loop()
+        if self._readonly and not self.path.exists():
+            raise StoreError(f"no data file {self.path}")
+        return []
 
-        def _open() -> list[str]:
+    def _connect(self) -> sqlite3.Connection:
+        """On the store thread, for executor.files: open and configure the file; migrate it the first time."""
+        if self._readonly:
+            if not self.path.exists():
+                raise StoreError(f"no data file {self.path}")
+            return connect(self.path, readonly=True)
+        conn = connect(self.path, self._synchronous)
+        if not self._migrated:
             try:
-                if self._readonly:
-                    if not self.path.exists():
-                        raise StoreError(f"no data file {self.path}")
-                    self._conn = connect(self.path, readonly=True)
-                    return []
-                self._conn = connect(self.path, self._synchronous)
-                return migrate(self._conn)
-            except sqlite3.Error as e:
-                raise StoreError(f"cannot open {self.path}: {e}") from e
-
-        return await self._executor.call(_open)
+                migrate(conn)
+            except BaseException:
+                conn.close()
+                raise
+            self._migrated = True
+        return conn
 
     async def close(self) -> None:
         if self._conn is None:
             return
-        conn, self._conn = self._conn, None
-
-        def _close() -> None:
-            try:
-                if not self._readonly:
-                    conn.execute("PRAGMA optimize")
-            finally:
-                conn.close()
-
-        await self._executor.call(_close)
+        files, readonly = self._executor.files, self._readonly
+        await self._executor.call(lambda: files.close(self, optimize=not readonly))
 
     def _require(self) -> sqlite3.Connection:
-        if self._conn is None:
-            raise StoreError(f"{self.path} is not open")
-        return self._conn
+        """On the store thread: the open connection, opening the file if needed."""
+        try:
+            return self._executor.files.connection(self)
+        except (sqlite3.Error, OSError) as e:
+            raise StoreError(f"cannot open {self.path}: {e}") from e
 
     async def sql(self, job: Callable[[sqlite3.Connection], T]) -> T:
         """Run raw SQL against the file on the store thread: for tests and tools, never the product."""
@@ -211,3 +223,23 @@ def _as_store_error(path: Path, e: Exception) -> Exception:
     if isinstance(e, sqlite3.Error):
         return StoreError(f"{path}: {e}")
     return e
+
+
+class SoleOwner:
+    """Leases on a single-owner store: this daemon owns the data folder (its lock file), so it holds
+    every lease there is."""
+
+    def __init__(self, holder: str):
+        self._holder = holder
+
+    async def acquire(self, name: str, holder: str, ttl: float) -> int | None:
+        return 1
+
+    async def renew(self, name: str, holder: str, token: int, ttl: float) -> bool:
+        return True
+
+    async def release(self, name: str, holder: str, token: int) -> None:
+        return None
+
+    async def holder(self, name: str) -> str | None:
+        return self._holder

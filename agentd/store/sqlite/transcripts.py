@@ -7,11 +7,20 @@ from typing import Any
 
 from agentd.messages import dump_message, load_message
 from agentd.store.queries import ActiveThread, Conversations, MessageCounts, MessagesPage, ThreadHeader
-from agentd.store.records import StoredMessage, StoredThread
+from agentd.store.records import AuditRecord, StoredMessage, StoredThread
+from agentd.store.sqlite.audit import insert_audit
 from agentd.store.sqlite.dispatch import handles
 from agentd.store.sqlite.inbound import record_delivery
 from agentd.store.sqlite.runs import insert_run
-from agentd.store.writes import ApplyCompaction, ArchiveThread, CommitTurn, DeleteTranscript, RecordDelivery
+from agentd.store.writes import (
+    AppendAudit,
+    ApplyCompaction,
+    ArchiveThread,
+    CommitTurn,
+    DeleteConversation,
+    DeleteTranscript,
+    RecordDelivery,
+)
 
 
 @handles(ActiveThread)
@@ -125,6 +134,21 @@ def delete_transcript(conn: sqlite3.Connection, op: DeleteTranscript) -> int:
     return cur.rowcount
 
 
+@handles(DeleteConversation)
+def delete_conversation(conn: sqlite3.Connection, op: DeleteConversation) -> dict[str, int]:
+    threads = "SELECT id FROM threads WHERE conversation_key = ?"
+    key = (op.conversation_key,)
+    messages = conn.execute(f"DELETE FROM messages WHERE thread_id IN ({threads})", key).rowcount
+    for table in ("summaries", "memory_state"):
+        conn.execute(f"DELETE FROM {table} WHERE thread_id IN ({threads})", key)
+    deleted = {"threads": conn.execute("DELETE FROM threads WHERE conversation_key = ?", key).rowcount}
+    deleted["messages"] = messages
+    if deleted["threads"]:
+        audit = AuditRecord("conversation", "delete", op.conversation_key, None, {**deleted, "by": op.by})
+        insert_audit(conn, AppendAudit(op.agent, [audit], op.ts, op.daemon))
+    return deleted
+
+
 @handles(MessageCounts)
 def count_messages(conn: sqlite3.Connection, q: MessageCounts) -> dict[str, int]:
     row = conn.execute(
@@ -144,8 +168,8 @@ def list_conversations(conn: sqlite3.Connection, q: Conversations) -> list[dict[
     rows = conn.execute(
         "SELECT t.conversation_key, t.id, t.created_at, COUNT(m.id), MAX(m.created_at)"
         " FROM threads t LEFT JOIN messages m ON m.thread_id = t.id"
-        " WHERE t.status = 'active' GROUP BY t.id ORDER BY MAX(m.created_at) DESC LIMIT ?",
-        (q.limit,),
+        " WHERE t.status = 'active' GROUP BY t.id ORDER BY MAX(m.created_at) DESC, t.id DESC LIMIT ? OFFSET ?",
+        (q.limit, q.offset),
     ).fetchall()
     return [
         {"conversation_key": k, "thread_id": tid, "created_at": c, "messages": n, "last_message_at": last}
