@@ -192,6 +192,21 @@ async def test_a_waiter_that_gives_up_does_not_block_the_queue(daemon: Daemons) 
         assert time.monotonic() - started < 5  # not behind b's abandoned ticket (a lease is 15 s)
 
 
+async def test_work_started_inside_a_claim_writes_unfenced_once_the_claim_is_over(daemon: Daemons) -> None:
+    a = await daemon("a")
+    claim_over = asyncio.Event()
+
+    async def later() -> None:  # (it inherits the claim's context, fence and all)
+        await claim_over.wait()
+        await a.write(InsertRun(run("after the claim")))
+
+    async with a.claim(KEY):
+        task = asyncio.create_task(later())
+    claim_over.set()
+    await task  # the released ticket's fence is not checked: this write is under no claim
+    assert [r["id"] for r in await a.read(Runs())] == ["after the claim"]
+
+
 async def test_turn_and_memory_claims_of_a_conversation_are_separate(daemon: Daemons) -> None:
     a, b = await daemon("a"), await daemon("b")
     async with a.claim(KEY), b.claim(KEY, purpose="memory") as memory:
