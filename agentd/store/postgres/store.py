@@ -14,10 +14,8 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol, TypeVar
 
 from agentd.errors import StoreError
-
-# Importing the SQL modules registers their handlers.
 from agentd.store.claims import Claim, current_fence
-from agentd.store.postgres import (
+from agentd.store.postgres import (  # noqa: F401  (importing the SQL modules registers their handlers)
     approvals,
     deliveries,
     episode_reads,
@@ -35,17 +33,6 @@ from agentd.store.queries import Query
 from agentd.store.writes import Write, stamped
 
 T = TypeVar("T")
-_SQL_MODULES = (
-    approvals,
-    deliveries,
-    episode_reads,
-    episodes,
-    facts,
-    memories,
-    memory_state,
-    runs,
-    transcripts,
-)
 
 
 class Database(Protocol):
