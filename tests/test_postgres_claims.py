@@ -134,6 +134,25 @@ async def test_a_release_wakes_the_next_daemon_at_once(daemon: Daemons) -> None:
     await waiting.stop_waiter()
 
 
+async def test_the_next_message_of_a_burst_does_not_jump_the_queue(daemon: Daemons) -> None:
+    a, b = await daemon("a"), await daemon("b")
+    order: list[str] = []
+    gates = {name: asyncio.Event() for name in ("a", "b", "a again")}
+    first = asyncio.create_task(hold(a, order, "a", gates["a"]))
+    await wait_until(lambda: order == ["a"], "a to hold the conversation", 10)
+    second = asyncio.create_task(hold(b, order, "b", gates["b"]))
+    await wait_until(lambda: queued(b) == 1, "b to take its ticket", 10)
+    gates["a"].set()
+    await first
+    # a's next message comes at once, before its release has run: it gives the ticket back itself
+    third = asyncio.create_task(hold(a, order, "a again", gates["a again"]))
+    await wait_until(lambda: order == ["a", "b"], "b, which came first, to have it", 10)
+    gates["b"].set()
+    gates["a again"].set()
+    await asyncio.gather(second, third)
+    assert order == ["a", "b", "a again"]
+
+
 async def test_a_holder_that_stops_renewing_is_taken_over_and_its_writes_refused(daemon: Daemons) -> None:
     stalled = await daemon("stalled", lease_s=0.5, heartbeat_s=3600)  # never renews: as if hung
     other = await daemon("other", lease_s=0.5)

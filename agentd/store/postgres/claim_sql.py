@@ -43,8 +43,11 @@ CLAIM_STATEMENTS: tuple[str, ...] = (
     "CREATE INDEX claim_tickets_queue ON claim_tickets (agent_id, purpose, conversation_key, id)",
     # Take a ticket (p_ticket NULL) or try again with one; the grant returns the conversation's
     # thread mark and the agent's memories version, read under the lease in the same statement.
+    # p_release: this daemon's last ticket of the conversation, if its release may not have run yet
+    # (the next message of a burst): given back here first, the others woken as a release would.
     f"""CREATE FUNCTION agentd_claim(
-        p_agent bigint, p_key text, p_purpose text, p_daemon text, p_lease double precision, p_ticket bigint
+        p_agent bigint, p_key text, p_purpose text, p_daemon text, p_lease double precision, p_ticket bigint,
+        p_release bigint
     ) RETURNS TABLE (
         ticket_id bigint, is_granted boolean, retry_s double precision, mark_thread bigint,
         mark_version bigint, mark_next_seq integer, mark_layers bigint, memories bigint
@@ -60,6 +63,13 @@ CLAIM_STATEMENTS: tuple[str, ...] = (
         PERFORM set_config('synchronous_commit', 'off', true);  -- (nothing here needs a WAL flush)
         PERFORM pg_advisory_xact_lock(
             hashtextextended({_QUEUE_KEY.format(agent="p_agent", purpose="p_purpose", key="p_key")}, 0));
+        IF p_release IS NOT NULL THEN
+            DELETE FROM claim_tickets t WHERE t.id = p_release AND {_SAME_QUEUE};
+            IF FOUND AND EXISTS (SELECT 1 FROM claim_tickets t WHERE {_SAME_QUEUE}) THEN
+                PERFORM pg_notify('{NOTIFY_CHANNEL}', md5(
+                    {_QUEUE_KEY.format(agent="p_agent", purpose="p_purpose", key="p_key")}));
+            END IF;
+        END IF;
         SELECT max(t.expires_at) FILTER (WHERE t.granted), min(t.id), min(t.expires_at)
           INTO v_holder_until, v_first, v_oldest
           FROM claim_tickets t WHERE {_SAME_QUEUE} AND t.id IS DISTINCT FROM p_ticket;
@@ -141,7 +151,7 @@ CLAIM_STATEMENTS: tuple[str, ...] = (
     "CREATE SEQUENCE lease_tokens",
 )
 
-CLAIM = "SELECT * FROM agentd_claim(%s, %s, %s, %s, %s, %s)"
+CLAIM = "SELECT * FROM agentd_claim(%s, %s, %s, %s, %s, %s, %s)"
 RELEASE = "SELECT agentd_release(%s)"
 RENEW = (
     "UPDATE claim_tickets SET expires_at = clock_timestamp() + %s * interval '1 second'"

@@ -10,8 +10,9 @@ through a lease, so a model call may take longer than a lease.
 
 Leaving gives the ticket back without waiting for the database: what the claim covered is committed
 (or refused) already, so the reply need not wait for the release's round trip. The release is on its
-way at once (others waiting are notified when it commits); the next claim of the same conversation
-by this process waits for it first, so it never queues behind its own last ticket.
+way at once (others waiting are notified when it commits); a claim of the same conversation by this
+process that comes before it has run (the next message of a burst) gives that ticket back itself, in
+its own round trip, so it never queues behind its own last ticket nor waits for the release.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ class ClaimQueue:
         self.poll_s = min(MAX_POLL_S, lease_s / 3)
         self._tickets: set[int] = set()  # held or waiting: renewed by the heartbeat
         self._held: set[int] = set()  # granted, with their claim's block still running
-        self._releasing: dict[str, asyncio.Future[Any]] = {}  # by queue digest
+        self._releasing: dict[str, tuple[asyncio.Future[Any], int]] = {}  # by queue digest: (job, ticket)
         self._heartbeat: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -75,18 +76,18 @@ class ClaimQueue:
         await stopped(self._heartbeat)
         self._heartbeat = None
         if self._releasing:
-            await asyncio.wait(list(self._releasing.values()))
+            await asyncio.wait([future for future, _ in self._releasing.values()])
 
     @contextlib.asynccontextmanager
     async def claim(self, agent_id: int, agent: str, key: str, purpose: str) -> AsyncIterator[Claim]:
         digest = queue_digest(agent_id, purpose, key)
+        # this process's last ticket of the conversation, if its release may still be on its way
         releasing = self._releasing.get(digest)
-        if releasing is not None:
-            await asyncio.wait([releasing])  # (this process's last ticket of the conversation)
+        last = releasing[1] if releasing is not None and not releasing[0].done() else None
         woken = self._wakeups.watch(digest)
         ticket: int | None = None
         try:
-            grant = await self._try(agent_id, key, purpose, None)
+            grant = await self._try(agent_id, key, purpose, None, last)
             ticket = grant.ticket
             while not grant.granted:
                 # until the holder's lease would run out (then it is taken over), a release, or the poll
@@ -113,10 +114,13 @@ class ClaimQueue:
         over: such a write is not under any claim, and is not fenced."""
         return ticket in self._held
 
-    async def _try(self, agent_id: int, key: str, purpose: str, ticket: int | None) -> Grant:
-        """One try for the lease; the ticket joins the heartbeat as soon as the thread has it, and a
-        try cancelled mid-way gives its ticket back once the database has answered."""
-        args = (agent_id, key, purpose, self.daemon, self.lease_s, ticket)
+    async def _try(
+        self, agent_id: int, key: str, purpose: str, ticket: int | None, release: int | None = None
+    ) -> Grant:
+        """One try for the lease (giving `release` back first); the ticket joins the heartbeat as
+        soon as the thread has it, and a try cancelled mid-way gives its ticket back once the
+        database has answered."""
+        args = (agent_id, key, purpose, self.daemon, self.lease_s, ticket, release)
 
         def job(conn: psycopg.Connection[Any]) -> Grant:
             row = conn.execute(CLAIM, args).fetchone()
@@ -140,11 +144,11 @@ class ClaimQueue:
         itself when its lease runs out."""
         self._tickets.discard(ticket)
         future = self._executor.submit(lambda conn: conn.execute(RELEASE, (ticket,)))
-        self._releasing[digest] = future
+        self._releasing[digest] = (future, ticket)
         future.add_done_callback(lambda done: self._released(digest, done))
 
     def _released(self, digest: str, future: asyncio.Future[Any]) -> None:
-        if self._releasing.get(digest) is future:
+        if self._releasing.get(digest, (None,))[0] is future:
             del self._releasing[digest]
         if not future.cancelled() and future.exception() is not None:
             log.warning(
