@@ -14,6 +14,7 @@ from agentd.cli.init import cmd_init
 from agentd.cli.local import cmd_forget_episodes, cmd_inspect
 from agentd.cli.logs import LOG_FORMATS, LOG_LEVELS, configure_logging
 from agentd.cli.reports import cmd_audit, cmd_memories, cmd_runs
+from agentd.cli.store import add_store_parser
 from agentd.cli.tools import cmd_tools
 from agentd.config.folder import check_agents
 from agentd.errors import AgentdError
@@ -142,6 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
     common(forget)
     forget.add_argument("--config", type=Path, default=None)
     forget.set_defaults(func=cmd_forget_episodes)
+    add_store_parser(sub)
     return p
 
 

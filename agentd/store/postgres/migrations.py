@@ -217,10 +217,25 @@ APPROVALS: tuple[str, ...] = (
     "CREATE INDEX approvals_open ON approvals (agent_id, created_at, id) WHERE state IS NOT NULL",
 )
 
+COPIED_ROWS: tuple[str, ...] = (
+    # What `agentd store copy` brought here from each agent's SQLite file (agentd/store/copy_plan.py):
+    # a row's key there (its id in the file, or its natural key) and, for a row the file numbered
+    # itself, the id it got here. Copying again compares instead of copying twice, and a row deleted
+    # here since stays deleted.
+    f"""CREATE TABLE copied_rows (
+        agent_id bigint NOT NULL REFERENCES agents (id),
+        source_table text {C} NOT NULL,
+        source_key text {C} NOT NULL,
+        target_id bigint,
+        PRIMARY KEY (agent_id, source_table, source_key)
+    )""",
+)
+
 MIGRATIONS: list[tuple[str, tuple[str, ...]]] = [
     ("0001_initial", INITIAL),
     ("0002_claims", CLAIM_STATEMENTS),
     ("0003_approvals", APPROVALS),
+    ("0004_copied_rows", COPIED_ROWS),
 ]
 
 

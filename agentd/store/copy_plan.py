@@ -1,0 +1,378 @@
+"""Copying an agent's SQLite file into the PostgreSQL database (`agentd store copy`): which rows go,
+what they become there, and how what refers to them still does. No SQL here:
+agentd/store/sqlite/copy_out.py reads a file's tables, agentd/store/postgres/copy_in.py writes and
+verifies one agent's rows in one transaction, agentd/store/copy.py does it for a data folder.
+
+**Ids.** A file numbers its own threads, summaries, episodes and audit events from 1; in the database
+those ids come from sequences every agent shares, so each such row gets a new id from its table's
+sequence, in the file's order and at the file's distances (an episode's neighbours are the episodes
+of its conversation a few ids away), and the sequences are then past every copied id. Whatever refers
+to such a row is rewritten to its new id: messages, summaries, memory_state and runs name a thread, a
+paused run's state (approvals.state) too, /reset's audit event names the thread it emptied, and an
+episodic layer's last recall (memory_state.data) names episodes. A reference to a row that is no
+longer in the file (the thread of a deleted conversation, in a run) becomes null. What is not a
+number of the file's own stays as it is: run ids, approval ids, message seqs, keys and times.
+
+**Copying again.** Each copied row's key in the file (its id, or its natural key: a run's id, a
+memory's scope and key, a message's thread and seq) is recorded in the database (`copied_rows`, with
+the id it got). Copying again compares each row with the one it became: the same row is "already
+there"; a different one refuses the agent, naming the table, the key and the columns that differ
+(never their values), and nothing of that agent is written; a row deleted in the database since (a
+forgotten memory, a deleted conversation, an erased person's episodes) stays deleted. A row never
+copied whose natural key the database already holds (written there by a daemon) counts as already
+there when it is the same, and refuses when it differs, but for the agent's `created_at` identity,
+which becomes the earlier of the two (the agent existed since then).
+
+**Verifying.** Once an agent's rows are written, before its transaction commits, each table is read
+back: the rows the file's rows became must be there, as many as the file holds (less those deleted
+in the database since), each equal to what was expected column by column; a SHA-256 of each side's
+rows is reported beside the counts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentd.errors import OperatorError
+from agentd.store.records import RUN_COLUMNS
+
+Row = tuple[Any, ...]
+Allocate = Callable[[Sequence[int]], dict[int, int]]  # the file's ids -> new ids, order and distances kept
+
+
+class CopyRefused(OperatorError):
+    """The database holds a different row under a key of the file: nothing of the agent was copied."""
+
+
+@dataclass
+class Refs:
+    """What the rows copied so far became: the rows of later tables refer to them."""
+
+    threads: dict[int, int] = field(default_factory=dict)  # the file's thread id -> the database's
+    live_threads: set[int] = field(default_factory=set)  # those of them still in the database
+    episodes: dict[int, int] = field(default_factory=dict)
+
+    def thread(self, file_id: Any) -> int | None:
+        return None if file_id is None else self.threads.get(file_id)
+
+
+Rewrite = Callable[[dict[str, Any], Refs], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Table:
+    """One table as both backends hold it (the same name and columns; the database adds its own)."""
+
+    name: str
+    columns: tuple[str, ...]  # a numbered table's first column is the file's `id`
+    key: tuple[str, ...] = ("id",)
+    numbered: bool = False  # the file's ids are its own: the database gives each row a new one
+    threads: tuple[str, ...] = ()  # columns holding a thread id of the file
+    flags: tuple[str, ...] = ()  # booleans (0 and 1 in SQLite)
+    rewrite: Rewrite | None = None  # JSON columns that name ids of the file
+    order: tuple[str, ...] = ()  # the file's order of rows, when not its key's (rowid: insert order)
+
+    @property
+    def stored(self) -> tuple[str, ...]:
+        """The columns written and compared: all but a numbered table's id, which the database makes."""
+        return self.columns[1:] if self.numbered else self.columns
+
+    @property
+    def reading_order(self) -> tuple[str, ...]:
+        return self.order or self.key
+
+
+def _recalled_episodes(row: dict[str, Any], refs: Refs) -> None:
+    """An episodic layer's last recall lists the ids of the episodes it recalled (the inspector's)."""
+    data = json.loads(row["data"])
+    recalled = data.get("last_recall", {}).get("episodes") if isinstance(data, dict) else None
+    if not isinstance(recalled, list) or not recalled:
+        return
+    for episode in recalled:
+        if isinstance(episode, dict) and "id" in episode:
+            episode["id"] = refs.episodes.get(episode["id"])
+    row["data"] = json.dumps(data, separators=(",", ":"))  # (as the store writes it)
+
+
+def _reset_thread(row: dict[str, Any], refs: Refs) -> None:
+    """/reset's audit event names the thread whose transcript it deleted."""
+    if (row["kind"], row["action"]) != ("command", "reset"):
+        return
+    data = json.loads(row["data"])
+    if isinstance(data, dict) and "thread" in data:
+        data["thread"] = refs.thread(data["thread"])
+        row["data"] = json.dumps(data, separators=(",", ":"))
+
+
+def _paused_run_thread(row: dict[str, Any], refs: Refs) -> None:
+    """A paused run's state holds its run record, with the thread the run belongs to."""
+    if row["state"] is None:
+        return
+    state = json.loads(row["state"])
+    run = state.get("run") if isinstance(state, dict) else None
+    if isinstance(run, dict) and run.get("thread_id") is not None:
+        run["thread_id"] = refs.thread(run["thread_id"])
+        row["state"] = json.dumps(state, separators=(",", ":"), ensure_ascii=False)
+
+
+THREADS = Table(
+    "threads",
+    ("id", "conversation_key", "status", "created_at", "ended_at", "last_input_tokens", "last_tokens_estimated"),
+    numbered=True,
+    flags=("last_tokens_estimated",),
+)
+EPISODES = Table(
+    "episodes",
+    ("id", "partition", "conversation_key", "text", "importance", "created_at", "run_id", "embedder", "vector"),
+    numbered=True,
+)
+# In copying order: a table comes after those its rows refer to.
+TABLES: tuple[Table, ...] = (
+    Table("identity", ("key", "value"), key=("key",)),
+    THREADS,
+    Table(
+        "messages",
+        ("thread_id", "seq", "role", "user_id", "body", "run_id", "created_at", "compacted"),
+        key=("thread_id", "seq"),
+        threads=("thread_id",),
+        flags=("compacted",),
+    ),
+    Table(
+        "summaries",
+        ("id", "thread_id", "upto_seq", "text", "run_id", "created_at"),
+        numbered=True,
+        threads=("thread_id",),
+    ),
+    EPISODES,
+    Table(
+        "memory_state",
+        ("thread_id", "layer", "data", "upto_seq", "updated_at"),
+        key=("thread_id", "layer"),
+        threads=("thread_id",),
+        rewrite=_recalled_episodes,
+    ),
+    Table("runs", RUN_COLUMNS, threads=("thread_id",), flags=("tokens_estimated",), order=("rowid",)),
+    Table(
+        "audit",
+        ("id", "ts", "agent", "kind", "action", "conversation_key", "run_id", "data", "daemon"),
+        numbered=True,
+        rewrite=_reset_thread,
+    ),
+    Table("memories", ("scope", "key", "value", "created_at", "updated_at", "run_id"), key=("scope", "key")),
+    Table(
+        "facts",
+        ("partition", "key", "value", "confidence", "source", "created_at", "updated_at", "run_id"),
+        key=("partition", "key"),
+    ),
+    Table(
+        "inbound_events",
+        ("channel", "event_id", "conversation_key", "run_id", "received_at"),
+        key=("channel", "event_id"),
+    ),
+    Table(
+        "approvals",
+        (
+            "id",
+            "conversation_key",
+            "run_id",
+            "tool",
+            "server",
+            "args",
+            "shown_args",
+            "requested_by",
+            "approvers",
+            "created_at",
+            "expires_at",
+            "status",
+            "decided_by",
+            "decided_at",
+            "state",
+        ),
+        rewrite=_paused_run_thread,
+        order=("rowid",),
+    ),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Placed:
+    """A row of the file as the database is to hold it."""
+
+    source_key: str  # its key in the file, as copied_rows records it
+    source_id: int | None  # a numbered row's id in the file
+    row: Row  # the table's stored columns
+    key: Row  # a natural key as the database holds it (thread ids rewritten); () for numbered rows
+
+
+def key_text(values: Iterable[Any]) -> str:
+    return json.dumps(list(values), ensure_ascii=False, separators=(",", ":"))
+
+
+def place(table: Table, values: Row, refs: Refs) -> Placed | None:
+    """The database's version of a row of the file; None when its thread was deleted in the database
+    since an earlier copy (the row went with it)."""
+    row = dict(zip(table.columns, values, strict=True))
+    source_key = key_text(row[c] for c in table.key)
+    for column in table.threads:
+        if row[column] is None:
+            continue
+        mapped = refs.thread(row[column])
+        if column in table.key and (mapped is None or mapped not in refs.live_threads):
+            return None
+        row[column] = mapped
+    for column in table.flags:
+        row[column] = bool(row[column])
+    if table.rewrite is not None:
+        table.rewrite(row, refs)
+    source_id = row["id"] if table.numbered else None
+    key = () if table.numbered else tuple(row[c] for c in table.key)
+    return Placed(source_key, source_id, tuple(row[c] for c in table.stored), key)
+
+
+def describe_key(table: Table, source_key: str) -> str:
+    """A row's key in the file, for a message: `memories (scope '', key 'city')`."""
+    values = json.loads(source_key)
+    names = ("id",) if table.numbered else table.key
+    return f"{table.name} ({', '.join(f'{n} {v!r}' for n, v in zip(names, values, strict=True))})"
+
+
+def differing(table: Table, ours: Row, theirs: Row) -> list[str]:
+    return [c for c, a, b in zip(table.stored, ours, theirs, strict=True) if a != b]
+
+
+def reconciled(table: Table, ours: Row, theirs: Row) -> Row | None:
+    """The row to keep when the file's and the database's differ but may both be right, else None:
+    the agent's creation time, the earlier of the two."""
+    if table.name != "identity" or ours[0] != "created_at":
+        return None
+    try:
+        return min(ours, theirs, key=lambda row: float(row[1]))
+    except ValueError:
+        return None
+
+
+def digest(rows: Iterable[Row]) -> str:
+    """SHA-256 over the rows in a fixed order, each as its exact Python repr (floats to the last bit)."""
+    h = hashlib.sha256()
+    for text in sorted(repr(row) for row in rows):
+        h.update(text.encode())
+        h.update(b"\n")
+    return h.hexdigest()
+
+
+@dataclass
+class TableCopy:
+    """What copying one table of one agent did."""
+
+    table: str
+    in_file: int = 0
+    copied: int = 0  # written now
+    already: int = 0  # in the database already, the same
+    deleted_since: int = 0  # copied before, deleted in the database since: left deleted
+    verified: int = 0  # read back after writing, equal to what the file says
+    digest: str = ""  # SHA-256 of the verified rows (the same on both sides, or the copy fails)
+
+
+@dataclass
+class TablePlan:
+    """What to write for one table, and what the database must then hold."""
+
+    table: Table
+    counts: TableCopy
+    inserts: list[tuple[int | None, Placed]] = field(default_factory=list)  # (new id, row)
+    updates: list[Placed] = field(default_factory=list)  # natural-key rows to overwrite (reconciled)
+    adopted: list[tuple[str, int | None]] = field(default_factory=list)  # found already there, recorded
+    expected: dict[Any, Row] = field(default_factory=dict)  # by the database's key: id, or natural key
+
+
+def plan_table(
+    table: Table,
+    file_rows: Sequence[Row],
+    refs: Refs,
+    copied: Mapping[str, int | None],
+    existing: Mapping[Any, Row],
+    allocate: Allocate,
+) -> TablePlan:
+    """Compare the file's rows with what the database holds (`existing`, by id or natural key) and
+    what was copied before (`copied`: source key -> id); refuse on a difference. `refs` learns what
+    this table's rows became."""
+    plan = TablePlan(table, TableCopy(table.name, in_file=len(file_rows)))
+    placed = [place(table, values, refs) for values in file_rows]
+    rows = [p for p in placed if p is not None]
+    plan.counts.deleted_since = len(placed) - len(rows)
+    new_ids: dict[int, int] = {}
+    if table.numbered:
+        new_ids = allocate([p.source_id for p in rows if p.source_id is not None and p.source_key not in copied])
+    for p in rows:
+        if table.numbered:
+            assert p.source_id is not None
+            target = copied.get(p.source_key)
+            if target is None:
+                target = new_ids[p.source_id]
+                plan.inserts.append((target, p))
+                plan.expected[target] = p.row
+            elif target in existing:
+                _compare(plan, p, existing[target], target)
+            else:
+                plan.counts.deleted_since += 1
+            _learn(table, refs, p.source_id, target, live=target in plan.expected)
+            continue
+        theirs = existing.get(p.key)
+        if theirs is None:
+            if p.source_key in copied:
+                plan.counts.deleted_since += 1
+            else:
+                plan.inserts.append((None, p))
+                plan.expected[p.key] = p.row
+            continue
+        _compare(plan, p, theirs, p.key)
+        if p.source_key not in copied:
+            plan.adopted.append((p.source_key, None))
+    plan.counts.copied = len(plan.inserts)
+    if table is THREADS:
+        _refuse_second_active_thread(plan, existing)
+    return plan
+
+
+def _compare(plan: TablePlan, p: Placed, theirs: Row, key: Any) -> None:
+    table = plan.table
+    if theirs == p.row:
+        plan.counts.already += 1
+        plan.expected[key] = p.row
+        return
+    kept = reconciled(table, p.row, theirs)
+    if kept is None:
+        raise CopyRefused(
+            f"{describe_key(table, p.source_key)}: the database holds a different row "
+            f"({', '.join(differing(table, p.row, theirs))} differ)"
+        )
+    plan.expected[key] = kept
+    if kept == theirs:
+        plan.counts.already += 1
+    else:
+        plan.updates.append(p)
+
+
+def _learn(table: Table, refs: Refs, source_id: int, target: int, *, live: bool) -> None:
+    if table is THREADS:
+        refs.threads[source_id] = target
+        if live:
+            refs.live_threads.add(target)
+    elif table is EPISODES:
+        refs.episodes[source_id] = target
+
+
+def _refuse_second_active_thread(plan: TablePlan, existing: Mapping[Any, Row]) -> None:
+    """A conversation has one active thread: a new one of the file must not meet one made here."""
+    status = THREADS.stored.index("status")
+    active_here = {row[0]: key for key, row in existing.items() if row[status] == "active"}
+    for target, p in plan.inserts:
+        if p.row[status] == "active" and p.row[0] in active_here:
+            raise CopyRefused(
+                f"{describe_key(THREADS, p.source_key)}: conversation {p.row[0]!r} already has an active "
+                f"thread in the database (id {active_here[p.row[0]]}) that was not copied from this file"
+            )

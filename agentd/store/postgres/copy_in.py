@@ -1,0 +1,187 @@
+"""Writing one agent's rows from its SQLite file into the database, then checking them: the PostgreSQL
+half of `agentd store copy` (agentd/store/copy_plan.py says what is copied and what it becomes).
+
+One transaction per agent, under an advisory lock on the agent's name, so two copies at once take
+turns (the second finds everything there). Rows go in with COPY, in the file's order, so the
+database numbers them as the file did (runs.n too). The daemons sharing the database learn of the
+copy as of any other write: the agent's memories_version moves when memories were written, each
+partition's episode counter when episodes were (the copied rows carry its new value, so every
+daemon's vector index takes them in), and a thread that got rows moves its versions, so a daemon
+holding it in memory reads it again at its next claim.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import psycopg
+
+from agentd.errors import StoreError
+from agentd.store.copy_plan import (
+    EPISODES,
+    TABLES,
+    Refs,
+    Row,
+    Table,
+    TableCopy,
+    TablePlan,
+    digest,
+    plan_table,
+)
+
+COPY_LOCK = 0x636F7079  # "copy": pg_advisory_xact_lock(COPY_LOCK, hashtext(agent name))
+THREAD_PARTS = ("messages", "summaries", "memory_state")  # what a daemon's cached thread holds
+ReadTable = Callable[[Table], Sequence[Row]]
+
+
+def copy_agent(
+    conn: psycopg.Connection[Any], agent: str, read: ReadTable, on_table: Callable[[TableCopy], None]
+) -> list[TableCopy]:
+    """Copy every table of one agent (`read(table)`: the file's rows) in one transaction; a CopyRefused
+    or a failed verification rolls all of it back. `conn` is in autocommit mode."""
+    done: list[TableCopy] = []
+    with conn.transaction():
+        agent_id = _agent_id(conn, agent)
+        conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (COPY_LOCK, agent))
+        refs = Refs()
+        touched: set[int] = set()
+        for table in TABLES:
+            plan = plan_table(
+                table,
+                read(table),
+                refs,
+                _copied(conn, agent_id, table),
+                _existing(conn, agent_id, table),
+                lambda ids, table=table: _allocate(conn, table, ids),  # type: ignore[misc]
+            )
+            _write(conn, agent_id, plan)
+            if table.name in THREAD_PARTS:
+                touched.update(p.row[table.stored.index("thread_id")] for _, p in plan.inserts)
+            if table.name == "memories" and (plan.inserts or plan.updates):
+                conn.execute("UPDATE agents SET memories_version = memories_version + 1 WHERE id = %s", (agent_id,))
+            _verify(conn, agent_id, plan, agent)
+            on_table(plan.counts)
+            done.append(plan.counts)
+        if touched:
+            conn.execute(
+                "UPDATE threads SET version = version + 1, layers_version = layers_version + 1"
+                " WHERE agent_id = %s AND id = ANY(%s)",
+                (agent_id, sorted(touched)),
+            )
+    return done
+
+
+def _agent_id(conn: psycopg.Connection[Any], agent: str) -> int:
+    row = conn.execute(
+        "INSERT INTO agents (name, created_at) VALUES (%s, extract(epoch FROM now()))"
+        " ON CONFLICT (name) DO UPDATE SET name = excluded.name RETURNING id",
+        (agent,),
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _copied(conn: psycopg.Connection[Any], agent_id: int, table: Table) -> dict[str, int | None]:
+    found = conn.execute(
+        "SELECT source_key, target_id FROM copied_rows WHERE agent_id = %s AND source_table = %s",
+        (agent_id, table.name),
+    )
+    return dict(found.fetchall())
+
+
+def _existing(conn: psycopg.Connection[Any], agent_id: int, table: Table) -> dict[Any, Row]:
+    """The agent's rows of `table` in the database: by id (a numbered table), else by natural key."""
+    columns = ", ".join(table.stored)
+    if table.numbered:
+        found = conn.execute(f"SELECT id, {columns} FROM {table.name} WHERE agent_id = %s", (agent_id,))  # type: ignore[arg-type]
+        return {row[0]: _as_stored(row[1:]) for row in found}
+    found = conn.execute(f"SELECT {columns} FROM {table.name} WHERE agent_id = %s", (agent_id,))  # type: ignore[arg-type]
+    at = [table.stored.index(c) for c in table.key]
+    return {tuple(row[i] for i in at): _as_stored(row) for row in found}
+
+
+def _as_stored(row: Sequence[Any]) -> Row:
+    return tuple(bytes(v) if isinstance(v, memoryview) else v for v in row)
+
+
+def _allocate(conn: psycopg.Connection[Any], table: Table, ids: Sequence[int]) -> dict[int, int]:
+    """New ids from the table's sequence for the file's `ids`: in their order, at their distances
+    (one number drawn for every id from the lowest to the highest); the sequence is then past them."""
+    if not ids:
+        return {}
+    low, high = min(ids), max(ids)
+    drawn = conn.execute(
+        "SELECT nextval(pg_get_serial_sequence(%s, 'id')) FROM generate_series(1, %s)",
+        (table.name, high - low + 1),
+    )
+    numbers = sorted(row[0] for row in drawn)
+    return {i: numbers[i - low] for i in ids}
+
+
+def _write(conn: psycopg.Connection[Any], agent_id: int, plan: TablePlan) -> None:
+    table = plan.table
+    if plan.inserts:
+        columns = ["agent_id", *table.stored]
+        rows: list[Row] = [(agent_id, *p.row) for _, p in plan.inserts]
+        if table.numbered:
+            columns.insert(0, "id")
+            rows = [(target, *row) for (target, _), row in zip(plan.inserts, rows, strict=True)]
+        if table is EPISODES:
+            columns.append("change")
+            rows = _stamp_changes(conn, agent_id, rows, columns.index("partition"))
+        _copy_rows(conn, table.name, columns, rows)
+    for p in plan.updates:
+        kept = plan.expected[p.key]
+        others = [c for c in table.stored if c not in table.key]
+        conn.execute(
+            f"UPDATE {table.name} SET ({', '.join(others)}) = ROW({', '.join(['%s'] * len(others))})"  # type: ignore[arg-type]
+            f" WHERE agent_id = %s AND {' AND '.join(f'{c} = %s' for c in table.key)}",
+            (*(kept[table.stored.index(c)] for c in others), agent_id, *p.key),
+        )
+    recorded = [(key, target) for key, target in plan.adopted]
+    recorded += [(p.source_key, target) for target, p in plan.inserts]
+    _copy_rows(
+        conn,
+        "copied_rows",
+        ["agent_id", "source_table", "source_key", "target_id"],
+        [(agent_id, table.name, key, target) for key, target in recorded],
+    )
+
+
+def _stamp_changes(conn: psycopg.Connection[Any], agent_id: int, rows: list[Row], at: int) -> list[Row]:
+    """Move the counter of each partition the episodes go to (in sorted order, as every writer locks
+    them) and stamp the rows with it (agentd/store/postgres/episodes.py says why)."""
+    change: dict[str, int] = {}
+    for partition in sorted({row[at] for row in rows}):
+        moved = conn.execute(
+            "INSERT INTO episode_partitions (agent_id, partition, change) VALUES (%s, %s, 1)"
+            " ON CONFLICT (agent_id, partition) DO UPDATE SET change = episode_partitions.change + 1"
+            " RETURNING change",
+            (agent_id, partition),
+        ).fetchone()
+        assert moved is not None
+        change[partition] = moved[0]
+    return [(*row, change[row[at]]) for row in rows]
+
+
+def _copy_rows(conn: psycopg.Connection[Any], table: str, columns: Sequence[str], rows: Sequence[Row]) -> None:
+    if not rows:
+        return
+    with conn.cursor() as cur, cur.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:  # type: ignore[arg-type]
+        for row in rows:
+            copy.write_row(row)
+
+
+def _verify(conn: psycopg.Connection[Any], agent_id: int, plan: TablePlan, agent: str) -> None:
+    """Read the table back: every row the file's rows became, as expected, and as many."""
+    found = _existing(conn, agent_id, plan.table)
+    expected = plan.expected
+    matched = [found[key] for key, row in expected.items() if found.get(key) == row]
+    if len(matched) != len(expected) or digest(matched) != digest(expected.values()):
+        raise StoreError(
+            f"agent {agent}: {plan.table.name}: {len(expected) - len(matched)} of {len(expected)} rows "
+            "read back differ from what was written; nothing of this agent was copied"
+        )
+    plan.counts.verified = len(matched)
+    plan.counts.digest = digest(matched)
