@@ -10,7 +10,8 @@
         ├── ModelPaused        a memory model that keeps failing is left alone for a while
         └── StoreError         the agent's data could not be read or written
             ├── NewerSchema    the data was written by a newer agentd: upgrade agentd
-            └── LeaseLost      another daemon took the conversation over: this write was refused
+            ├── LeaseLost      another daemon took the conversation over: this write was refused
+            └── NotStored      nothing of this agent is stored (a read-only look creates nothing)
 
 `ToolError` is not an AgentdError: it is the normal way a tool tells the model
 that a call was refused, and it becomes a tool result the model can read.
@@ -156,6 +157,10 @@ class NewerSchema(StoreError):
 class LeaseLost(StoreError):
     """A daemon sharing the store took the conversation over (this one stopped renewing its lease, for
     longer than the lease lasts): the write was refused and nothing of it was kept."""
+
+
+class NotStored(StoreError):
+    """A store opened read-only holds nothing of the agent: no SQLite file, no row in the database."""
 
 
 class ToolError(Exception):

@@ -17,7 +17,7 @@ from agentd.cli.settings import settings_of
 from agentd.config.folder import find_agent_file
 from agentd.config.loader import parse_agent
 from agentd.config.models import AgentSpec, DaemonSpec
-from agentd.daemon.resources import Resources
+from agentd.daemon.resources import Resources, store_url_of
 from agentd.engine.agent import Agent
 from agentd.errors import AgentdError, ConfigError
 from agentd.events import InboundEvent, Reply, is_conversation_key
@@ -91,15 +91,17 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         )
         return 2
     data_file = args.data / f"{args.agent}.sqlite"
-    if find_agent_file(args.agents, args.agent) is not None and not data_file.exists():
+    shared = store_url_of(settings_of(args)) is not None
+    if not shared and find_agent_file(args.agents, args.agent) is not None and not data_file.exists():
         print(f"agentd: no data file {data_file} (has agent {args.agent!r} run yet?)", file=sys.stderr)
         return 1
 
     async def look(agent: Agent) -> dict[str, Any]:
         return await agent.inspect(args.key)
 
-    # beside a running daemon the file is its own: read it, write nothing
-    inspected = run_with_agent(args, look, readonly=probe(args.data) is not None)
+    # Beside a running daemon the file is its own: read it, write nothing. A PostgreSQL store may have
+    # daemons anywhere, so it is only ever read (an agent with nothing stored there is NotStored).
+    inspected = run_with_agent(args, look, readonly=shared or probe(args.data) is not None)
     if args.json:
         print(json.dumps(inspected, indent=2, ensure_ascii=False, default=str))
     else:

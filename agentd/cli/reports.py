@@ -7,11 +7,11 @@ import asyncio
 import json
 from collections.abc import Callable
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any, TypeVar
 
-from agentd.config.loader import parse_daemon
+from agentd.cli.settings import settings_of
 from agentd.daemon.resources import DAEMON_STORE, Resources
+from agentd.errors import NotStored
 from agentd.messages import MESSAGE_ADAPTER, render_message
 from agentd.store.queries import AuditEvents, Memories, Query, Runs
 
@@ -19,36 +19,35 @@ T = TypeVar("T")
 
 
 def read_agent_data(args: argparse.Namespace, query: Query[T]) -> T:
-    """Answer one query from args.agent's data, read-only (safe beside a running daemon)."""
-    answer = _read(args, args.agent, query)
-    if answer is None:
-        raise SystemExit(
-            f"agentd: no data file {_data_file(args, args.agent)} (has agent {args.agent!r} run yet?)"
-        )
-    return answer[0]
+    """Answer one query from args.agent's data, read-only (safe beside running daemons)."""
+    [answer] = _read(args, [args.agent], query)
+    if isinstance(answer, NotStored):
+        raise SystemExit(f"agentd: {answer} (has agent {args.agent!r} run yet?)")
+    return answer
 
 
-def _data_file(args: argparse.Namespace, name: str) -> Path:
-    return args.data / f"{name}.sqlite"
+def _read(args: argparse.Namespace, names: list[str], query: Query[T]) -> list[T | NotStored]:
+    """The answer from each store of `names` (an agent's, or the daemon's own), read-only: its SQLite
+    file in the data folder, or its rows in the PostgreSQL database of agentd.yaml's store.url (or
+    AGENTD_STORE_URL). NotStored for a store holding nothing yet; nothing is ever created."""
+    settings = settings_of(args)
 
-
-def _read(args: argparse.Namespace, name: str, query: Query[T]) -> tuple[T] | None:
-    """The answer from the store `name` (an agent's, or the daemon's own), read-only; None when it has
-    no data file."""
-    if not _data_file(args, name).exists():
-        return None
-    settings = parse_daemon(args.agents.parent / "agentd.yaml")
-
-    async def go() -> T:
-        async with Resources(settings, args.data) as resources:
-            store = resources.store(name, readonly=True)
+    async def answer(resources: Resources, name: str) -> T | NotStored:
+        store = resources.store(name, readonly=True)
+        try:
             await store.open()
-            try:
-                return await store.read(query)
-            finally:
-                await store.close()
+        except NotStored as e:
+            return e
+        try:
+            return await store.read(query)
+        finally:
+            await store.close()
 
-    return (asyncio.run(go()),)
+    async def go() -> list[T | NotStored]:
+        async with Resources(settings, args.data) as resources:
+            return [await answer(resources, name) for name in names]
+
+    return asyncio.run(go())
 
 
 def _print_rows(rows: list[dict[str, Any]], as_json: bool, line: Callable[[dict[str, Any]], str]) -> int:
@@ -70,10 +69,12 @@ def cmd_audit(args: argparse.Namespace) -> int:
     """The agent's own trail and the daemon's events about it (config: loaded, rejected, removed...),
     also once its file is gone."""
     query = AuditEvents(args.agent, args.kind, None, args.limit)
-    own, daemons = _read(args, args.agent, query), _read(args, DAEMON_STORE, query)
-    if own is None and not (daemons and daemons[0]):
-        raise SystemExit(f"agentd: no audit events of agent {args.agent!r} in {args.data}")
-    rows = sorted([*(own[0] if own else []), *(daemons[0] if daemons else [])], key=lambda r: r["ts"])
+    own, daemons = _read(args, [args.agent, DAEMON_STORE], query)
+    own_rows = [] if isinstance(own, NotStored) else own
+    daemon_rows = [] if isinstance(daemons, NotStored) else daemons
+    if isinstance(own, NotStored) and not daemon_rows:
+        raise SystemExit(f"agentd: no audit events of agent {args.agent!r} ({own})")
+    rows = sorted([*own_rows, *daemon_rows], key=lambda r: r["ts"])
     rows = rows[-args.limit :]
     return _print_rows(
         rows,

@@ -36,7 +36,9 @@ def add_store_parser(sub: Any) -> None:
     )
     copy.add_argument("--agents", type=Path, default=Path("agents"), help="agents folder (default: ./agents)")
     copy.add_argument("--data", type=Path, default=Path("data"), help="data folder (default: ./data)")
-    copy.add_argument("--config", type=Path, default=None, help="default: agentd.yaml beside the agents folder")
+    copy.add_argument(
+        "--config", type=Path, default=None, help="default: agentd.yaml beside the agents folder"
+    )
     copy.set_defaults(func=cmd_store_copy)
     store.set_defaults(func=lambda args: store.print_help() or 2)
 
@@ -51,7 +53,9 @@ def cmd_store_copy(args: argparse.Namespace) -> int:
         from agentd.store.copy import copy_folder
         from agentd.store.postgres.connection import label_of
     except ImportError as e:
-        raise OperatorError(f"copying needs the PostgreSQL driver ({e}): pip install 'agentd[postgres]'") from None
+        raise OperatorError(
+            f"copying needs the PostgreSQL driver ({e}): pip install 'agentd[postgres]'"
+        ) from None
     holder = probe(args.data)
     if holder is not None:
         print(

@@ -20,7 +20,8 @@ from agentd.store.records import RunRecord
 
 # A turn is a model call or a few (plus tools): tens of milliseconds offline, up to minutes remote.
 TURN_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
-# A group commit is one transaction on the store thread: well under a millisecond to a slow fsync.
+# A group commit is one transaction on the store thread: well under a millisecond to a slow fsync
+# (on PostgreSQL a write batch's transaction: a round trip or two to the database).
 COMMIT_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1)
 NO_CHANNEL = "none"  # a run that belongs to no conversation (a sweep, say)
 
@@ -95,7 +96,8 @@ class Metrics:
             "agentd_store_commit_duration_seconds",
             (),
             COMMIT_BUCKETS,
-            "Store transactions (one group commit of one agent file) on the store thread.",
+            "Store transactions (one group commit of one agent file on the store thread; on PostgreSQL,"
+            " one write batch's transaction).",
         )
         r.register(_FleetCollector(agents))
         r.register(_HeldCollector(held))

@@ -4,8 +4,9 @@ The engine already writes every run it makes (a turn, a command, a compaction, a
 fold...) through its store, so the daemon hands each agent an `ObservedStore`: the
 agent's own store, which reports the runs of each write once it has committed.
 Model calls are timed by the provider registry (`TimedProvider`) and commits by the
-store executor. From these come the one INFO line per run and the metrics; the
-engine itself only names the run its task is working on (`current_run`).
+store executor (SQLite's, or PostgreSQL's). From these come the one INFO line per run
+and the metrics; the engine itself only names the run its task is working on
+(`current_run`).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ class Observer(Protocol):
     def model_call(self, provider: str, purpose: str, seconds: float, outcome: str) -> None: ...
 
     def store_commit(self, seconds: float) -> None:
-        """Called on the store thread."""
+        """Called on a store thread (SQLite's, or one of PostgreSQL's)."""
         ...
 
 

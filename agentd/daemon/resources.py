@@ -47,6 +47,11 @@ STORE_URL_ENV = "AGENTD_STORE_URL"  # the store.url setting, when agentd.yaml do
 _FROM_SETTINGS: Any = object()
 
 
+def store_url_of(settings: DaemonSpec) -> str | None:
+    """The PostgreSQL database agentd.yaml (store.url) or the environment names; None: SQLite files."""
+    return settings.store.url or os.environ.get(STORE_URL_ENV) or None
+
+
 class Resources:
     """An async context manager: opened once per process, closed after every agent it built."""
 
@@ -84,7 +89,7 @@ class Resources:
 
     @property
     def store_url(self) -> str | None:
-        return self.settings.store.url or os.environ.get(STORE_URL_ENV) or None
+        return store_url_of(self.settings)
 
     async def __aenter__(self) -> Resources:
         try:
@@ -125,6 +130,8 @@ class Resources:
                 "pip install 'agentd[postgres]'"
             ) from None
         backend = PostgresBackend(url, daemon=self.daemon_id, lease_s=self.settings.store.lease_s)
+        if self.observer is not None:
+            backend.executor.on_commit = self.observer.store_commit
         self.postgres = await self._stack.enter_async_context(backend)
         self.leases = backend.leases  # (bot connections: one daemon of those sharing the database)
 

@@ -59,7 +59,9 @@ def agent_files(data_dir: Path, names: Sequence[str] = ()) -> list[tuple[str, Pa
     return sorted(found.items())
 
 
-def copy_folder(data_dir: Path, url: str, names: Sequence[str] = (), on_table: OnTable | None = None) -> list[AgentCopy]:
+def copy_folder(
+    data_dir: Path, url: str, names: Sequence[str] = (), on_table: OnTable | None = None
+) -> list[AgentCopy]:
     """Copy the agents' files of `data_dir` (or only `names`) into the database at `url`."""
     files = agent_files(data_dir, names)
     label = label_of(url)

@@ -1,17 +1,8 @@
-"""Copying an agent's SQLite file into the PostgreSQL database (`agentd store copy`): which rows go,
-what they become there, and how what refers to them still does. No SQL here:
+"""Copying an agent's SQLite file into the PostgreSQL database (`agentd store copy`): comparing each
+row of the file with what the database holds, and what to write. No SQL here:
+agentd/store/copy_tables.py says which tables go and how ids are carried over,
 agentd/store/sqlite/copy_out.py reads a file's tables, agentd/store/postgres/copy_in.py writes and
 verifies one agent's rows in one transaction, agentd/store/copy.py does it for a data folder.
-
-**Ids.** A file numbers its own threads, summaries, episodes and audit events from 1; in the database
-those ids come from sequences every agent shares, so each such row gets a new id from its table's
-sequence, in the file's order and at the file's distances (an episode's neighbours are the episodes
-of its conversation a few ids away), and the sequences are then past every copied id. Whatever refers
-to such a row is rewritten to its new id: messages, summaries, memory_state and runs name a thread, a
-paused run's state (approvals.state) too, /reset's audit event names the thread it emptied, and an
-episodic layer's last recall (memory_state.data) names episodes. A reference to a row that is no
-longer in the file (the thread of a deleted conversation, in a run) becomes null. What is not a
-number of the file's own stays as it is: run ids, approval ids, message seqs, keys and times.
 
 **Copying again.** Each copied row's key in the file (its id, or its natural key: a run's id, a
 memory's scope and key, a message's thread and seq) is recorded in the database (`copied_rows`, with
@@ -38,164 +29,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentd.errors import OperatorError
-from agentd.store.records import RUN_COLUMNS
+from agentd.store.copy_tables import EPISODES, THREADS, Refs, Row, Table
 
-Row = tuple[Any, ...]
 Allocate = Callable[[Sequence[int]], dict[int, int]]  # the file's ids -> new ids, order and distances kept
 
 
 class CopyRefused(OperatorError):
     """The database holds a different row under a key of the file: nothing of the agent was copied."""
-
-
-@dataclass
-class Refs:
-    """What the rows copied so far became: the rows of later tables refer to them."""
-
-    threads: dict[int, int] = field(default_factory=dict)  # the file's thread id -> the database's
-    live_threads: set[int] = field(default_factory=set)  # those of them still in the database
-    episodes: dict[int, int] = field(default_factory=dict)
-
-    def thread(self, file_id: Any) -> int | None:
-        return None if file_id is None else self.threads.get(file_id)
-
-
-Rewrite = Callable[[dict[str, Any], Refs], None]
-
-
-@dataclass(frozen=True, slots=True)
-class Table:
-    """One table as both backends hold it (the same name and columns; the database adds its own)."""
-
-    name: str
-    columns: tuple[str, ...]  # a numbered table's first column is the file's `id`
-    key: tuple[str, ...] = ("id",)
-    numbered: bool = False  # the file's ids are its own: the database gives each row a new one
-    threads: tuple[str, ...] = ()  # columns holding a thread id of the file
-    flags: tuple[str, ...] = ()  # booleans (0 and 1 in SQLite)
-    rewrite: Rewrite | None = None  # JSON columns that name ids of the file
-    order: tuple[str, ...] = ()  # the file's order of rows, when not its key's (rowid: insert order)
-
-    @property
-    def stored(self) -> tuple[str, ...]:
-        """The columns written and compared: all but a numbered table's id, which the database makes."""
-        return self.columns[1:] if self.numbered else self.columns
-
-    @property
-    def reading_order(self) -> tuple[str, ...]:
-        return self.order or self.key
-
-
-def _recalled_episodes(row: dict[str, Any], refs: Refs) -> None:
-    """An episodic layer's last recall lists the ids of the episodes it recalled (the inspector's)."""
-    data = json.loads(row["data"])
-    recalled = data.get("last_recall", {}).get("episodes") if isinstance(data, dict) else None
-    if not isinstance(recalled, list) or not recalled:
-        return
-    for episode in recalled:
-        if isinstance(episode, dict) and "id" in episode:
-            episode["id"] = refs.episodes.get(episode["id"])
-    row["data"] = json.dumps(data, separators=(",", ":"))  # (as the store writes it)
-
-
-def _reset_thread(row: dict[str, Any], refs: Refs) -> None:
-    """/reset's audit event names the thread whose transcript it deleted."""
-    if (row["kind"], row["action"]) != ("command", "reset"):
-        return
-    data = json.loads(row["data"])
-    if isinstance(data, dict) and "thread" in data:
-        data["thread"] = refs.thread(data["thread"])
-        row["data"] = json.dumps(data, separators=(",", ":"))
-
-
-def _paused_run_thread(row: dict[str, Any], refs: Refs) -> None:
-    """A paused run's state holds its run record, with the thread the run belongs to."""
-    if row["state"] is None:
-        return
-    state = json.loads(row["state"])
-    run = state.get("run") if isinstance(state, dict) else None
-    if isinstance(run, dict) and run.get("thread_id") is not None:
-        run["thread_id"] = refs.thread(run["thread_id"])
-        row["state"] = json.dumps(state, separators=(",", ":"), ensure_ascii=False)
-
-
-THREADS = Table(
-    "threads",
-    ("id", "conversation_key", "status", "created_at", "ended_at", "last_input_tokens", "last_tokens_estimated"),
-    numbered=True,
-    flags=("last_tokens_estimated",),
-)
-EPISODES = Table(
-    "episodes",
-    ("id", "partition", "conversation_key", "text", "importance", "created_at", "run_id", "embedder", "vector"),
-    numbered=True,
-)
-# In copying order: a table comes after those its rows refer to.
-TABLES: tuple[Table, ...] = (
-    Table("identity", ("key", "value"), key=("key",)),
-    THREADS,
-    Table(
-        "messages",
-        ("thread_id", "seq", "role", "user_id", "body", "run_id", "created_at", "compacted"),
-        key=("thread_id", "seq"),
-        threads=("thread_id",),
-        flags=("compacted",),
-    ),
-    Table(
-        "summaries",
-        ("id", "thread_id", "upto_seq", "text", "run_id", "created_at"),
-        numbered=True,
-        threads=("thread_id",),
-    ),
-    EPISODES,
-    Table(
-        "memory_state",
-        ("thread_id", "layer", "data", "upto_seq", "updated_at"),
-        key=("thread_id", "layer"),
-        threads=("thread_id",),
-        rewrite=_recalled_episodes,
-    ),
-    Table("runs", RUN_COLUMNS, threads=("thread_id",), flags=("tokens_estimated",), order=("rowid",)),
-    Table(
-        "audit",
-        ("id", "ts", "agent", "kind", "action", "conversation_key", "run_id", "data", "daemon"),
-        numbered=True,
-        rewrite=_reset_thread,
-    ),
-    Table("memories", ("scope", "key", "value", "created_at", "updated_at", "run_id"), key=("scope", "key")),
-    Table(
-        "facts",
-        ("partition", "key", "value", "confidence", "source", "created_at", "updated_at", "run_id"),
-        key=("partition", "key"),
-    ),
-    Table(
-        "inbound_events",
-        ("channel", "event_id", "conversation_key", "run_id", "received_at"),
-        key=("channel", "event_id"),
-    ),
-    Table(
-        "approvals",
-        (
-            "id",
-            "conversation_key",
-            "run_id",
-            "tool",
-            "server",
-            "args",
-            "shown_args",
-            "requested_by",
-            "approvers",
-            "created_at",
-            "expires_at",
-            "status",
-            "decided_by",
-            "decided_at",
-            "state",
-        ),
-        rewrite=_paused_run_thread,
-        order=("rowid",),
-    ),
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -306,7 +146,9 @@ def plan_table(
     plan.counts.deleted_since = len(placed) - len(rows)
     new_ids: dict[int, int] = {}
     if table.numbered:
-        new_ids = allocate([p.source_id for p in rows if p.source_id is not None and p.source_key not in copied])
+        new_ids = allocate(
+            [p.source_id for p in rows if p.source_id is not None and p.source_key not in copied]
+        )
     for p in rows:
         if table.numbered:
             assert p.source_id is not None
@@ -370,7 +212,7 @@ def _refuse_second_active_thread(plan: TablePlan, existing: Mapping[Any, Row]) -
     """A conversation has one active thread: a new one of the file must not meet one made here."""
     status = THREADS.stored.index("status")
     active_here = {row[0]: key for key, row in existing.items() if row[status] == "active"}
-    for target, p in plan.inserts:
+    for _, p in plan.inserts:
         if p.row[status] == "active" and p.row[0] in active_here:
             raise CopyRefused(
                 f"{describe_key(THREADS, p.source_key)}: conversation {p.row[0]!r} already has an active "

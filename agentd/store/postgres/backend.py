@@ -13,7 +13,7 @@ from typing import Any
 
 import psycopg
 
-from agentd.errors import NewerSchema, StoreError
+from agentd.errors import NewerSchema, NotStored, StoreError
 from agentd.store.postgres.claims import ClaimQueue
 from agentd.store.postgres.connection import label_of
 from agentd.store.postgres.executor import DEFAULT_THREADS, PgExecutor
@@ -102,5 +102,5 @@ class PostgresBackend:
 
         found = await self.executor.call(job)
         if found is None:
-            raise StoreError(f"no data for agent {name!r} in {self.label}")
+            raise NotStored(f"no data for agent {name!r} in {self.label}")
         return found

@@ -18,17 +18,8 @@ from typing import Any
 import psycopg
 
 from agentd.errors import StoreError
-from agentd.store.copy_plan import (
-    EPISODES,
-    TABLES,
-    Refs,
-    Row,
-    Table,
-    TableCopy,
-    TablePlan,
-    digest,
-    plan_table,
-)
+from agentd.store.copy_plan import TableCopy, TablePlan, digest, plan_table
+from agentd.store.copy_tables import EPISODES, TABLES, Refs, Row, Table
 
 COPY_LOCK = 0x636F7079  # "copy": pg_advisory_xact_lock(COPY_LOCK, hashtext(agent name))
 THREAD_PARTS = ("messages", "summaries", "memory_state")  # what a daemon's cached thread holds
@@ -59,7 +50,9 @@ def copy_agent(
             if table.name in THREAD_PARTS:
                 touched.update(p.row[table.stored.index("thread_id")] for _, p in plan.inserts)
             if table.name == "memories" and (plan.inserts or plan.updates):
-                conn.execute("UPDATE agents SET memories_version = memories_version + 1 WHERE id = %s", (agent_id,))
+                conn.execute(
+                    "UPDATE agents SET memories_version = memories_version + 1 WHERE id = %s", (agent_id,)
+                )
             _verify(conn, agent_id, plan, agent)
             on_table(plan.counts)
             done.append(plan.counts)
@@ -165,7 +158,9 @@ def _stamp_changes(conn: psycopg.Connection[Any], agent_id: int, rows: list[Row]
     return [(*row, change[row[at]]) for row in rows]
 
 
-def _copy_rows(conn: psycopg.Connection[Any], table: str, columns: Sequence[str], rows: Sequence[Row]) -> None:
+def _copy_rows(
+    conn: psycopg.Connection[Any], table: str, columns: Sequence[str], rows: Sequence[Row]
+) -> None:
     if not rows:
         return
     with conn.cursor() as cur, cur.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:  # type: ignore[arg-type]

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -46,6 +47,9 @@ class PgExecutor:
         self._local = threading.local()
         self._lock = threading.Lock()
         self._connections: set[psycopg.Connection[Any]] = set()
+        # told each committed write's time on its thread, from its first statement sent to its commit
+        # answered (the daemon's store commit metric, as the SQLite executor's group commits)
+        self.on_commit: Callable[[float], None] | None = None
 
     async def call(self, job: Callable[[psycopg.Connection[Any]], T], *, idempotent: bool = False) -> T:
         """Run `job(connection)` on one of the threads; PostgreSQL errors arrive as StoreErrors. An
@@ -53,6 +57,18 @@ class PgExecutor:
         (the server restarted, a proxy dropped it): a write is not, it may have committed."""
         run = self._run_again_if_broken if idempotent else self._run
         return await asyncio.get_running_loop().run_in_executor(self._pool, run, job)
+
+    async def commit(self, job: Callable[[psycopg.Connection[Any]], T]) -> T:
+        """`call` for a write batch, timed for `on_commit` once it has committed."""
+
+        def timed(conn: psycopg.Connection[Any]) -> T:
+            started = time.perf_counter()
+            result = job(conn)
+            if self.on_commit is not None:
+                self.on_commit(time.perf_counter() - started)
+            return result
+
+        return await self.call(timed)
 
     def submit(self, job: Callable[[psycopg.Connection[Any]], T]) -> asyncio.Future[T]:
         """`call` as a future that runs to the end even if whoever awaits it is cancelled."""

@@ -96,7 +96,7 @@ class PostgresStore:
         if fence is not None and (fence.agent != self.agent or not self._backend.claims.holds(fence.token)):
             fence = None  # (a claim of another agent, a sub-agent's say, or one that is over)
         batch = stamped(ops, self.daemon)
-        return await self._executor.call(lambda conn: write_batch(conn, agent_id, batch, fence))
+        return await self._executor.commit(lambda conn: write_batch(conn, agent_id, batch, fence))
 
     def claim(self, conversation_key: str, purpose: str = "turn") -> AbstractAsyncContextManager[Claim]:
         return self._backend.claims.claim(self._require(), self.agent, conversation_key, purpose)

@@ -1,4 +1,4 @@
-"""Reading an agent's SQLite file for `agentd store copy` (agentd/store/copy_plan.py): every table, in
+"""Reading an agent's SQLite file for `agentd store copy` (agentd/store/copy_tables.py): every table, in
 the file's order, from one snapshot.
 
 The file is read through a read-only connection inside one read transaction, so a daemon still
@@ -14,7 +14,7 @@ from pathlib import Path
 from types import TracebackType
 
 from agentd.errors import NewerSchema, StoreError
-from agentd.store.copy_plan import Row, Table
+from agentd.store.copy_tables import Row, Table
 from agentd.store.sqlite.migrations import MIGRATIONS, migrate
 from agentd.store.sqlite.store import connect
 

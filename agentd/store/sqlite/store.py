@@ -10,7 +10,7 @@ from contextlib import AbstractAsyncContextManager, nullcontext
 from pathlib import Path
 from typing import Any, TypeVar
 
-from agentd.errors import StoreError
+from agentd.errors import NotStored, StoreError
 from agentd.store.claims import Claim
 from agentd.store.queries import Query
 
@@ -114,7 +114,7 @@ class SqliteStore:
         """Ready the store; the file itself is opened and migrated at its first use (returns [])."""
         self._loop = asyncio.get_running_loop()
         if self._readonly and not self.path.exists():
-            raise StoreError(f"no data file {self.path}")
+            raise NotStored(f"no data file {self.path}")
         return []
 
     def _connect(self) -> sqlite3.Connection:
