@@ -1,0 +1,303 @@
+"""`agentd store copy`'s rules, on real agent files and a throwaway PostgreSQL server: a different row
+refuses the agent and changes nothing, a row deleted in the database stays deleted, ids keep their
+order and distances, files that cannot be copied are reported, verification reads every row back."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentd.cli import main
+from agentd.providers.embedders import HashEmbedder
+from agentd.store.copy import copy_folder
+from agentd.store.folder_lock import DataFolderLock
+from agentd.store.postgres import PostgresBackend
+from agentd.store.queries import ActiveThread, EpisodePartitions, Memories, Runs
+from agentd.store.records import NewEpisode
+from agentd.store.sqlite.migrations import MIGRATIONS, migrate
+from agentd.store.writes import DeleteConversation, DeleteMemory, InsertEpisodes
+from agentd.testing.postgres import PostgresServer
+from tests.support import Harness, say
+
+REMEMBERS = "memory: {scope: thread, persistent: true}\n"
+EPISODIC = "memory: {strategy: {kind: episodic, top_k: 3}}\n"
+
+
+def seed(
+    data: Path, name: str, yaml_text: str, talk: list[tuple[str, str]], *, url: str | None = None
+) -> None:
+    """Agent `name` says each (conversation, text), on SQLite files in `data` (or in the database)."""
+
+    async def go() -> None:
+        harness = Harness(data, store_url=url)
+        try:
+            agent = await harness.runtime(yaml_text, name, embedder=HashEmbedder(64))
+            for key, text in talk:
+                await say(agent, f"webhook:{key}", "ana")(text)
+                assert await agent.drain(5)
+        finally:
+            await harness.close()
+
+    asyncio.run(go())
+
+
+def copy(data: Path, url: str, *more: str) -> int:
+    return main(
+        ["store", "copy", "--to", url, "--data", str(data), "--agents", str(data.parent / "agents"), *more]
+    )
+
+
+def in_database(url: str, name: str, job: Any) -> Any:
+    """`job(store)` on agent `name`'s rows in the database (a daemon's view of them)."""
+
+    async def go() -> Any:
+        async with PostgresBackend(url, daemon="test") as backend:
+            store = backend.store(name)
+            await store.open()
+            return await job(store)
+
+    return asyncio.run(go())
+
+
+def sql(path: Path, statement: str, *params: Any) -> None:
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute(statement, params)
+    conn.close()
+
+
+def test_a_different_row_refuses_the_agent_naming_table_and_key_and_changes_nothing(
+    tmp_path: Path, postgres_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = tmp_path / "data"
+    seed(data, "bot", REMEMBERS, [("c1", "remember city: Lisbon"), ("c1", "hello")])
+    seed(data, "other", REMEMBERS, [("c1", "hi")])
+    assert copy(data, postgres_url) == 0
+    capsys.readouterr()
+    # the file moves on without the database: a memory changed there, a message added
+    sql(
+        data / "bot.sqlite",
+        "UPDATE memories SET value = 'Porto', updated_at = updated_at + 1 WHERE key = 'city'",
+    )
+    seed(data, "bot", REMEMBERS, [("c2", "a new conversation")])
+
+    assert copy(data, postgres_url) == 1
+    out = capsys.readouterr().out
+    assert (
+        "bot: refused, nothing of it copied: memories (scope '', key 'city'): the database holds a different row "
+        "(value, updated_at differ)"
+    ) in out
+    assert "Porto" not in out and "Lisbon" not in out  # keys and columns, never values
+    assert "other: nothing new: all " in out
+    memories = in_database(postgres_url, "bot", lambda s: s.read(Memories()))
+    assert [(m["key"], m["value"]) for m in memories] == [("city", "Lisbon")]
+    # nothing else of bot's file came either (one transaction): not the new conversation
+    assert in_database(postgres_url, "bot", lambda s: s.read(ActiveThread("webhook:c2"))).id is None
+
+
+def test_rows_deleted_in_the_database_since_stay_deleted(
+    tmp_path: Path, postgres_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = tmp_path / "data"
+    seed(data, "bot", REMEMBERS, [("c1", "remember city: Lisbon"), ("c2", "hello"), ("c2", "again")])
+    assert copy(data, postgres_url) == 0
+
+    async def forget(store: Any) -> None:  # what a daemon on the database did since
+        await store.write(
+            DeleteMemory("", "city"), DeleteConversation("bot", "webhook:c2", "test", time.time())
+        )
+
+    in_database(postgres_url, "bot", forget)
+    capsys.readouterr()
+    assert copy(data, postgres_url) == 0
+    err = capsys.readouterr().err
+    assert (
+        "  bot: memories              1 in the file: 0 copied, 0 already there, 1 deleted in the database"
+        in err
+    )
+    assert (
+        "  bot: messages              8 in the file: 0 copied, 4 already there, 4 deleted in the database"
+        in err
+    )
+    assert in_database(postgres_url, "bot", lambda s: s.read(Memories())) == []
+    assert in_database(postgres_url, "bot", lambda s: s.read(ActiveThread("webhook:c2"))).id is None
+
+
+def test_an_agent_that_started_in_the_database_first(
+    tmp_path: Path, postgres_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = tmp_path / "data"
+    seed(data, "bot", REMEMBERS, [("c1", "hello")])
+    file_created = (
+        sqlite3.connect(data / "bot.sqlite")
+        .execute("SELECT value FROM identity WHERE key = 'created_at'")
+        .fetchone()[0]
+    )
+    seed(tmp_path / "elsewhere", "bot", REMEMBERS, [("c2", "hi there")], url=postgres_url)  # a daemon there
+    assert copy(data, postgres_url) == 0
+    identity = in_database(
+        postgres_url, "bot", lambda s: s.sql(lambda c: c.execute("SELECT * FROM identity").fetchall())
+    )
+    assert dict(identity)["created_at"] == file_created  # the earlier: the agent existed since then
+    assert in_database(postgres_url, "bot", lambda s: s.read(ActiveThread("webhook:c2"))).id is not None
+
+    # a conversation both talked in has two active threads: refused
+    seed(tmp_path / "elsewhere", "bot2", REMEMBERS, [("c1", "me too")], url=postgres_url)
+    seed(data, "bot2", REMEMBERS, [("c1", "hello")])
+    capsys.readouterr()
+    assert copy(data, postgres_url, "bot2") == 1
+    out = capsys.readouterr().out
+    assert (
+        "bot2: refused, nothing of it copied: threads (id 1): conversation 'webhook:c1' already has an active"
+        in out
+    )
+
+
+def test_ids_keep_their_order_and_distances_and_the_sequences_move_past_them(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    data = tmp_path / "data"
+    for name in ("a", "b"):
+        seed(data, name, EPISODIC, [("c1", f"fact number {i} about {name}") for i in range(5)])
+    sql(data / "a.sqlite", "DELETE FROM episodes WHERE id IN (2, 3)")
+    assert copy(data, postgres_url) == 0
+
+    def ids(name: str) -> list[int]:
+        found = in_database(
+            postgres_url,
+            name,
+            lambda s: s.sql(lambda c: c.execute("SELECT id FROM episodes ORDER BY id").fetchall()),
+        )
+        return [row[0] for row in found]
+
+    a, b = ids("a"), ids("b")
+    assert [i - a[0] for i in a] == [0, 3, 4]  # the file's 1, 4, 5
+    assert [i - b[0] for i in b] == [0, 1, 2, 3, 4] and not set(a) & set(b)
+
+    async def write_one(store: Any) -> list[int]:
+        [partition] = await store.read(EpisodePartitions())
+        [new] = await store.write(InsertEpisodes([NewEpisode(partition, "webhook:c1", "later", time.time())]))
+        return new  # type: ignore[no-any-return]
+
+    assert in_database(postgres_url, "a", write_one)[0] > max(a + b)
+
+
+def test_runs_started_at_one_time_keep_the_files_order(tmp_path: Path, postgres_url: str) -> None:
+    data = tmp_path / "data"
+    seed(data, "bot", REMEMBERS, [("c1", f"message {i}") for i in range(6)])
+    sql(data / "bot.sqlite", "UPDATE runs SET started_at = 1700000000.0")
+    assert copy(data, postgres_url) == 0
+
+    async def on_sqlite() -> list[dict[str, Any]]:
+        harness = Harness(data)
+        try:
+            return await (await harness.runtime(REMEMBERS, "bot")).state.store.read(Runs(None, 100))
+        finally:
+            await harness.close()
+
+    on_file = asyncio.run(on_sqlite())
+    copied = in_database(postgres_url, "bot", lambda s: s.read(Runs(None, 100)))
+    assert [r["id"] for r in copied] == [r["id"] for r in on_file]
+
+
+def test_files_that_cannot_be_copied_are_reported_and_the_others_copied(
+    tmp_path: Path, postgres_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = tmp_path / "data"
+    seed(data, "good", REMEMBERS, [("c1", "hello")])
+    (data / "junk.sqlite").write_bytes(b"not a database at all" * 100)
+    future = sqlite3.connect(data / "future.sqlite")
+    migrate(future, [*MIGRATIONS, ("9999_from_the_future", ("CREATE TABLE future (x)",))])
+    future.close()
+    old = sqlite3.connect(data / "old.sqlite", isolation_level=None)
+    migrate(old, MIGRATIONS[:3])
+    old.execute(
+        "INSERT INTO memories (scope, key, value, created_at, updated_at) VALUES ('', 'k', 'v', 1, 1)"
+    )
+    old.close()
+
+    assert copy(data, postgres_url) == 1
+    out = capsys.readouterr().out
+    assert "good: copied " in out
+    assert "junk: refused, nothing of it copied: cannot read " in out
+    assert "future: refused, nothing of it copied: " in out and "9999_from_the_future are unknown" in out
+    assert (
+        "old: copied 1 rows, 0 already there; every table verified (row counts and sha256 of the rows) "
+        in out
+    )
+    assert "(its file migrated first: 0004_daemon_columns, 0005_approvals)" in out
+    assert "2 of 4 agent(s) into postgresql://" in out
+    assert in_database(postgres_url, "old", lambda s: s.read(Memories()))[0]["value"] == "v"
+
+
+def test_verification_reads_every_row_back(
+    tmp_path: Path, postgres_server: PostgresServer, postgres_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = tmp_path / "data"
+    seed(data, "bot", REMEMBERS, [("c1", "remember city: Lisbon")])
+    seed(data, "other", REMEMBERS, [("c1", "hi")])
+    assert copy(data, postgres_url, "other") == 0  # (the database is migrated)
+    database = postgres_url.rsplit("/", 1)[1]
+    # something in the database changes rows as they are written (a trigger someone left behind)
+    postgres_server.psql(
+        "CREATE FUNCTION agentd.shout() RETURNS trigger LANGUAGE plpgsql AS"
+        " $$ BEGIN NEW.value := upper(NEW.value); RETURN NEW; END $$;"
+        " CREATE TRIGGER shout BEFORE INSERT ON agentd.memories FOR EACH ROW EXECUTE FUNCTION agentd.shout()",
+        database=database,
+    )
+    capsys.readouterr()
+    assert copy(data, postgres_url, "bot") == 1
+    out = capsys.readouterr().out
+    assert (
+        "bot: refused, nothing of it copied: agent bot: memories: 1 of 1 rows read back differ from what was "
+        "written; nothing of this agent was copied"
+    ) in out
+    assert (
+        postgres_server.psql(
+            "SELECT count(*) FROM agentd.agents WHERE name = 'bot'", database=database
+        ).strip()
+        == "0"
+    )
+
+
+def test_two_copies_at_once_take_turns(tmp_path: Path, postgres_url: str) -> None:
+    data = tmp_path / "data"
+    seed(data, "bot", REMEMBERS, [("c1", f"message {i}") for i in range(10)])
+    results: list[Any] = []
+    copies = [
+        threading.Thread(target=lambda: results.append(copy_folder(data, postgres_url))) for _ in range(2)
+    ]
+    for t in copies:
+        t.start()
+    for t in copies:
+        t.join()
+    first, second = sorted((r[0] for r in results), key=lambda r: r.copied)
+    assert first.copied == 0 and first.already == second.copied > 0 and first.refused is None
+
+
+def test_the_command_line(tmp_path: Path, postgres_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    data = tmp_path / "data"
+    seed(data, "bot", REMEMBERS, [("c1", "hello")])
+    (tmp_path / "agents").mkdir()
+    assert main(["store", "copy", "--data", str(data), "--agents", str(tmp_path / "agents")]) == 1
+    assert "say which database to copy into: --to postgresql://" in capsys.readouterr().err
+    assert copy(data, postgres_url, "nobody") == 1
+    assert f"no data file for nobody in {data}" in capsys.readouterr().err
+    # the URL from agentd.yaml; a daemon holding the folder is warned about
+    (tmp_path / "agentd.yaml").write_text(f"store: {{url: '{postgres_url}'}}\n")
+    lock = DataFolderLock(data)
+    lock.acquire()
+    try:
+        assert main(["store", "copy", "--data", str(data), "--agents", str(tmp_path / "agents")]) == 0
+    finally:
+        lock.release()
+    out, err = capsys.readouterr()
+    assert "bot: copied " in out
+    assert f"warning: a daemon (pid {os.getpid()}) is running on {data}" in err
