@@ -156,3 +156,20 @@ async def test_each_daemon_counts_its_own(tmp_path: Path, llm: FakeLLM) -> None:
     finally:
         for daemon in daemons:
             await daemon.shutdown()
+
+
+async def test_store_commits_are_timed_on_postgresql_too(tmp_path: Path, postgres_url: str) -> None:
+    agents = tmp_path / "agents"
+    agents.mkdir()
+    (agents / "local.yaml").write_text("memory: {scope: thread}\nchannels: {webhook: {}}\n")
+    (tmp_path / "agentd.yaml").write_text(f"store: {{url: '{postgres_url}'}}\n")
+    async with Daemon(agents, tmp_path / "data", reload_interval=60) as daemon:
+        transport = httpx.ASGITransport(app=create_app(daemon))
+        async with httpx.AsyncClient(transport=transport, base_url="http://agentd") as api:
+            before = value(await scrape(api), "agentd_store_commit_duration_seconds_count")
+            for i in range(3):
+                assert (await say(api, "local", f"turn {i}")).status_code == 200
+            text = await scrape(api)
+    # each turn committed at least once on one of the database's threads, and took some time
+    assert value(text, "agentd_store_commit_duration_seconds_count") >= before + 3
+    assert value(text, "agentd_store_commit_duration_seconds_sum") > 0
