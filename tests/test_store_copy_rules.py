@@ -91,8 +91,8 @@ def test_a_different_row_refuses_the_agent_naming_table_and_key_and_changes_noth
     assert copy(data, postgres_url) == 1
     out = capsys.readouterr().out
     assert (
-        "bot: refused, nothing of it copied: memories (scope '', key 'city'): the database holds a different row "
-        "(value, updated_at differ)"
+        "bot: refused, nothing of it copied: memories (scope '', key 'city'): the file's row changed since it was "
+        "copied (value, updated_at differ)"
     ) in out
     assert "Porto" not in out and "Lisbon" not in out  # keys and columns, never values
     assert "other: nothing new: all " in out
@@ -100,6 +100,41 @@ def test_a_different_row_refuses_the_agent_naming_table_and_key_and_changes_noth
     assert [(m["key"], m["value"]) for m in memories] == [("city", "Lisbon")]
     # nothing else of bot's file came either (one transaction): not the new conversation
     assert in_database(postgres_url, "bot", lambda s: s.read(ActiveThread("webhook:c2"))).id is None
+
+
+def test_rows_the_database_changed_since_are_kept_and_both_sides_changing_refuses(
+    tmp_path: Path, postgres_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = tmp_path / "data"
+    seed(data, "bot", REMEMBERS, [("c1", "remember city: Lisbon")])
+    assert copy(data, postgres_url) == 0
+    seed(tmp_path / "elsewhere", "bot", REMEMBERS, [("c1", "remember city: Porto")], url=postgres_url)
+    capsys.readouterr()
+    assert copy(data, postgres_url) == 0  # the file holds what was copied: nothing of it is newer
+    out, err = capsys.readouterr()
+    assert (
+        "  bot: memories              1 in the file: 0 copied, 0 already there, 1 changed in the database"
+        in err
+    )
+    assert "bot: nothing new: " in out
+    memories = in_database(postgres_url, "bot", lambda s: s.read(Memories()))
+    assert [m["value"] for m in memories] == ["Porto"]
+
+    sql(data / "bot.sqlite", "UPDATE memories SET value = 'Faro' WHERE key = 'city'")
+    assert copy(data, postgres_url) == 1
+    assert (
+        "bot: refused, nothing of it copied: memories (scope '', key 'city'): the row changed both in the file "
+        "and in the database since it was copied (value, updated_at, run_id differ)"
+    ) in capsys.readouterr().out
+
+    # a row a daemon there wrote (never copied) that the file holds differently
+    seed(data, "bot3", REMEMBERS, [("c1", "remember city: Lisbon")])
+    seed(tmp_path / "elsewhere", "bot3", REMEMBERS, [("c2", "remember city: Porto")], url=postgres_url)
+    assert copy(data, postgres_url, "bot3") == 1
+    assert (
+        "memories (scope '', key 'city'): the database holds a different row, not copied from this file "
+        "(value, created_at, updated_at, run_id differ)"
+    ) in capsys.readouterr().out
 
 
 def test_rows_deleted_in_the_database_since_stay_deleted(

@@ -60,7 +60,8 @@ def cmd_store_copy(args: argparse.Namespace) -> int:
     if holder is not None:
         print(
             f"agentd: warning: a daemon (pid {holder.pid}) is running on {args.data}: each file is copied as it "
-            "is now, and what the daemon writes later is not; stop it and copy again to bring the rest",
+            "is now, what the daemon writes later is not, and a later copy refuses the rows it changes: stop it "
+            "first",
             file=sys.stderr,
         )
     where = label_of(url)
@@ -70,7 +71,8 @@ def cmd_store_copy(args: argparse.Namespace) -> int:
         if agent not in shown:
             shown.add(agent)
             print(f"{agent}: copying into {where}", file=sys.stderr)
-        note = f", {t.deleted_since} deleted in the database since (left deleted)" if t.deleted_since else ""
+        note = f", {t.changed_since} changed in the database since (kept)" if t.changed_since else ""
+        note += f", {t.deleted_since} deleted in the database since (left deleted)" if t.deleted_since else ""
         print(
             f"  {agent}: {t.table:<15} {t.in_file:>7} in the file: {t.copied} copied, {t.already} already there"
             f"{note}; verified {t.verified} (sha256 {t.digest[:12]})",

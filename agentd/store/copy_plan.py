@@ -5,14 +5,16 @@ agentd/store/sqlite/copy_out.py reads a file's tables, agentd/store/postgres/cop
 verifies one agent's rows in one transaction, agentd/store/copy.py does it for a data folder.
 
 **Copying again.** Each copied row's key in the file (its id, or its natural key: a run's id, a
-memory's scope and key, a message's thread and seq) is recorded in the database (`copied_rows`, with
-the id it got). Copying again compares each row with the one it became: the same row is "already
-there"; a different one refuses the agent, naming the table, the key and the columns that differ
-(never their values), and nothing of that agent is written; a row deleted in the database since (a
-forgotten memory, a deleted conversation, an erased person's episodes) stays deleted. A row never
-copied whose natural key the database already holds (written there by a daemon) counts as already
-there when it is the same, and refuses when it differs, but for the agent's `created_at` identity,
-which becomes the earlier of the two (the agent existed since then).
+memory's scope and key, a message's thread and seq) is recorded in the database (`copied_rows`),
+with the id it got and a fingerprint of the row as copied. Copying again compares each row of the
+file with the one it became: the same is "already there"; one the database changed since while the
+file's is as it was copied is kept as the database has it (nothing of the file is newer); one the
+file changed since refuses the agent, naming the table, the key, which side changed and the columns
+that differ (never their values), and nothing of that agent is written; a row deleted in the
+database since (a forgotten memory, a deleted conversation, an erased person's episodes) stays
+deleted. A row never copied whose natural key the database already holds (written there by a
+daemon) counts as already there when it is the same and refuses when it differs, but for the
+agent's `created_at` identity, which becomes the earlier of the two (the agent existed since then).
 
 **Verifying.** Once an agent's rows are written, before its transaction commits, each table is read
 back: the rows the file's rows became must be there, as many as the file holds (less those deleted
@@ -95,6 +97,19 @@ def reconciled(table: Table, ours: Row, theirs: Row) -> Row | None:
         return None
 
 
+def row_digest(row: Row) -> str:
+    """A row as copied, recorded beside its key: which side changed it since can then be told."""
+    return hashlib.sha256(repr(row).encode()).hexdigest()[:32]
+
+
+@dataclass(frozen=True, slots=True)
+class Copied:
+    """A row copied before: the id it got (a numbered row's) and what it was then."""
+
+    target: int | None
+    row_digest: str
+
+
 def digest(rows: Iterable[Row]) -> str:
     """SHA-256 over the rows in a fixed order, each as its exact Python repr (floats to the last bit)."""
     h = hashlib.sha256()
@@ -112,6 +127,7 @@ class TableCopy:
     in_file: int = 0
     copied: int = 0  # written now
     already: int = 0  # in the database already, the same
+    changed_since: int = 0  # copied before, changed in the database since (the file's unchanged): kept
     deleted_since: int = 0  # copied before, deleted in the database since: left deleted
     verified: int = 0  # read back after writing, equal to what the file says
     digest: str = ""  # SHA-256 of the verified rows (the same on both sides, or the copy fails)
@@ -125,21 +141,22 @@ class TablePlan:
     counts: TableCopy
     inserts: list[tuple[int | None, Placed]] = field(default_factory=list)  # (new id, row)
     updates: list[Placed] = field(default_factory=list)  # natural-key rows to overwrite (reconciled)
-    adopted: list[tuple[str, int | None]] = field(default_factory=list)  # found already there, recorded
     expected: dict[Any, Row] = field(default_factory=dict)  # by the database's key: id, or natural key
+    # what copied_rows is to record now: source key -> the id and the row as the database holds it
+    recorded: dict[str, Copied] = field(default_factory=dict)
 
 
 def plan_table(
     table: Table,
     file_rows: Sequence[Row],
     refs: Refs,
-    copied: Mapping[str, int | None],
+    copied: Mapping[str, Copied],
     existing: Mapping[Any, Row],
     allocate: Allocate,
 ) -> TablePlan:
     """Compare the file's rows with what the database holds (`existing`, by id or natural key) and
-    what was copied before (`copied`: source key -> id); refuse on a difference. `refs` learns what
-    this table's rows became."""
+    what was copied before (`copied`, by source key); refuse on a difference neither side explains.
+    `refs` learns what this table's rows became."""
     plan = TablePlan(table, TableCopy(table.name, in_file=len(file_rows)))
     placed = [place(table, values, refs) for values in file_rows]
     rows = [p for p in placed if p is not None]
@@ -150,53 +167,58 @@ def plan_table(
             [p.source_id for p in rows if p.source_id is not None and p.source_key not in copied]
         )
     for p in rows:
+        before = copied.get(p.source_key)
+        target: int | None = None  # a numbered row's id in the database, its key there
+        key: Any = p.key
         if table.numbered:
             assert p.source_id is not None
-            target = copied.get(p.source_key)
-            if target is None:
-                target = new_ids[p.source_id]
-                plan.inserts.append((target, p))
-                plan.expected[target] = p.row
-            elif target in existing:
-                _compare(plan, p, existing[target], target)
-            else:
-                plan.counts.deleted_since += 1
-            _learn(table, refs, p.source_id, target, live=target in plan.expected)
-            continue
-        theirs = existing.get(p.key)
-        if theirs is None:
-            if p.source_key in copied:
-                plan.counts.deleted_since += 1
-            else:
-                plan.inserts.append((None, p))
-                plan.expected[p.key] = p.row
-            continue
-        _compare(plan, p, theirs, p.key)
-        if p.source_key not in copied:
-            plan.adopted.append((p.source_key, None))
+            target = key = new_ids[p.source_id] if before is None else before.target
+            assert target is not None
+            _learn(table, refs, p.source_id, target, live=before is None or target in existing)
+        theirs = existing.get(key)
+        if theirs is not None:
+            _compare(plan, p, theirs, key, before)
+        elif before is not None:
+            plan.counts.deleted_since += 1
+        else:
+            plan.inserts.append((target, p))
+            plan.expected[key] = p.row
+        if before is None and key in plan.expected:
+            plan.recorded[p.source_key] = Copied(target, row_digest(plan.expected[key]))
     plan.counts.copied = len(plan.inserts)
     if table is THREADS:
         _refuse_second_active_thread(plan, existing)
     return plan
 
 
-def _compare(plan: TablePlan, p: Placed, theirs: Row, key: Any) -> None:
+def _compare(plan: TablePlan, p: Placed, theirs: Row, key: Any, before: Copied | None) -> None:
+    """The file's row meets the database's under one key: the same; changed in the database since it
+    was copied (kept); reconciled (the agent's creation time); or refused, saying which side moved."""
     table = plan.table
+    plan.expected[key] = theirs
     if theirs == p.row:
         plan.counts.already += 1
-        plan.expected[key] = p.row
+        return
+    if before is not None and before.row_digest == row_digest(p.row):
+        plan.counts.changed_since += 1  # the file holds what was copied: nothing of it is newer
         return
     kept = reconciled(table, p.row, theirs)
-    if kept is None:
-        raise CopyRefused(
-            f"{describe_key(table, p.source_key)}: the database holds a different row "
-            f"({', '.join(differing(table, p.row, theirs))} differ)"
-        )
-    plan.expected[key] = kept
-    if kept == theirs:
-        plan.counts.already += 1
+    if kept is not None:
+        plan.expected[key] = kept
+        if kept == theirs:
+            plan.counts.already += 1
+        else:
+            plan.updates.append(p)
+            plan.recorded[p.source_key] = Copied(before.target if before else None, row_digest(kept))
+        return
+    if before is None:
+        why = "the database holds a different row, not copied from this file"
+    elif before.row_digest == row_digest(theirs):
+        why = "the file's row changed since it was copied"
     else:
-        plan.updates.append(p)
+        why = "the row changed both in the file and in the database since it was copied"
+    columns = ", ".join(differing(table, p.row, theirs))
+    raise CopyRefused(f"{describe_key(table, p.source_key)}: {why} ({columns} differ)")
 
 
 def _learn(table: Table, refs: Refs, source_id: int, target: int, *, live: bool) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 import psycopg
 
 from agentd.errors import StoreError
-from agentd.store.copy_plan import TableCopy, TablePlan, digest, plan_table
+from agentd.store.copy_plan import Copied, TableCopy, TablePlan, digest, plan_table
 from agentd.store.copy_tables import EPISODES, TABLES, Refs, Row, Table
 
 COPY_LOCK = 0x636F7079  # "copy": pg_advisory_xact_lock(COPY_LOCK, hashtext(agent name))
@@ -38,15 +38,17 @@ def copy_agent(
         refs = Refs()
         touched: set[int] = set()
         for table in TABLES:
+            copied = _copied(conn, agent_id, table)
             plan = plan_table(
                 table,
                 read(table),
                 refs,
-                _copied(conn, agent_id, table),
+                copied,
                 _existing(conn, agent_id, table),
                 lambda ids, table=table: _allocate(conn, table, ids),  # type: ignore[misc]
             )
             _write(conn, agent_id, plan)
+            _record(conn, agent_id, plan, copied)
             if table.name in THREAD_PARTS:
                 touched.update(p.row[table.stored.index("thread_id")] for _, p in plan.inserts)
             if table.name == "memories" and (plan.inserts or plan.updates):
@@ -75,12 +77,12 @@ def _agent_id(conn: psycopg.Connection[Any], agent: str) -> int:
     return int(row[0])
 
 
-def _copied(conn: psycopg.Connection[Any], agent_id: int, table: Table) -> dict[str, int | None]:
+def _copied(conn: psycopg.Connection[Any], agent_id: int, table: Table) -> dict[str, Copied]:
     found = conn.execute(
-        "SELECT source_key, target_id FROM copied_rows WHERE agent_id = %s AND source_table = %s",
+        "SELECT source_key, target_id, row_digest FROM copied_rows WHERE agent_id = %s AND source_table = %s",
         (agent_id, table.name),
     )
-    return dict(found.fetchall())
+    return {key: Copied(target, digest) for key, target, digest in found}
 
 
 def _existing(conn: psycopg.Connection[Any], agent_id: int, table: Table) -> dict[Any, Row]:
@@ -132,14 +134,24 @@ def _write(conn: psycopg.Connection[Any], agent_id: int, plan: TablePlan) -> Non
             f" WHERE agent_id = %s AND {' AND '.join(f'{c} = %s' for c in table.key)}",
             (*(kept[table.stored.index(c)] for c in others), agent_id, *p.key),
         )
-    recorded = [(key, target) for key, target in plan.adopted]
-    recorded += [(p.source_key, target) for target, p in plan.inserts]
+
+
+def _record(conn: psycopg.Connection[Any], agent_id: int, plan: TablePlan, copied: dict[str, Copied]) -> None:
+    """Note in copied_rows what the file's rows became (a row recorded before and reconciled now
+    gets its new fingerprint)."""
+    name = plan.table.name
+    fresh = [
+        (agent_id, name, key, c.target, c.row_digest) for key, c in plan.recorded.items() if key not in copied
+    ]
     _copy_rows(
-        conn,
-        "copied_rows",
-        ["agent_id", "source_table", "source_key", "target_id"],
-        [(agent_id, table.name, key, target) for key, target in recorded],
+        conn, "copied_rows", ["agent_id", "source_table", "source_key", "target_id", "row_digest"], fresh
     )
+    for key, c in plan.recorded.items():
+        if key in copied:
+            conn.execute(
+                "UPDATE copied_rows SET row_digest = %s WHERE agent_id = %s AND source_table = %s AND source_key = %s",
+                (c.row_digest, agent_id, name, key),
+            )
 
 
 def _stamp_changes(conn: psycopg.Connection[Any], agent_id: int, rows: list[Row], at: int) -> list[Row]:

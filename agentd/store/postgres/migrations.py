@@ -219,14 +219,15 @@ APPROVALS: tuple[str, ...] = (
 
 COPIED_ROWS: tuple[str, ...] = (
     # What `agentd store copy` brought here from each agent's SQLite file (agentd/store/copy_plan.py):
-    # a row's key there (its id in the file, or its natural key) and, for a row the file numbered
-    # itself, the id it got here. Copying again compares instead of copying twice, and a row deleted
-    # here since stays deleted.
+    # a row's key there (its id in the file, or its natural key), for a row the file numbered itself
+    # the id it got here, and a fingerprint of the row as copied. Copying again compares instead of
+    # copying twice, tells which side changed a row since, and leaves a row deleted here deleted.
     f"""CREATE TABLE copied_rows (
         agent_id bigint NOT NULL REFERENCES agents (id),
         source_table text {C} NOT NULL,
         source_key text {C} NOT NULL,
         target_id bigint,
+        row_digest text NOT NULL,
         PRIMARY KEY (agent_id, source_table, source_key)
     )""",
 )
