@@ -23,7 +23,7 @@ from agentd.store.queries import ActiveThread, EpisodePartitions, Memories, Runs
 from agentd.store.records import NewEpisode
 from agentd.store.sqlite.migrations import MIGRATIONS, migrate
 from agentd.store.writes import DeleteConversation, DeleteMemory, InsertEpisodes
-from agentd.testing.postgres import PostgresServer
+from agentd.testing.postgres import PostgresServer, free_port
 from tests.support import Harness, say
 
 REMEMBERS = "memory: {scope: thread, persistent: true}\n"
@@ -325,6 +325,8 @@ def test_the_command_line(tmp_path: Path, postgres_url: str, capsys: pytest.Capt
     assert "say which database to copy into: --to postgresql://" in capsys.readouterr().err
     assert copy(data, postgres_url, "nobody") == 1
     assert f"no data file for nobody in {data}" in capsys.readouterr().err
+    assert copy(data, f"postgresql://postgres@127.0.0.1:{free_port()}/agentd") == 1
+    assert "agentd: postgresql://127.0.0.1:" in capsys.readouterr().err  # (where, never who or the password)
     # the URL from agentd.yaml; a daemon holding the folder is warned about
     (tmp_path / "agentd.yaml").write_text(f"store: {{url: '{postgres_url}'}}\n")
     lock = DataFolderLock(data)

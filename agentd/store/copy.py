@@ -2,10 +2,10 @@
 
 `copy_folder` migrates the database (it may be new), then copies each `<name>.sqlite` of the folder
 as agent `name` (`_daemon.sqlite`, the daemon's own trail, as `_daemon`), one transaction per agent:
-agentd/store/copy_plan.py says what is copied, how ids and what refers to them are carried over, why
-a second run copies nothing twice, and how each table is verified. An agent that cannot be copied
-(the database holds different rows, its file is unreadable or from a newer agentd) is reported and
-changes nothing; the others are copied all the same.
+agentd/store/copy_tables.py says what is copied and how ids and what refers to them are carried
+over, agentd/store/copy_plan.py why a second run copies nothing twice and how each table is
+verified. An agent that cannot be copied (a row differs, its file is unreadable or from a newer
+agentd) is reported and changes nothing; the others are copied all the same.
 """
 
 from __future__ import annotations
