@@ -30,6 +30,12 @@ REMEMBERS = "memory: {scope: thread, persistent: true}\n"
 EPISODIC = "memory: {strategy: {kind: episodic, top_k: 3}}\n"
 
 
+@pytest.fixture
+def data(tmp_path: Path) -> Path:
+    """The data folder of the agents' SQLite files."""
+    return tmp_path / "data"
+
+
 def seed(
     data: Path, name: str, yaml_text: str, talk: list[tuple[str, str]], *, url: str | None = None
 ) -> None:
@@ -54,6 +60,24 @@ def copy(data: Path, url: str, *more: str) -> int:
     )
 
 
+def copied(data: Path, url: str, capsys: pytest.CaptureFixture[str], *more: str) -> tuple[int, str, str]:
+    """Copy (again): the exit code and what this copy printed to stdout and stderr."""
+    capsys.readouterr()
+    code = copy(data, url, *more)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def memories(url: str, name: str) -> list[tuple[str, str]]:
+    found = in_database(url, name, lambda s: s.read(Memories()))
+    return [(m["key"], m["value"]) for m in found]
+
+
+def active_thread(url: str, name: str, key: str) -> int | None:
+    thread = in_database(url, name, lambda s: s.read(ActiveThread(key)))
+    return thread.id  # type: ignore[no-any-return]
+
+
 def in_database(url: str, name: str, job: Any) -> Any:
     """`job(store)` on agent `name`'s rows in the database (a daemon's view of them)."""
 
@@ -74,9 +98,8 @@ def sql(path: Path, statement: str, *params: Any) -> None:
 
 
 def test_a_different_row_refuses_the_agent_naming_table_and_key_and_changes_nothing(
-    tmp_path: Path, postgres_url: str, capsys: pytest.CaptureFixture[str]
+    data: Path, postgres_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    data = tmp_path / "data"
     seed(data, "bot", REMEMBERS, [("c1", "remember city: Lisbon"), ("c1", "hello")])
     seed(data, "other", REMEMBERS, [("c1", "hi")])
     assert copy(data, postgres_url) == 0
@@ -96,29 +119,21 @@ def test_a_different_row_refuses_the_agent_naming_table_and_key_and_changes_noth
     ) in out
     assert "Porto" not in out and "Lisbon" not in out  # keys and columns, never values
     assert "other: nothing new: all " in out
-    memories = in_database(postgres_url, "bot", lambda s: s.read(Memories()))
-    assert [(m["key"], m["value"]) for m in memories] == [("city", "Lisbon")]
+    assert memories(postgres_url, "bot") == [("city", "Lisbon")]
     # nothing else of bot's file came either (one transaction): not the new conversation
-    assert in_database(postgres_url, "bot", lambda s: s.read(ActiveThread("webhook:c2"))).id is None
+    assert active_thread(postgres_url, "bot", "webhook:c2") is None
 
 
 def test_rows_the_database_changed_since_are_kept_and_both_sides_changing_refuses(
-    tmp_path: Path, postgres_url: str, capsys: pytest.CaptureFixture[str]
+    data: Path, postgres_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    data = tmp_path / "data"
     seed(data, "bot", REMEMBERS, [("c1", "remember city: Lisbon")])
     assert copy(data, postgres_url) == 0
-    seed(tmp_path / "elsewhere", "bot", REMEMBERS, [("c1", "remember city: Porto")], url=postgres_url)
-    capsys.readouterr()
-    assert copy(data, postgres_url) == 0  # the file holds what was copied: nothing of it is newer
-    out, err = capsys.readouterr()
-    assert (
-        "  bot: memories              1 in the file: 0 copied, 0 already there, 1 changed in the database"
-        in err
-    )
-    assert "bot: nothing new: " in out
-    memories = in_database(postgres_url, "bot", lambda s: s.read(Memories()))
-    assert [m["value"] for m in memories] == ["Porto"]
+    seed(data.parent / "elsewhere", "bot", REMEMBERS, [("c1", "remember city: Porto")], url=postgres_url)
+    code, out, err = copied(data, postgres_url, capsys)
+    assert code == 0  # the file holds what was copied: nothing of it is newer
+    assert "  bot: memories              1 in the file: 0 copied, 0 already there, 1 changed in the" in err
+    assert "bot: nothing new: " in out and memories(postgres_url, "bot") == [("city", "Porto")]
 
     sql(data / "bot.sqlite", "UPDATE memories SET value = 'Faro' WHERE key = 'city'")
     assert copy(data, postgres_url) == 1
@@ -129,7 +144,7 @@ def test_rows_the_database_changed_since_are_kept_and_both_sides_changing_refuse
 
     # a row a daemon there wrote (never copied) that the file holds differently
     seed(data, "bot3", REMEMBERS, [("c1", "remember city: Lisbon")])
-    seed(tmp_path / "elsewhere", "bot3", REMEMBERS, [("c2", "remember city: Porto")], url=postgres_url)
+    seed(data.parent / "elsewhere", "bot3", REMEMBERS, [("c2", "remember city: Porto")], url=postgres_url)
     assert copy(data, postgres_url, "bot3") == 1
     assert (
         "memories (scope '', key 'city'): the database holds a different row, not copied from this file "
@@ -138,9 +153,8 @@ def test_rows_the_database_changed_since_are_kept_and_both_sides_changing_refuse
 
 
 def test_rows_deleted_in_the_database_since_stay_deleted(
-    tmp_path: Path, postgres_url: str, capsys: pytest.CaptureFixture[str]
+    data: Path, postgres_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    data = tmp_path / "data"
     seed(data, "bot", REMEMBERS, [("c1", "remember city: Lisbon"), ("c2", "hello"), ("c2", "again")])
     assert copy(data, postgres_url) == 0
 
@@ -150,41 +164,37 @@ def test_rows_deleted_in_the_database_since_stay_deleted(
         )
 
     in_database(postgres_url, "bot", forget)
-    capsys.readouterr()
-    assert copy(data, postgres_url) == 0
-    err = capsys.readouterr().err
-    assert (
-        "  bot: memories              1 in the file: 0 copied, 0 already there, 1 deleted in the database"
-        in err
-    )
-    assert (
-        "  bot: messages              8 in the file: 0 copied, 4 already there, 4 deleted in the database"
-        in err
-    )
-    assert in_database(postgres_url, "bot", lambda s: s.read(Memories())) == []
-    assert in_database(postgres_url, "bot", lambda s: s.read(ActiveThread("webhook:c2"))).id is None
+    code, _, err = copied(data, postgres_url, capsys)
+    assert code == 0 and memories(postgres_url, "bot") == []
+    for line in (
+        "memories              1 in the file: 0 copied, 0 already there, 1 deleted in the database",
+        "messages              8 in the file: 0 copied, 4 already there, 4 deleted in the database",
+    ):
+        assert f"  bot: {line} since (left deleted)" in err
+    assert active_thread(postgres_url, "bot", "webhook:c2") is None
 
 
 def test_an_agent_that_started_in_the_database_first(
-    tmp_path: Path, postgres_url: str, capsys: pytest.CaptureFixture[str]
+    data: Path, postgres_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    data = tmp_path / "data"
     seed(data, "bot", REMEMBERS, [("c1", "hello")])
     file_created = (
         sqlite3.connect(data / "bot.sqlite")
         .execute("SELECT value FROM identity WHERE key = 'created_at'")
         .fetchone()[0]
     )
-    seed(tmp_path / "elsewhere", "bot", REMEMBERS, [("c2", "hi there")], url=postgres_url)  # a daemon there
+    seed(
+        data.parent / "elsewhere", "bot", REMEMBERS, [("c2", "hi there")], url=postgres_url
+    )  # a daemon there
     assert copy(data, postgres_url) == 0
     identity = in_database(
         postgres_url, "bot", lambda s: s.sql(lambda c: c.execute("SELECT * FROM identity").fetchall())
     )
     assert dict(identity)["created_at"] == file_created  # the earlier: the agent existed since then
-    assert in_database(postgres_url, "bot", lambda s: s.read(ActiveThread("webhook:c2"))).id is not None
+    assert active_thread(postgres_url, "bot", "webhook:c2") is not None
 
     # a conversation both talked in has two active threads: refused
-    seed(tmp_path / "elsewhere", "bot2", REMEMBERS, [("c1", "me too")], url=postgres_url)
+    seed(data.parent / "elsewhere", "bot2", REMEMBERS, [("c1", "me too")], url=postgres_url)
     seed(data, "bot2", REMEMBERS, [("c1", "hello")])
     capsys.readouterr()
     assert copy(data, postgres_url, "bot2") == 1
@@ -196,9 +206,8 @@ def test_an_agent_that_started_in_the_database_first(
 
 
 def test_ids_keep_their_order_and_distances_and_the_sequences_move_past_them(
-    tmp_path: Path, postgres_url: str
+    data: Path, postgres_url: str
 ) -> None:
-    data = tmp_path / "data"
     for name in ("a", "b"):
         seed(data, name, EPISODIC, [("c1", f"fact number {i} about {name}") for i in range(5)])
     sql(data / "a.sqlite", "DELETE FROM episodes WHERE id IN (2, 3)")
@@ -224,8 +233,7 @@ def test_ids_keep_their_order_and_distances_and_the_sequences_move_past_them(
     assert in_database(postgres_url, "a", write_one)[0] > max(a + b)
 
 
-def test_runs_started_at_one_time_keep_the_files_order(tmp_path: Path, postgres_url: str) -> None:
-    data = tmp_path / "data"
+def test_runs_started_at_one_time_keep_the_files_order(data: Path, postgres_url: str) -> None:
     seed(data, "bot", REMEMBERS, [("c1", f"message {i}") for i in range(6)])
     sql(data / "bot.sqlite", "UPDATE runs SET started_at = 1700000000.0")
     assert copy(data, postgres_url) == 0
@@ -243,9 +251,8 @@ def test_runs_started_at_one_time_keep_the_files_order(tmp_path: Path, postgres_
 
 
 def test_files_that_cannot_be_copied_are_reported_and_the_others_copied(
-    tmp_path: Path, postgres_url: str, capsys: pytest.CaptureFixture[str]
+    data: Path, postgres_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    data = tmp_path / "data"
     seed(data, "good", REMEMBERS, [("c1", "hello")])
     (data / "junk.sqlite").write_bytes(b"not a database at all" * 100)
     future = sqlite3.connect(data / "future.sqlite")
@@ -269,13 +276,12 @@ def test_files_that_cannot_be_copied_are_reported_and_the_others_copied(
     )
     assert "(its file migrated first: 0004_daemon_columns, 0005_approvals)" in out
     assert "2 of 4 agent(s) into postgresql://" in out
-    assert in_database(postgres_url, "old", lambda s: s.read(Memories()))[0]["value"] == "v"
+    assert memories(postgres_url, "old") == [("k", "v")]
 
 
 def test_verification_reads_every_row_back(
-    tmp_path: Path, postgres_server: PostgresServer, postgres_url: str, capsys: pytest.CaptureFixture[str]
+    data: Path, postgres_server: PostgresServer, postgres_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    data = tmp_path / "data"
     seed(data, "bot", REMEMBERS, [("c1", "remember city: Lisbon")])
     seed(data, "other", REMEMBERS, [("c1", "hi")])
     assert copy(data, postgres_url, "other") == 0  # (the database is migrated)
@@ -302,8 +308,7 @@ def test_verification_reads_every_row_back(
     )
 
 
-def test_two_copies_at_once_take_turns(tmp_path: Path, postgres_url: str) -> None:
-    data = tmp_path / "data"
+def test_two_copies_at_once_take_turns(data: Path, postgres_url: str) -> None:
     seed(data, "bot", REMEMBERS, [("c1", f"message {i}") for i in range(10)])
     results: list[Any] = []
     copies = [
@@ -317,22 +322,21 @@ def test_two_copies_at_once_take_turns(tmp_path: Path, postgres_url: str) -> Non
     assert first.copied == 0 and first.already == second.copied > 0 and first.refused is None
 
 
-def test_the_command_line(tmp_path: Path, postgres_url: str, capsys: pytest.CaptureFixture[str]) -> None:
-    data = tmp_path / "data"
+def test_the_command_line(data: Path, postgres_url: str, capsys: pytest.CaptureFixture[str]) -> None:
     seed(data, "bot", REMEMBERS, [("c1", "hello")])
-    (tmp_path / "agents").mkdir()
-    assert main(["store", "copy", "--data", str(data), "--agents", str(tmp_path / "agents")]) == 1
+    (data.parent / "agents").mkdir()
+    assert main(["store", "copy", "--data", str(data), "--agents", str(data.parent / "agents")]) == 1
     assert "say which database to copy into: --to postgresql://" in capsys.readouterr().err
     assert copy(data, postgres_url, "nobody") == 1
     assert f"no data file for nobody in {data}" in capsys.readouterr().err
     assert copy(data, f"postgresql://postgres@127.0.0.1:{free_port()}/agentd") == 1
     assert "agentd: postgresql://127.0.0.1:" in capsys.readouterr().err  # (where, never who or the password)
     # the URL from agentd.yaml; a daemon holding the folder is warned about
-    (tmp_path / "agentd.yaml").write_text(f"store: {{url: '{postgres_url}'}}\n")
+    (data.parent / "agentd.yaml").write_text(f"store: {{url: '{postgres_url}'}}\n")
     lock = DataFolderLock(data)
     lock.acquire()
     try:
-        assert main(["store", "copy", "--data", str(data), "--agents", str(tmp_path / "agents")]) == 0
+        assert main(["store", "copy", "--data", str(data), "--agents", str(data.parent / "agents")]) == 0
     finally:
         lock.release()
     out, err = capsys.readouterr()
