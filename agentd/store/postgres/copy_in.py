@@ -13,6 +13,7 @@ holding it in memory reads it again at its next claim.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import psycopg
@@ -45,7 +46,7 @@ def copy_agent(
                 refs,
                 copied,
                 _existing(conn, agent_id, table),
-                lambda ids, table=table: _allocate(conn, table, ids),  # type: ignore[misc]
+                partial(_allocate, conn, table),
             )
             _write(conn, agent_id, plan)
             _record(conn, agent_id, plan, copied)
