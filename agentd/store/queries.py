@@ -108,6 +108,22 @@ class AuditEvents(Query[list[dict[str, Any]]]):
     tool: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class AuditTrail(Query[list[dict[str, Any]]]):
+    """The store's audit chain in seq order with all that verifying it needs (values, nonces, erased
+    commitments, hashes): the events after `after_seq`, at most `limit`; with `since`, only from the
+    first event at or after that time on (a chain has no holes: later events all follow)."""
+
+    after_seq: int = 0
+    limit: int = 1000
+    since: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AuditHead(Query[tuple[int, str] | None]):
+    """The chain head the store records: the last event's seq and hash (hex); None before any event."""
+
+
 # -- approvals ---------------------------------------------------------------------------
 
 

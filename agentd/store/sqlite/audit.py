@@ -1,35 +1,83 @@
-"""The audit trail: memory writes, commands, compactions, permission and config decisions."""
+"""The audit trail: memory writes, commands, compactions, permission and config decisions, as one hash
+chain per file (agentd/store/audit_chain.py says what each hash covers)."""
 
 from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Sequence
 from typing import Any
 
-from agentd.store.queries import AuditEvents
+from agentd.store.audit_chain import GENESIS, link, seal
+from agentd.store.queries import AuditEvents, AuditHead, AuditTrail
+from agentd.store.records import AuditRecord
 from agentd.store.sqlite.dispatch import handles
 from agentd.store.writes import AppendAudit
+
+_INSERT = (
+    "INSERT INTO audit (ts, agent, kind, action, conversation_key, run_id, data, daemon, seq, salts,"
+    " prev_hash, hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_TRAIL_COLUMNS = (
+    "seq, ts, agent, kind, action, conversation_key, run_id, daemon, data, salts, erased, prev_hash, hash"
+)
+
+
+def chain_head(conn: sqlite3.Connection) -> tuple[int, bytes]:
+    row = conn.execute("SELECT seq, head FROM audit_chain WHERE id = 1").fetchone()
+    return (0, GENESIS) if row is None else (row[0], row[1])
+
+
+def _set_head(conn: sqlite3.Connection, seq: int, head: bytes) -> None:
+    conn.execute(
+        "INSERT INTO audit_chain (id, seq, head) VALUES (1, ?, ?)"
+        " ON CONFLICT (id) DO UPDATE SET seq = excluded.seq, head = excluded.head",
+        (seq, head),
+    )
 
 
 @handles(AppendAudit)
 def insert_audit(conn: sqlite3.Connection, op: AppendAudit) -> None:
+    """Append the events to the chain. The file has one writer (the store thread, in a transaction), so
+    reading the head and writing after it cannot interleave with another append."""
+    if not op.records:
+        return
+    seq, prev = chain_head(conn)
+    rows = []
+    for r in op.records:
+        sealed = seal(r, op.ts, op.agent, op.daemon)
+        seq += 1
+        digest = link(prev, seq, sealed.digest)
+        rows.append(
+            (op.ts, op.agent, r.kind, r.action, r.conversation_key, r.run_id, sealed.data, op.daemon)
+            + (seq, sealed.salts, prev, digest)
+        )
+        prev = digest
+    conn.executemany(_INSERT, rows)
+    _set_head(conn, seq, prev)
+
+
+def seal_unchained(conn: sqlite3.Connection) -> None:
+    """Migration step: chain the events written before the chain existed, in the order written."""
+    rows = conn.execute(
+        "SELECT id, ts, agent, kind, action, conversation_key, run_id, data, daemon FROM audit"
+        " WHERE seq IS NULL ORDER BY id"
+    ).fetchall()
+    if not rows:
+        return
+    seq, prev = chain_head(conn)
+    updates = []
+    for id_, ts, agent, kind, action, key, run_id, data, daemon in rows:
+        record = AuditRecord(kind, action, key, run_id, json.loads(data))
+        sealed = seal(record, ts, agent, daemon)
+        seq += 1
+        digest = link(prev, seq, sealed.digest)
+        updates.append((seq, sealed.data, sealed.salts, prev, digest, id_))
+        prev = digest
     conn.executemany(
-        "INSERT INTO audit (ts, agent, kind, action, conversation_key, run_id, data, daemon)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        [
-            (
-                op.ts,
-                op.agent,
-                r.kind,
-                r.action,
-                r.conversation_key,
-                r.run_id,
-                json.dumps(r.data, separators=(",", ":")),
-                op.daemon,
-            )
-            for r in op.records
-        ],
+        "UPDATE audit SET seq = ?, data = ?, salts = ?, prev_hash = ?, hash = ? WHERE id = ?", updates
     )
+    _set_head(conn, seq, prev)
 
 
 @handles(AuditEvents)
@@ -44,8 +92,8 @@ def query_audit(conn: sqlite3.Connection, q: AuditEvents) -> list[dict[str, Any]
         args.append(q.tool)
     where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
     rows = conn.execute(
-        f"SELECT id, ts, agent, kind, action, conversation_key, run_id, data, daemon FROM audit {where}"
-        " ORDER BY ts DESC, id DESC LIMIT ?",
+        "SELECT id, ts, agent, kind, action, conversation_key, run_id, data, daemon, seq, prev_hash, hash"
+        f" FROM audit {where} ORDER BY ts DESC, id DESC LIMIT ?",
         (*args, q.limit),
     ).fetchall()
     return [
@@ -59,6 +107,63 @@ def query_audit(conn: sqlite3.Connection, q: AuditEvents) -> list[dict[str, Any]
             "run_id": row[6],
             "data": json.loads(row[7]),
             "daemon": row[8],
+            "seq": row[9],
+            "prev_hash": _hex(row[10]),
+            "hash": _hex(row[11]),
         }
         for row in reversed(rows)
     ]
+
+
+@handles(AuditTrail)
+def audit_trail(conn: sqlite3.Connection, q: AuditTrail) -> list[dict[str, Any]]:
+    where, args = "seq > ?", [q.after_seq]
+    if q.since is not None:
+        where += " AND seq >= (SELECT MIN(seq) FROM audit WHERE ts >= ?)"
+        args.append(q.since)
+    rows = conn.execute(
+        f"SELECT {_TRAIL_COLUMNS} FROM audit WHERE {where} ORDER BY seq LIMIT ?", (*args, q.limit)
+    ).fetchall()
+    return [trail_event(row) for row in rows]
+
+
+def trail_event(row: Sequence[Any]) -> dict[str, Any]:
+    """A row of `_TRAIL_COLUMNS` as the chain's verifier reads it. Nothing here trusts the row: JSON
+    that no longer parses is kept as text (it then fails its hash, as any edit does)."""
+    seq, ts, agent, kind, action, key, run_id, daemon, data, salts, erased, prev, digest = row
+    return {
+        "seq": seq,
+        "ts": ts,
+        "agent": agent,
+        "kind": kind,
+        "action": action,
+        "conversation_key": key,
+        "run_id": run_id,
+        "daemon": daemon,
+        "data": _json(data, {}),
+        "salts": _json(salts, {}),
+        "erased": _json(erased, {}),
+        "prev_hash": _hex(prev),
+        "hash": _hex(digest),
+    }
+
+
+@handles(AuditHead)
+def audit_head(conn: sqlite3.Connection, q: AuditHead) -> tuple[int, str] | None:
+    row = conn.execute("SELECT seq, head FROM audit_chain WHERE id = 1").fetchone()
+    return None if row is None else (row[0], _hex(row[1]))
+
+
+def _hex(value: bytes | None) -> str:
+    return value.hex() if isinstance(value, bytes | bytearray | memoryview) else ""
+
+
+def _json(text: str | None, empty: Any) -> Any:
+    if text is None:
+        return empty
+    try:
+        value = json.loads(text)
+    except (TypeError, ValueError):
+        return {"(not JSON)": text}
+    return value if isinstance(value, dict) else {"(not an object)": value}
+
