@@ -13,7 +13,7 @@ def canon(value):  # JSON with sorted keys, no spaces, ASCII only
 
 def commit(e, field, value):  # salted by the field's nonce; an erased field keeps only its commitment
     if field not in e["erased"]:
-        return H(bytes.fromhex(e["salts"][field]) + canon(value)).hexdigest()
+        return H(bytes.fromhex(e["salts"].get(field, "")) + canon(value)).hexdigest()
     return e["erased"][field] if value is None else "an erased field that holds a value"
 
 

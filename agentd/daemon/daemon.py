@@ -298,11 +298,14 @@ class Daemon:
     ) -> list[dict[str, Any]]:
         assert self.daemon_store is not None
         query = AuditEvents(agent, kind, since, limit, tool)
-        merged = [{**r, "id": f"daemon:{r['id']}"} for r in await self.daemon_store.read(query)]
+        # each event names its chain (the store it is in) and its place there: seq, prev_hash, hash
+        merged = [
+            {**r, "id": f"daemon:{r['id']}", "chain": DAEMON_STORE} for r in await self.daemon_store.read(query)
+        ]
         for name, entry in self.fleet.entries.items():
             if entry.agent is not None and agent in (None, name):
                 merged += [
-                    {**r, "id": f"{name}:{r['id']}"}
+                    {**r, "id": f"{name}:{r['id']}", "chain": name}
                     for r in await entry.agent.audit_events(kind, since, limit, tool)
                 ]
         merged.sort(key=lambda r: r["ts"])

@@ -1,0 +1,280 @@
+"""The audit trail as a hash chain: an untouched trail verifies; an edited, deleted, inserted or swapped
+event is named; the daemon's trail is a chain too; the export verifies offline with docs/verify_audit.py."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentd.cli.main import main
+from agentd.daemon.audit_trail import verify_store
+from agentd.engine.agent import Agent
+from agentd.store.audit_chain import Verdict
+from agentd.store.queries import AuditEvents, AuditHead, AuditTrail
+from agentd.store.records import AuditRecord
+from agentd.store.writes import AppendAudit
+from tests.support import Harness, say, serving
+
+VERIFIER = Path(__file__).parent.parent / "docs" / "verify_audit.py"
+PERSISTENT = "memory: {scope: thread, persistent: true}\nchannels: {webhook: {}}\n"
+
+
+async def trail_of(harness: Harness, events: int = 10) -> Agent:
+    """An agent whose trail holds `events` events (remember, then its tool call, and so on)."""
+    agent = await harness.runtime(PERSISTENT)
+    speak = say(agent)
+    for i in range(events // 2):
+        await speak(f"remember k{i}: v{i}")
+    return agent
+
+
+async def verdict(agent: Agent) -> Verdict:
+    return await verify_store(agent.state.store, agent.name)
+
+
+async def sql(agent: Agent, statement: str, *args: Any) -> None:
+    await agent.state.store.sql(lambda c: c.execute(statement, args))  # type: ignore[attr-defined]
+
+
+async def test_an_untouched_trail_verifies_to_its_head(harness: Harness) -> None:
+    agent = await trail_of(harness, 10)
+    result = await verdict(agent)
+    assert result.ok and result.events == 10 and result.first == 1
+    head = await agent.state.store.read(AuditHead())
+    assert result.last == head and head is not None and head[0] == 10 and len(head[1]) == 64
+
+
+async def test_each_event_links_to_the_one_before(harness: Harness) -> None:
+    agent = await trail_of(harness, 6)
+    events = await agent.state.store.read(AuditEvents(limit=10))
+    assert [e["seq"] for e in events] == [1, 2, 3, 4, 5, 6]
+    assert events[0]["prev_hash"] == "0" * 64
+    assert all(later["prev_hash"] == earlier["hash"] for earlier, later in zip(events, events[1:]))
+
+
+async def test_an_edited_event_is_named(harness: Harness) -> None:
+    agent = await trail_of(harness)
+    await sql(agent, "UPDATE audit SET data = '{\"key\":\"k9\"}' WHERE seq = 5")
+    result = await verdict(agent)
+    assert (result.broken, result.reason) == (5, "event 5's content does not match its hash (it was changed)")
+
+
+@pytest.mark.parametrize(
+    "column, value",
+    [
+        ("kind", "'config'"),
+        ("action", "'forget'"),
+        ("ts", "ts + 1"),
+        ("agent", "'other'"),
+        ("run_id", "'r-forged'"),
+        ("daemon", "'elsewhere'"),
+        ("conversation_key", "'webhook:other'"),
+        ("salts", "'{}'"),
+        ("erased", "'{\"data.key\":\"00\"}'"),
+        ("hash", "zeroblob(32)"),
+    ],
+)
+async def test_every_column_is_covered(harness: Harness, column: str, value: str) -> None:
+    agent = await trail_of(harness, 6)
+    await sql(agent, f"UPDATE audit SET {column} = {value} WHERE seq = 3")
+    assert (await verdict(agent)).broken == 3
+
+
+async def test_a_deleted_event_is_named(harness: Harness) -> None:
+    agent = await trail_of(harness)
+    await sql(agent, "DELETE FROM audit WHERE seq = 4")
+    result = await verdict(agent)
+    assert (result.broken, result.reason) == (4, "event 4 is missing (the next stored is 5)")
+
+
+async def test_a_forged_event_inserted_mid_trail_is_named(harness: Harness) -> None:
+    agent = await trail_of(harness)
+    # make room at 6 and copy event 5 there with other data: its stored hash cannot match
+    await sql(agent, "UPDATE audit SET seq = -seq - 1 WHERE seq >= 6")
+    await sql(agent, "UPDATE audit SET seq = -seq WHERE seq < 0")
+    await sql(
+        agent,
+        "INSERT INTO audit (ts, agent, kind, action, conversation_key, run_id, data, daemon, seq, salts,"
+        " erased, prev_hash, hash) SELECT ts, agent, kind, 'forget', conversation_key, run_id, data,"
+        " daemon, 6, salts, erased, hash, hash FROM audit WHERE seq = 5",
+    )
+    result = await verdict(agent)
+    assert result.broken == 6
+
+
+async def test_an_event_appended_outside_agentd_is_named_even_with_a_correct_link(harness: Harness) -> None:
+    agent = await trail_of(harness, 4)
+    store = agent.state.store
+    [last] = await store.read(AuditTrail(3, 10))
+    forged = {**last, "seq": 5, "kind": "config", "prev_hash": last["hash"]}
+    # a forger who recomputes the hash: the link is right, but the chain head still says 4
+    from agentd.store.audit_chain import digest_of, link
+
+    digest = link(bytes.fromhex(last["hash"]), 5, digest_of(forged))
+    await sql(
+        agent,
+        "INSERT INTO audit (ts, agent, kind, action, conversation_key, run_id, data, daemon, seq, salts,"
+        " erased, prev_hash, hash) SELECT ts, agent, 'config', action, conversation_key, run_id, data,"
+        " daemon, 5, salts, erased, hash, ? FROM audit WHERE seq = 4",
+        digest,
+    )
+    result = await verdict(agent)
+    assert (result.broken, result.reason) == (5, "event 5 is past the chain head (4): it was added outside agentd")
+
+
+async def test_two_swapped_events_are_named_at_the_first(harness: Harness) -> None:
+    agent = await trail_of(harness)
+    await sql(agent, "UPDATE audit SET seq = -1 WHERE seq = 3")
+    await sql(agent, "UPDATE audit SET seq = 3 WHERE seq = 7")
+    await sql(agent, "UPDATE audit SET seq = 7 WHERE seq = -1")
+    assert (await verdict(agent)).broken == 3
+
+
+async def test_a_trail_cut_short_is_found_against_its_head(harness: Harness) -> None:
+    agent = await trail_of(harness)
+    await sql(agent, "DELETE FROM audit WHERE seq > 8")
+    result = await verdict(agent)
+    assert (result.broken, result.reason) == (9, "the chain head records 10 events; the trail ends at 8")
+
+
+async def test_a_cut_that_also_rewrites_the_head_needs_a_head_kept_elsewhere(harness: Harness) -> None:
+    """The limit, written down: whoever can write the file can cut the tail and move the head back.
+    The chain then verifies, to a head other than the one an operator kept from an earlier verify."""
+    agent = await trail_of(harness)
+    kept = (await verdict(agent)).last
+    await sql(agent, "DELETE FROM audit WHERE seq > 8")
+    await sql(agent, "UPDATE audit_chain SET seq = 8, head = (SELECT hash FROM audit WHERE seq = 8)")
+    result = await verdict(agent)
+    assert result.ok and result.last != kept and kept is not None and kept[0] == 10
+
+
+async def test_events_appended_in_one_batch_and_by_other_writes_share_the_chain(harness: Harness) -> None:
+    agent = await trail_of(harness, 2)
+    records = [AuditRecord("command", "status", "webhook:c1", None, {"n": i}) for i in range(3)]
+    await agent.state.store.write(AppendAudit(agent.name, records, 100))  # an int time: stored as a float
+    await agent.delete_conversation("webhook:c1", by="test")  # its audit row is written by the store
+    result = await verdict(agent)
+    assert result.ok and result.events == 6
+
+
+async def test_the_daemons_own_trail_is_a_chain_and_get_audit_links_events(tmp_path: Path) -> None:
+    async with serving(tmp_path, {"bot": PERSISTENT}) as (daemon, client):
+        for i in range(3):
+            await client.post("/agents/bot/messages", json={"conversation_id": "c", "text": f"remember a{i}: b"})
+        events = (await client.get("/audit", params={"limit": 1000})).json()["events"]
+        by_chain: dict[str, list[dict[str, Any]]] = {}
+        for event in events:
+            by_chain.setdefault(event["chain"], []).append(event)
+        assert set(by_chain) == {"_daemon", "bot"}
+        for chain in by_chain.values():
+            chain.sort(key=lambda e: e["seq"])
+            assert chain[0]["seq"] == 1 and chain[0]["prev_hash"] == "0" * 64
+            assert all(b["prev_hash"] == a["hash"] for a, b in zip(chain, chain[1:]))
+        assert daemon.daemon_store is not None
+        assert (await verify_store(daemon.daemon_store, "_daemon")).ok
+
+
+async def test_events_written_before_the_chain_are_sealed_by_the_migration(tmp_path: Path) -> None:
+    import sqlite3
+
+    from agentd.store.sqlite.migrations import MIGRATIONS, migrate
+
+    path = tmp_path / "data" / "bot.sqlite"
+    path.parent.mkdir()
+    conn = sqlite3.connect(path, isolation_level=None)
+    migrate(conn, MIGRATIONS[:5])  # the schema before the chain
+    conn.executemany(
+        "INSERT INTO audit (ts, agent, kind, action, conversation_key, data) VALUES (?, 'bot', 'memory', ?, ?, ?)",
+        [(1000 + i, f"a{i}", "webhook:x" if i % 2 else None, json.dumps({"key": f"k{i}"})) for i in range(5)],
+    )
+    assert migrate(conn) == ["0006_audit_chain"]
+    conn.close()
+    harness = Harness(tmp_path / "data")
+    try:
+        agent = await harness.runtime(PERSISTENT)
+        await say(agent)("remember later: yes")
+        result = await verdict(agent)
+        assert result.ok and result.events == 7
+        trail = await agent.state.store.read(AuditTrail())
+        assert [e["action"] for e in trail[:5]] == ["a0", "a1", "a2", "a3", "a4"]
+    finally:
+        await harness.close()
+
+
+# -- the CLI and the offline verifier -----------------------------------------------------------
+
+
+async def cli(root: Path, *argv: str) -> int:
+    """The command as a person runs it (in a thread: it runs its own event loop)."""
+    return await asyncio.to_thread(main, [*argv, "--agents", str(root / "agents"), "--data", str(root / "data")])
+
+
+async def folder_with_trail(tmp_path: Path) -> Path:
+    (tmp_path / "agents").mkdir()
+    harness = Harness(tmp_path / "data")
+    try:
+        await trail_of(harness, 6)
+        other = await harness.runtime(PERSISTENT, name="other")
+        await say(other)("remember x: y")
+    finally:
+        await harness.close()
+    return tmp_path
+
+
+async def test_audit_verify_prints_each_chains_head_and_names_a_break(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = await folder_with_trail(tmp_path)
+    assert await cli(root, "audit", "verify") == 0
+    out = capsys.readouterr().out
+    assert "bot: ok, 6 events; head 6 " in out and "other: ok, 2 events; head 2 " in out
+    assert "Keep these heads" in out
+    import sqlite3
+
+    with sqlite3.connect(root / "data" / "bot.sqlite") as conn:
+        conn.execute("UPDATE audit SET action = 'x' WHERE seq = 2")
+    assert await cli(root, "audit", "verify", "bot") == 1
+    out = capsys.readouterr().out
+    assert out.strip() == "bot: BROKEN at event 2: event 2's content does not match its hash (it was changed)"
+    assert await cli(root, "audit", "verify", "other", "--json") == 0
+    [report] = json.loads(capsys.readouterr().out)
+    assert report["ok"] and report["head"]["seq"] == 2
+
+
+async def test_an_export_verifies_offline_and_an_edit_of_it_does_not(tmp_path: Path) -> None:
+    root = await folder_with_trail(tmp_path)
+    export = root / "trail.jsonl"
+    assert await cli(root, "audit", "export", "-o", str(export)) == 0
+    assert export.stat().st_mode & 0o077 == 0
+    ok = subprocess.run([sys.executable, str(VERIFIER), str(export)], capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout.splitlines()[0].startswith("bot: verified up to event 6, head ")
+    lines = export.read_text().splitlines()
+    event = json.loads(lines[2])
+    event["data"]["key"] = "k-forged"
+    lines[2] = json.dumps(event)
+    export.write_text("\n".join(lines) + "\n")
+    bad = subprocess.run([sys.executable, str(VERIFIER), str(export)], capture_output=True, text=True)
+    assert bad.returncode == 1 and bad.stderr.strip() == "line 3: chain bot is broken at event 3"
+
+
+async def test_an_export_since_a_time_starts_mid_chain_and_still_verifies(tmp_path: Path) -> None:
+    root = await folder_with_trail(tmp_path)
+    export = root / "since.jsonl"
+    harness = Harness(root / "data")
+    try:
+        agent = await harness.runtime(PERSISTENT)
+        [third] = [e for e in await agent.state.store.read(AuditTrail()) if e["seq"] == 3]
+    finally:
+        await harness.close()
+    assert await cli(root, "audit", "export", "--agent", "bot", "--since", str(third["ts"]), "-o", str(export)) == 0
+    seqs = [json.loads(line)["seq"] for line in export.read_text().splitlines()]
+    assert seqs == [3, 4, 5, 6]
+    ok = subprocess.run([sys.executable, str(VERIFIER), str(export)], capture_output=True, text=True)
+    assert ok.returncode == 0 and ok.stdout.startswith("bot: verified up to event 6")
