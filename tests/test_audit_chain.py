@@ -4,6 +4,7 @@ event is named; the daemon's trail is a chain too; the export verifies offline w
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import subprocess
 import sys
@@ -55,12 +56,12 @@ async def test_each_event_links_to_the_one_before(harness: Harness) -> None:
     events = await agent.state.store.read(AuditEvents(limit=10))
     assert [e["seq"] for e in events] == [1, 2, 3, 4, 5, 6]
     assert events[0]["prev_hash"] == "0" * 64
-    assert all(later["prev_hash"] == earlier["hash"] for earlier, later in zip(events, events[1:]))
+    assert all(later["prev_hash"] == earlier["hash"] for earlier, later in itertools.pairwise(events))
 
 
 async def test_an_edited_event_is_named(harness: Harness) -> None:
     agent = await trail_of(harness)
-    await sql(agent, "UPDATE audit SET data = '{\"key\":\"k9\"}' WHERE seq = 5")
+    await sql(agent, 'UPDATE audit SET data = \'{"key":"k9"}\' WHERE seq = 5')
     result = await verdict(agent)
     assert (result.broken, result.reason) == (5, "event 5's content does not match its hash (it was changed)")
 
@@ -76,7 +77,7 @@ async def test_an_edited_event_is_named(harness: Harness) -> None:
         ("daemon", "'elsewhere'"),
         ("conversation_key", "'webhook:other'"),
         ("salts", "'{}'"),
-        ("erased", "'{\"data.key\":\"00\"}'"),
+        ("erased", '\'{"data.key":"00"}\''),
         ("hash", "zeroblob(32)"),
     ],
 )
@@ -125,7 +126,10 @@ async def test_an_event_appended_outside_agentd_is_named_even_with_a_correct_lin
         digest,
     )
     result = await verdict(agent)
-    assert (result.broken, result.reason) == (5, "event 5 is past the chain head (4): it was added outside agentd")
+    assert (result.broken, result.reason) == (
+        5,
+        "event 5 is past the chain head (4): it was added outside agentd",
+    )
 
 
 async def test_two_swapped_events_are_named_at_the_first(harness: Harness) -> None:
@@ -166,7 +170,9 @@ async def test_events_appended_in_one_batch_and_by_other_writes_share_the_chain(
 async def test_the_daemons_own_trail_is_a_chain_and_get_audit_links_events(tmp_path: Path) -> None:
     async with serving(tmp_path, {"bot": PERSISTENT}) as (daemon, client):
         for i in range(3):
-            await client.post("/agents/bot/messages", json={"conversation_id": "c", "text": f"remember a{i}: b"})
+            await client.post(
+                "/agents/bot/messages", json={"conversation_id": "c", "text": f"remember a{i}: b"}
+            )
         events = (await client.get("/audit", params={"limit": 1000})).json()["events"]
         by_chain: dict[str, list[dict[str, Any]]] = {}
         for event in events:
@@ -175,7 +181,7 @@ async def test_the_daemons_own_trail_is_a_chain_and_get_audit_links_events(tmp_p
         for chain in by_chain.values():
             chain.sort(key=lambda e: e["seq"])
             assert chain[0]["seq"] == 1 and chain[0]["prev_hash"] == "0" * 64
-            assert all(b["prev_hash"] == a["hash"] for a, b in zip(chain, chain[1:]))
+            assert all(b["prev_hash"] == a["hash"] for a, b in itertools.pairwise(chain))
         assert daemon.daemon_store is not None
         assert (await verify_store(daemon.daemon_store, "_daemon")).ok
 
@@ -212,7 +218,15 @@ async def test_events_written_before_the_chain_are_sealed_by_the_migration(tmp_p
 
 async def cli(root: Path, *argv: str) -> int:
     """The command as a person runs it (in a thread: it runs its own event loop)."""
-    return await asyncio.to_thread(main, [*argv, "--agents", str(root / "agents"), "--data", str(root / "data")])
+    return await asyncio.to_thread(
+        main, [*argv, "--agents", str(root / "agents"), "--data", str(root / "data")]
+    )
+
+
+async def verify_offline(export: Path) -> subprocess.CompletedProcess[str]:
+    """docs/verify_audit.py run on an export, as an auditor would (python3, nothing of agentd imported)."""
+    command = [sys.executable, "-I", str(VERIFIER), str(export)]
+    return await asyncio.to_thread(subprocess.run, command, capture_output=True, text=True)
 
 
 async def folder_with_trail(tmp_path: Path) -> Path:
@@ -252,7 +266,7 @@ async def test_an_export_verifies_offline_and_an_edit_of_it_does_not(tmp_path: P
     export = root / "trail.jsonl"
     assert await cli(root, "audit", "export", "-o", str(export)) == 0
     assert export.stat().st_mode & 0o077 == 0
-    ok = subprocess.run([sys.executable, str(VERIFIER), str(export)], capture_output=True, text=True)
+    ok = await verify_offline(export)
     assert ok.returncode == 0, ok.stderr
     assert ok.stdout.splitlines()[0].startswith("bot: verified up to event 6, head ")
     lines = export.read_text().splitlines()
@@ -260,7 +274,7 @@ async def test_an_export_verifies_offline_and_an_edit_of_it_does_not(tmp_path: P
     event["data"]["key"] = "k-forged"
     lines[2] = json.dumps(event)
     export.write_text("\n".join(lines) + "\n")
-    bad = subprocess.run([sys.executable, str(VERIFIER), str(export)], capture_output=True, text=True)
+    bad = await verify_offline(export)
     assert bad.returncode == 1 and bad.stderr.strip() == "line 3: chain bot is broken at event 3"
 
 
@@ -273,8 +287,11 @@ async def test_an_export_since_a_time_starts_mid_chain_and_still_verifies(tmp_pa
         [third] = [e for e in await agent.state.store.read(AuditTrail()) if e["seq"] == 3]
     finally:
         await harness.close()
-    assert await cli(root, "audit", "export", "--agent", "bot", "--since", str(third["ts"]), "-o", str(export)) == 0
+    assert (
+        await cli(root, "audit", "export", "--agent", "bot", "--since", str(third["ts"]), "-o", str(export))
+        == 0
+    )
     seqs = [json.loads(line)["seq"] for line in export.read_text().splitlines()]
     assert seqs == [3, 4, 5, 6]
-    ok = subprocess.run([sys.executable, str(VERIFIER), str(export)], capture_output=True, text=True)
+    ok = await verify_offline(export)
     assert ok.returncode == 0 and ok.stdout.startswith("bot: verified up to event 6")

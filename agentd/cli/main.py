@@ -102,7 +102,9 @@ def build_parser() -> argparse.ArgumentParser:
         "or export them as JSON lines (audit export [--since T] [--agent A] [-o FILE])",
     )
     audit.add_argument("what", metavar="AGENT | verify | export")
-    audit.add_argument("name", nargs="?", default=None, help="verify: only this agent's chain (_daemon: the daemon's)")
+    audit.add_argument(
+        "name", nargs="?", default=None, help="verify: only this agent's chain (_daemon: the daemon's)"
+    )
     audit.add_argument("--kind", default=None, help="AGENT: only events of this kind")
     audit.add_argument("--limit", type=int, default=50, help="AGENT: the newest this many")
     audit.add_argument("--json", action="store_true")

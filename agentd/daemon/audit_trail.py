@@ -26,7 +26,9 @@ async def chain_names(resources: Resources, only: str | None = None) -> list[str
     if only is None:
         return names
     if only not in names:
-        raise LookupError(f"no audit trail of {only!r}: it has stored nothing (stores: {', '.join(names) or 'none'})")
+        raise LookupError(
+            f"no audit trail of {only!r}: it has stored nothing (stores: {', '.join(names) or 'none'})"
+        )
     return [only]
 
 

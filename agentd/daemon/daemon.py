@@ -29,6 +29,7 @@ from agentd.config.models import DaemonSpec, is_loopback
 from agentd.daemon.fleet import Fleet, log_startup
 from agentd.daemon.metrics import Metrics
 from agentd.daemon.observe import DaemonObserver
+from agentd.daemon.people import erase_person, export_person
 from agentd.daemon.periodic import (
     CLOSE_IDLE_FILES_EVERY,
     GC_FREEZE_EVERY,
@@ -300,7 +301,8 @@ class Daemon:
         query = AuditEvents(agent, kind, since, limit, tool)
         # each event names its chain (the store it is in) and its place there: seq, prev_hash, hash
         merged = [
-            {**r, "id": f"daemon:{r['id']}", "chain": DAEMON_STORE} for r in await self.daemon_store.read(query)
+            {**r, "id": f"daemon:{r['id']}", "chain": DAEMON_STORE}
+            for r in await self.daemon_store.read(query)
         ]
         for name, entry in self.fleet.entries.items():
             if entry.agent is not None and agent in (None, name):
@@ -310,6 +312,14 @@ class Daemon:
                 ]
         merged.sort(key=lambda r: r["ts"])
         return merged[-limit:]
+
+    async def export_person(self, user_id: str) -> dict[str, Any]:
+        """Everything held about one person, across every agent (agentd.daemon.people)."""
+        return await export_person(self.resources, self.fleet.agent, self.daemon_store, user_id)
+
+    async def erase_person(self, user_id: str, by: str) -> dict[str, Any]:
+        """Erase one person everywhere, hot caches included (agentd.daemon.people)."""
+        return await erase_person(self.resources, self.fleet.agent, self.daemon_store, user_id, by)
 
     async def audit_auth_failure(self, path: str, reason: str, client: str | None) -> None:
         await self.daemon_audit("auth", "denied", None, {"path": path, "reason": reason, "client": client})

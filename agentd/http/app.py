@@ -35,6 +35,7 @@ from agentd.http.docs import add_docs_routes
 from agentd.http.errors import ApiError, errors, install_error_handlers
 from agentd.http.lookup import running_agent
 from agentd.http.openai_api import add_openai_routes, is_openai_path, openai_error
+from agentd.http.people import add_people_routes
 from agentd.http.reads import add_read_routes
 from agentd.http.streaming import TurnStream, reply_events
 from agentd.http.tools_routes import add_tool_routes
@@ -135,6 +136,7 @@ def create_app(directory: AgentDirectory) -> FastAPI:
 
     add_read_routes(app, directory, protected)
     add_delete_routes(app, directory, protected)
+    add_people_routes(app, directory, protected)
 
     async def platform(request: Request) -> Any:
         handler = directory.platform_endpoint(request.url.path)

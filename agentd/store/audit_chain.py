@@ -266,9 +266,13 @@ class ChainWalk:
         if self.broken is None and head is not None:
             seq, digest = head
             if self._seq < seq:
-                self._break(self._seq + 1, f"the chain head records {seq} events; the trail ends at {self._seq}")
+                self._break(
+                    self._seq + 1, f"the chain head records {seq} events; the trail ends at {self._seq}"
+                )
             elif self._seq > seq:
-                self._break(seq + 1, f"event {seq + 1} is past the chain head ({seq}): it was added outside agentd")
+                self._break(
+                    seq + 1, f"event {seq + 1} is past the chain head ({seq}): it was added outside agentd"
+                )
             elif self._prev.hex() != digest:
                 self._break(seq, f"the chain head's hash for event {seq} is not the one computed")
         if self.broken is None and head is None and self._events:

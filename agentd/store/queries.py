@@ -124,6 +124,26 @@ class AuditHead(Query[tuple[int, str] | None]):
     """The chain head the store records: the last event's seq and hash (hex); None before any event."""
 
 
+# -- a person's data ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PersonConversations(Query[dict[str, list[str]]]):
+    """The conversations a person spoke in, sorted: `theirs` (nobody else spoke there) and `shared`."""
+
+    user_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class PersonData(Query[dict[str, Any]]):
+    """Everything the store holds about one person (agentd/store/people.py), JSON-ready, each item with
+    its conversation: their conversations whole, their exchanges in shared ones, their persistent
+    memories, facts and episodes, the runs of their turns, approvals they asked for, audit events
+    naming them. Empty lists when it holds nothing of theirs."""
+
+    user_id: str
+
+
 # -- approvals ---------------------------------------------------------------------------
 
 

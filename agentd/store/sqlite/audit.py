@@ -48,10 +48,8 @@ def insert_audit(conn: sqlite3.Connection, op: AppendAudit) -> None:
         sealed = seal(r, op.ts, op.agent, op.daemon)
         seq += 1
         digest = link(prev, seq, sealed.digest)
-        rows.append(
-            (op.ts, op.agent, r.kind, r.action, r.conversation_key, r.run_id, sealed.data, op.daemon)
-            + (seq, sealed.salts, prev, digest)
-        )
+        row = (op.ts, op.agent, r.kind, r.action, r.conversation_key, r.run_id, sealed.data, op.daemon)
+        rows.append((*row, seq, sealed.salts, prev, digest))
         prev = digest
     conn.executemany(_INSERT, rows)
     _set_head(conn, seq, prev)
@@ -117,7 +115,7 @@ def query_audit(conn: sqlite3.Connection, q: AuditEvents) -> list[dict[str, Any]
 
 @handles(AuditTrail)
 def audit_trail(conn: sqlite3.Connection, q: AuditTrail) -> list[dict[str, Any]]:
-    where, args = "seq > ?", [q.after_seq]
+    where, args = "seq > ?", list[float]([q.after_seq])
     if q.since is not None:
         where += " AND seq >= (SELECT MIN(seq) FROM audit WHERE ts >= ?)"
         args.append(q.since)
@@ -166,4 +164,3 @@ def _json(text: str | None, empty: Any) -> Any:
     except (TypeError, ValueError):
         return {"(not JSON)": text}
     return value if isinstance(value, dict) else {"(not an object)": value}
-

@@ -1,0 +1,342 @@
+"""A person's data in one agent's file: found (PersonData), erased (ErasePerson). What counts as theirs,
+what a tombstone keeps and which audit fields name them: agentd/store/people.py.
+
+Erasure deletes with `secure_delete` on (the connection's setting: deleted content is overwritten
+with zeros) and the store follows its commit with a truncating WAL checkpoint, so the erased text is
+left neither in the file's free pages nor in the log (agentd/store/sqlite/store.py).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Sequence
+from dataclasses import asdict
+from typing import Any
+
+from agentd.messages import load_message
+from agentd.store.audit_chain import erase_fields
+from agentd.store.people import (
+    EVENT_ACTION,
+    EVENT_KIND,
+    audit_fields,
+    counts_of,
+    names,
+    partition_of,
+    tombstone_body,
+)
+from agentd.store.queries import PersonConversations, PersonData
+from agentd.store.records import RUN_COLUMNS, AuditRecord, RunRecord
+from agentd.store.sqlite.audit import _TRAIL_COLUMNS, insert_audit, trail_event
+from agentd.store.sqlite.dispatch import handles
+from agentd.store.writes import AppendAudit, ErasePerson
+
+_IN = "(SELECT value FROM json_each(?))"  # a list passed as one JSON parameter, whatever its length
+_THREADS_OF = f"SELECT id FROM threads WHERE conversation_key IN {_IN}"
+_EXCHANGES = (
+    "SELECT m.id, m.thread_id, t.conversation_key, t.status, m.seq, m.body, m.run_id, m.created_at"
+    f" FROM messages m JOIN threads t ON t.id = m.thread_id WHERE t.conversation_key IN {_IN}"
+    f" AND (m.user_id = ? OR m.run_id IN {_IN}) ORDER BY t.conversation_key, m.thread_id, m.seq"
+)
+
+
+def _as_list(values: Sequence[str]) -> str:
+    return json.dumps(list(values))
+
+
+@handles(PersonConversations)
+def person_conversations(conn: sqlite3.Connection, q: PersonConversations) -> dict[str, list[str]]:
+    spoke = [
+        row[0]
+        for row in conn.execute(
+            "SELECT DISTINCT t.conversation_key FROM messages m JOIN threads t ON t.id = m.thread_id"
+            " WHERE m.user_id = ? ORDER BY 1",
+            (q.user_id,),
+        )
+    ]
+    theirs: list[str] = []
+    shared: list[str] = []
+    for key in spoke:
+        other = conn.execute(
+            "SELECT 1 FROM messages m JOIN threads t ON t.id = m.thread_id WHERE t.conversation_key = ?"
+            " AND m.role = 'user' AND (m.user_id IS NULL OR m.user_id <> ?) LIMIT 1",
+            (key, q.user_id),
+        ).fetchone()
+        (shared if other else theirs).append(key)
+    return {"theirs": theirs, "shared": shared}
+
+
+def _their_runs(conn: sqlite3.Connection, user_id: str, shared: Sequence[str]) -> list[str]:
+    """The runs their messages started in shared conversations (each holds one exchange of theirs)."""
+    return [
+        row[0]
+        for row in conn.execute(
+            "SELECT DISTINCT m.run_id FROM messages m JOIN threads t ON t.id = m.thread_id"
+            f" WHERE m.user_id = ? AND m.run_id IS NOT NULL AND t.conversation_key IN {_IN}",
+            (user_id, _as_list(shared)),
+        )
+    ]
+
+
+# -- export ------------------------------------------------------------------------------------------
+
+
+def _message(seq: int, body: str, run_id: str | None, created_at: float) -> dict[str, Any]:
+    shown = load_message(body).model_dump(mode="json", exclude_none=True)
+    return {"seq": seq, "created_at": created_at, "run_id": run_id, **shown}
+
+
+def _threads(conn: sqlite3.Connection, key: str) -> list[dict[str, Any]]:
+    threads = []
+    for thread_id, status, created_at, ended_at in conn.execute(
+        "SELECT id, status, created_at, ended_at FROM threads WHERE conversation_key = ? ORDER BY id", (key,)
+    ).fetchall():
+        messages = [
+            _message(*row)
+            for row in conn.execute(
+                "SELECT seq, body, run_id, created_at FROM messages WHERE thread_id = ? ORDER BY seq",
+                (thread_id,),
+            )
+        ]
+        summaries = [
+            {"upto_seq": u, "text": t, "created_at": c}
+            for u, t, c in conn.execute(
+                "SELECT upto_seq, text, created_at FROM summaries WHERE thread_id = ? ORDER BY id",
+                (thread_id,),
+            )
+        ]
+        memory = {
+            layer: {"data": json.loads(data), "upto_seq": upto}
+            for layer, data, upto in conn.execute(
+                "SELECT layer, data, upto_seq FROM memory_state WHERE thread_id = ? ORDER BY layer",
+                (thread_id,),
+            )
+        }
+        threads.append(
+            {
+                "thread_id": thread_id,
+                "status": status,
+                "created_at": created_at,
+                "ended_at": ended_at,
+                "messages": messages,
+                "summaries": summaries,
+                "memory_state": memory,
+            }
+        )
+    return threads
+
+
+def _shared_exchanges(
+    conn: sqlite3.Connection, user_id: str, shared: Sequence[str], runs: Sequence[str]
+) -> list[dict[str, Any]]:
+    by_key: dict[str, dict[int, dict[str, Any]]] = {}
+    for _, thread_id, key, status, seq, body, run_id, created_at in conn.execute(
+        _EXCHANGES, (_as_list(shared), user_id, _as_list(runs))
+    ):
+        threads = by_key.setdefault(key, {})
+        thread = threads.setdefault(thread_id, {"thread_id": thread_id, "status": status, "messages": []})
+        thread["messages"].append(_message(seq, body, run_id, created_at))
+    return [
+        {"conversation_key": key, "shared": True, "threads": list(threads.values())}
+        for key, threads in by_key.items()
+    ]
+
+
+def _audit_events(conn: sqlite3.Connection, user_id: str, theirs: Sequence[str]) -> list[dict[str, Any]]:
+    """The stored audit events concerning the person, with the fields to erase for them."""
+    needle = json.dumps(user_id)[1:-1]  # as it appears inside stored JSON
+    found = []
+    for row in conn.execute(
+        f"SELECT {_TRAIL_COLUMNS} FROM audit WHERE conversation_key IN {_IN}"
+        " OR instr(data, ?) > 0 OR instr(conversation_key, ?) > 0 ORDER BY seq",
+        (_as_list(theirs), needle, user_id),
+    ):
+        event = trail_event(row)
+        fields = audit_fields(event, user_id, set(theirs))
+        if fields:
+            found.append((event, fields))
+    return [{**event, "erase": fields} for event, fields in found]
+
+
+@handles(PersonData)
+def person_data(conn: sqlite3.Connection, q: PersonData) -> dict[str, Any]:
+    user, partition = q.user_id, partition_of(q.user_id)
+    parts = person_conversations(conn, PersonConversations(user))
+    theirs, shared = parts["theirs"], parts["shared"]
+    runs = _their_runs(conn, user, shared)
+    conversations = [
+        {"conversation_key": key, "shared": False, "threads": _threads(conn, key)} for key in theirs
+    ] + _shared_exchanges(conn, user, shared, runs)
+    run_rows = conn.execute(
+        f"SELECT {', '.join(RUN_COLUMNS)} FROM runs WHERE conversation_key IN {_IN} OR id IN {_IN}"
+        " ORDER BY started_at, rowid",
+        (_as_list(theirs), _as_list(runs)),
+    ).fetchall()
+    return {
+        "conversations": conversations,
+        "memories": [
+            {"scope": partition, "key": k, "value": v, "created_at": c, "updated_at": u}
+            for k, v, c, u in conn.execute(
+                "SELECT key, value, created_at, updated_at FROM memories WHERE scope = ? ORDER BY key",
+                (partition,),
+            )
+        ],
+        "facts": [
+            {"key": k, "value": v, "confidence": c, "source": s, "created_at": ca, "updated_at": u}
+            for k, v, c, s, ca, u in conn.execute(
+                "SELECT key, value, confidence, source, created_at, updated_at FROM facts WHERE partition = ?"
+                " ORDER BY key",
+                (partition,),
+            )
+        ],
+        "episodes": [
+            {"id": i, "conversation_key": k, "text": t, "created_at": c, "importance": imp, "embedder": e}
+            for i, k, t, c, imp, e in conn.execute(
+                "SELECT id, conversation_key, text, created_at, importance, embedder FROM episodes"
+                " WHERE partition = ? ORDER BY id",
+                (partition,),
+            )
+        ],
+        "runs": [asdict(RunRecord(*row)) for row in run_rows],
+        "approvals": _approvals(conn, user, theirs, export=True),
+        "audit_events": [
+            {k: e[k] for k in ("seq", "ts", "kind", "action", "conversation_key", "run_id", "data")}
+            for e in _audit_events(conn, user, theirs)
+        ],
+    }
+
+
+def _approvals(
+    conn: sqlite3.Connection, user_id: str, theirs: Sequence[str], *, export: bool
+) -> list[dict[str, Any]]:
+    keys = set(theirs)
+    found = []
+    for id_, key, tool, args, requested_by, status, created_at in conn.execute(
+        "SELECT id, conversation_key, tool, args, requested_by, status, created_at FROM approvals ORDER BY created_at"
+    ):
+        if key in keys or names(requested_by, user_id):
+            found.append(
+                {
+                    "id": id_,
+                    "conversation_key": key,
+                    "tool": tool,
+                    "args": json.loads(args) if export else None,
+                    "requested_by": requested_by,
+                    "status": status,
+                    "created_at": created_at,
+                }
+            )
+    return found
+
+
+# -- erasure -----------------------------------------------------------------------------------------
+
+
+@handles(ErasePerson)
+def erase_person(conn: sqlite3.Connection, op: ErasePerson) -> dict[str, int]:
+    user = op.user_id
+    conn.execute("PRAGMA secure_delete = ON")  # (already on for agentd's connections: see connect)
+    parts = person_conversations(conn, PersonConversations(user))
+    theirs, shared = parts["theirs"], parts["shared"]
+    if op.conversations is not None:
+        held = set(op.conversations)
+        theirs, shared = [k for k in theirs if k in held], [k for k in shared if k in held]
+    runs = _their_runs(conn, user, shared)
+    counts = _erase_conversations(conn, theirs, runs)
+    for kind, n in _tombstone_exchanges(conn, user, shared, runs, op).items():
+        counts[kind] = counts.get(kind, 0) + n
+    for approval in _approvals(conn, user, theirs, export=False):
+        conn.execute("DELETE FROM approvals WHERE id = ?", (approval["id"],))
+        counts["approvals"] = counts.get("approvals", 0) + 1
+    partition = partition_of(user)
+    counts["memories"] = conn.execute("DELETE FROM memories WHERE scope = ?", (partition,)).rowcount
+    counts["facts"] = conn.execute("DELETE FROM facts WHERE partition = ?", (partition,)).rowcount
+    counts["episodes"] = conn.execute("DELETE FROM episodes WHERE partition = ?", (partition,)).rowcount
+    if counts["episodes"]:
+        # the keyword index keeps a deleted row's terms until its segments are merged: merge them now
+        conn.execute("INSERT INTO episodes_fts(episodes_fts) VALUES ('optimize')")
+    counts["audit_events"] = _erase_audit(conn, user, theirs)
+    erased = counts_of(counts)
+    if erased or op.record is not None:
+        data = {"subject": dict(op.subject), "counts": erased, "by": op.by, **(op.record or {})}
+        record = AuditRecord(EVENT_KIND, EVENT_ACTION, None, None, data)
+        insert_audit(conn, AppendAudit(op.agent, [record], op.ts, op.daemon))
+    return erased
+
+
+def _erase_conversations(
+    conn: sqlite3.Connection, theirs: Sequence[str], runs: Sequence[str]
+) -> dict[str, int]:
+    """Their own conversations, whole; the runs of those and of their turns elsewhere; delivery ids."""
+    keys, their_runs = _as_list(theirs), _as_list(runs)
+    counts = {"conversations": len(theirs)}
+    counts["messages"] = conn.execute(
+        f"DELETE FROM messages WHERE thread_id IN ({_THREADS_OF})", (keys,)
+    ).rowcount
+    counts["summaries"] = conn.execute(
+        f"DELETE FROM summaries WHERE thread_id IN ({_THREADS_OF})", (keys,)
+    ).rowcount
+    counts["memory_states"] = conn.execute(
+        f"DELETE FROM memory_state WHERE thread_id IN ({_THREADS_OF})", (keys,)
+    ).rowcount
+    counts["threads"] = conn.execute(f"DELETE FROM threads WHERE conversation_key IN {_IN}", (keys,)).rowcount
+    counts["runs"] = conn.execute(
+        f"DELETE FROM runs WHERE conversation_key IN {_IN} OR id IN {_IN}", (keys, their_runs)
+    ).rowcount
+    counts["deliveries"] = conn.execute(
+        f"DELETE FROM inbound_events WHERE conversation_key IN {_IN} OR run_id IN {_IN}", (keys, their_runs)
+    ).rowcount
+    return counts
+
+
+def _tombstone_exchanges(
+    conn: sqlite3.Connection, user: str, shared: Sequence[str], runs: Sequence[str], op: ErasePerson
+) -> dict[str, int]:
+    """Their exchanges in shared conversations become tombstones; what those threads derived from
+    everyone's messages is rebuilt without them (see ErasePerson)."""
+    rows = conn.execute(_EXCHANGES, (_as_list(shared), user, _as_list(runs))).fetchall()
+    conn.executemany(
+        "UPDATE messages SET body = ?, user_id = NULL WHERE id = ?",
+        [(tombstone_body(row[5]), row[0]) for row in rows],
+    )
+    counts = {"tombstoned": len(rows), "summaries": 0, "memory_states": 0}
+    for thread_id in sorted({row[1] for row in rows}):
+        dropped = conn.execute("DELETE FROM summaries WHERE thread_id = ?", (thread_id,)).rowcount
+        if dropped:
+            counts["summaries"] += dropped
+            conn.execute(
+                "UPDATE messages SET compacted = 0 WHERE thread_id = ? AND compacted = 1", (thread_id,)
+            )
+            # what the thread now weighs, estimated: over the threshold, it is compacted before its next turn
+            conn.execute(
+                "UPDATE threads SET last_tokens_estimated = 1, last_input_tokens ="
+                " (SELECT COALESCE(SUM(LENGTH(body)), 0) / 4 FROM messages WHERE thread_id = ?) WHERE id = ?",
+                (thread_id, thread_id),
+            )
+        for layer, text in conn.execute(
+            "SELECT layer, data FROM memory_state WHERE thread_id = ?", (thread_id,)
+        ).fetchall():
+            data = json.loads(text)
+            if any(k in data for k in op.rebuild_layers_holding):
+                conn.execute("DELETE FROM memory_state WHERE thread_id = ? AND layer = ?", (thread_id, layer))
+                counts["memory_states"] += 1
+            elif any(k in data for k in op.drop_layer_keys):
+                kept = {k: v for k, v in data.items() if k not in op.drop_layer_keys}
+                conn.execute(
+                    "UPDATE memory_state SET data = ? WHERE thread_id = ? AND layer = ?",
+                    (json.dumps(kept, separators=(",", ":")), thread_id, layer),
+                )
+                counts["memory_states"] += 1
+    return counts
+
+
+def _erase_audit(conn: sqlite3.Connection, user: str, theirs: Sequence[str]) -> int:
+    """Erase the fields naming the person in every event concerning them, keeping their commitments."""
+    events = _audit_events(conn, user, theirs)
+    for event in events:
+        e = erase_fields(event, event["erase"])
+        conn.execute(
+            "UPDATE audit SET data = ?, conversation_key = ?, salts = ?, erased = ? WHERE seq = ?",
+            (e.data, e.conversation_key, e.salts, e.erased, event["seq"]),
+        )
+    return len(events)
