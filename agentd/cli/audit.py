@@ -74,7 +74,7 @@ def cmd_audit_export(args: argparse.Namespace) -> int:
         if args.output is None:
             written = asyncio.run(go(sys.stdout))
         else:
-            with _private_file(args.output) as out:
+            with private_file(args.output) as out:
                 written = asyncio.run(go(out))
     except LookupError as e:
         raise AgentdError(str(e.args[0])) from None
@@ -83,7 +83,7 @@ def cmd_audit_export(args: argparse.Namespace) -> int:
     return 0
 
 
-def _private_file(path: Path) -> Any:
+def private_file(path: Path) -> Any:
     """The export holds what the trail holds: readable by its owner only, as the data files are."""
     path.touch(mode=0o600)
     path.chmod(0o600)

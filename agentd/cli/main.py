@@ -14,6 +14,7 @@ from agentd.cli.chat import cmd_chat
 from agentd.cli.init import cmd_init
 from agentd.cli.local import cmd_forget_episodes, cmd_inspect
 from agentd.cli.logs import LOG_FORMATS, LOG_LEVELS, configure_logging
+from agentd.cli.people import cmd_person_erase, cmd_person_export
 from agentd.cli.reports import cmd_audit, cmd_memories, cmd_runs
 from agentd.cli.tools import cmd_tools
 from agentd.config.folder import check_agents
@@ -145,6 +146,19 @@ def build_parser() -> argparse.ArgumentParser:
     common(tools)
     tools.add_argument("--config", type=Path, default=None)
     tools.set_defaults(func=cmd_tools)
+
+    person = sub.add_parser(
+        "person",
+        help="a data-subject request across every agent: export USER (one JSON document) or erase USER",
+    )
+    person.add_argument("action", choices=["export", "erase"])
+    person.add_argument("user_id", help="the person's user id, as the channels give it")
+    person.add_argument(
+        "-o", "--output", type=Path, default=None, help="export: write here (default: stdout)"
+    )
+    common(person)
+    person.add_argument("--config", type=Path, default=None)
+    person.set_defaults(func=lambda a: (cmd_person_export if a.action == "export" else cmd_person_erase)(a))
 
     forget = sub.add_parser(
         "forget-episodes", help="delete every episode of one person (audited, for data-subject requests)"

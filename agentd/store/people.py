@@ -3,7 +3,7 @@ tombstone keeps of a message, which audit fields name someone, how the erased id
 
 A person is a user id as the channels give it. Their conversations are those they spoke in: one
 where nobody else spoke (a direct message, their own webhook conversation) is *theirs* and goes
-whole on erasure; one shared with others (a group channel) keeps its history for the others, with
+whole on erasure, as does one whose key names them (`key_names`) though no message of it was kept; one shared with others (a group channel) keeps its history for the others, with
 the person's exchanges — their messages and what the agent answered them, tool steps included —
 replaced by tombstones that keep each message's place and shape (a tool call keeps its result).
 """
@@ -63,10 +63,10 @@ def names(value: Any, user_id: str) -> bool:
 
 
 def key_names(conversation_key: str | None, user_id: str) -> bool:
-    """Whether a conversation key holds the person's id (`discord:dm:<id>`, `…:user:<id>`)."""
-    if not conversation_key:
-        return False
-    return conversation_key.endswith(":" + user_id) or f":{user_id}:" in conversation_key
+    """Whether a conversation key is the person's by its form: a direct message (`discord:dm:<id>`) or a
+    conversation kept per person (`…:user:<id>`). Such a conversation is theirs even when no message of
+    it was kept (an agent with `scope: none` keeps runs, not transcripts)."""
+    return bool(conversation_key) and conversation_key.endswith((f":dm:{user_id}", f":user:{user_id}"))  # type: ignore[union-attr]
 
 
 def audit_fields(event: Mapping[str, Any], user_id: str, theirs: Collection[str]) -> list[str]:

@@ -21,6 +21,7 @@ from agentd.store.people import (
     EVENT_KIND,
     audit_fields,
     counts_of,
+    key_names,
     names,
     partition_of,
     tombstone_body,
@@ -63,7 +64,12 @@ def person_conversations(conn: sqlite3.Connection, q: PersonConversations) -> di
             (key, q.user_id),
         ).fetchone()
         (shared if other else theirs).append(key)
-    return {"theirs": theirs, "shared": shared}
+    for (key,) in conn.execute(
+        "SELECT DISTINCT conversation_key FROM runs WHERE instr(conversation_key, ?) > 0", (q.user_id,)
+    ).fetchall():
+        if key not in spoke and key_names(key, q.user_id):
+            theirs.append(key)
+    return {"theirs": sorted(theirs), "shared": shared}
 
 
 def _their_runs(conn: sqlite3.Connection, user_id: str, shared: Sequence[str]) -> list[str]:
