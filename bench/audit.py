@@ -1,0 +1,451 @@
+"""The audit chain and a person's erasure on large data (issue 11): what they cost, on SQLite.
+
+    nice python bench/audit.py            # 100,000 events to verify; a 100,000-message agent to erase from
+    nice python bench/audit.py --quick    # a tenth of that (~20 s)
+
+Three measurements, markdown on stdout (progress on stderr), numbers to bench/results/audit-<ts>.json:
+
+1. **The turn path.** A turn that writes audit rows (here `remember k: v` on the offline model: the
+   turn, the memory, and two events — `memory/remember` and `tool/called`) through the agent as the
+   daemon runs it, with the chained append (agentd's) and with the plain INSERT it replaced (put back in
+   the handler table for the comparison only), alternating in rounds. A plain turn writes no audit row
+   and pays nothing. Also the CPU of sealing one event (nonces, commitments, digest, link) alone.
+2. **Verify.** `verify_store` over a chain of N events of realistic shapes (tool calls with a user, args,
+   durations; memory writes), read in pages of 5,000 as `agentd audit verify` does; and the export of
+   the same chain checked by docs/verify_audit.py, the auditor's offline verifier (run with python -I).
+3. **Erase.** One agent file with 2,000 people (a direct conversation of 50 messages each = 100,000
+   messages), 20 group conversations of 1,000 messages, 100,000 episodes (256-float vectors, FTS5),
+   10 facts and 2 memories per person, 100,000 audit events; then the export (PersonData) and the
+   erasure (ErasePerson: tombstones, deletes, the FTS merge, audit fields, the WAL truncated) of one
+   person who has a direct conversation, group messages, episodes, facts, memories and audit events.
+
+The machine is shared: compare the ratios of one run, not absolute numbers across runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from agentd.config.loader import parse_agent
+from agentd.config.models import DaemonSpec
+from agentd.daemon.audit_trail import export_line, verify_store
+from agentd.daemon.resources import Resources
+from agentd.events import InboundEvent
+from agentd.memory.erasure import DROPPED_LAYER_KEYS, REBUILT_LAYERS_HOLDING
+from agentd.messages import Message
+from agentd.store.audit_chain import link, seal
+from agentd.store.people import subject_of
+from agentd.store.queries import AuditTrail, PersonData
+from agentd.store.records import AuditRecord, NewEpisode, RunRecord, StoredMessage
+from agentd.store.sqlite import SqliteStore, StoreExecutor
+from agentd.store.sqlite.dispatch import HANDLERS
+from agentd.store.writes import (
+    AppendAudit,
+    CommitTurn,
+    ErasePerson,
+    InsertEpisodes,
+    UpsertFact,
+    UpsertMemory,
+    Write,
+)
+
+RESULTS = Path(__file__).resolve().parent / "results"
+VERIFIER = Path(__file__).resolve().parent.parent / "docs" / "verify_audit.py"
+DIM = 256
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+# -- 1. the turn path ----------------------------------------------------------------------------
+
+
+def unchained_insert(conn: Any, op: AppendAudit) -> None:
+    """The append as it was before the chain (for the comparison only)."""
+    conn.executemany(
+        "INSERT INTO audit (ts, agent, kind, action, conversation_key, run_id, data, daemon)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        [
+            (op.ts, op.agent, r.kind, r.action, r.conversation_key, r.run_id, json.dumps(r.data), op.daemon)
+            for r in op.records
+        ],
+    )
+
+
+async def turn_path(root: Path, turns: int, rounds: int) -> dict[str, Any]:
+    """Two agents, one per way of appending, taking turns in short batches (the handler swapped
+    between batches), so the machine's noise falls on both alike."""
+    chained = HANDLERS[AppendAudit]
+    handler = {"chained": chained, "unchained": unchained_insert}
+    spec = parse_agent(Path("bench.yaml"), text="memory: {scope: thread, persistent: true}\n", env={})
+    timings: dict[str, list[float]] = {"chained": [], "unchained": []}
+    async with Resources(DaemonSpec(), root) as resources:
+        agents = {
+            mode: await resources.open_agent(spec.model_copy(update={"name": mode})) for mode in handler
+        }
+        try:
+            for r in range(rounds + 1):  # the first round warms up, and is not counted
+                for mode in ("unchained", "chained") if r % 2 else ("chained", "unchained"):
+                    HANDLERS[AppendAudit] = handler[mode]
+                    agent = agents[mode]
+                    start = time.perf_counter()
+                    for i in range(turns):
+                        text = f"remember key{i % 50}: value {r}-{i}"
+                        await agent.handle(
+                            InboundEvent(mode, f"webhook:c{i % 20}", text, "webhook", user_id="u")
+                        )
+                    if r:
+                        timings[mode].append((time.perf_counter() - start) / turns * 1e6)
+        finally:
+            HANDLERS[AppendAudit] = chained
+            for agent in agents.values():
+                await agent.close()
+    record = AuditRecord("tool", "called", "webhook:c1", uuid.uuid4().hex, tool_event_data(1))
+    seal_us = timed_per_call(
+        lambda: link(bytes(32), 1, seal(record, time.time(), "bot", "host:1:abc").digest), 20_000
+    )
+    return {
+        "turn_us": {mode: statistics.median(values) for mode, values in timings.items()},
+        "rounds": timings,
+        "seal_event_us": seal_us,
+    }
+
+
+def timed_per_call(job: Callable[[], Any], n: int) -> float:
+    start = time.perf_counter()
+    for _ in range(n):
+        job()
+    return (time.perf_counter() - start) / n * 1e6
+
+
+# -- 2. verify ------------------------------------------------------------------------------------
+
+
+def tool_event_data(i: int) -> dict[str, Any]:
+    return {
+        "tool": "notes__write_note",
+        "server": "notes",
+        "user": f"person-{i % 2000}",
+        "args": {"name": f"note-{i}", "text": "[redacted]"},
+        "duration_ms": round(random.random() * 40, 3),
+        "rule": "allow: notes.*",
+    }
+
+
+def events(n: int) -> list[AuditRecord]:
+    out = []
+    for i in range(n):
+        key = f"discord:dm:person-{i % 2000}"
+        if i % 3:
+            out.append(AuditRecord("tool", "called", key, uuid.uuid4().hex, tool_event_data(i)))
+        else:
+            out.append(
+                AuditRecord(
+                    "memory",
+                    "remember",
+                    key,
+                    uuid.uuid4().hex,
+                    {"key": f"k{i % 97}", "scope": f"user:person-{i % 2000}"},
+                )
+            )
+    return out
+
+
+async def fill_audit(store: SqliteStore, n: int, batch: int = 1000) -> None:
+    records = events(n)
+    for start in range(0, n, batch):
+        await store.write(AppendAudit("bench", records[start : start + batch], time.time()))
+
+
+async def verify(root: Path, n: int) -> dict[str, Any]:
+    executor = StoreExecutor()
+    store = SqliteStore(root / "verify.sqlite", executor)
+    await store.open()
+    try:
+        log(f"verify: appending {n:,} events")
+        start = time.perf_counter()
+        await fill_audit(store, n)
+        append_s = time.perf_counter() - start
+        log("verify: walking the chain")
+        start = time.perf_counter()
+        verdict = await verify_store(store, "bench")
+        verify_s = time.perf_counter() - start
+        assert verdict.ok and verdict.events == n, verdict
+        export = root / "verify.jsonl"
+        start = time.perf_counter()
+        with export.open("w") as out:
+            after = 0
+            while page := await store.read(AuditTrail(after, 5000)):
+                out.writelines(export_line("bench", e) + "\n" for e in page)
+                after = page[-1]["seq"]
+        export_s = time.perf_counter() - start
+    finally:
+        await store.close()
+        executor.shutdown()
+    offline_s = await asyncio.to_thread(verify_offline, export)
+    return {
+        "events": n,
+        "append_s": append_s,
+        "verify_s": verify_s,
+        "export_s": export_s,
+        "export_mb": export.stat().st_size / 2**20,
+        "offline_verify_s": offline_s,
+    }
+
+
+def verify_offline(export: Path) -> float:
+    """Seconds docs/verify_audit.py takes on the export (it must pass)."""
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-I", str(VERIFIER), str(export)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return time.perf_counter() - start
+
+
+# -- 3. erase -------------------------------------------------------------------------------------
+
+
+TARGET = "person-7"
+
+
+def message(role: str, text: str, user: str | None) -> Message:
+    return Message.user(text, user_id=user) if role == "user" else Message.assistant(text)
+
+
+def turn_op(
+    key: str, thread_id: int | None, seqs: Sequence[int], said: Sequence[tuple[str, str | None]]
+) -> CommitTurn:
+    run = RunRecord(uuid.uuid4().hex, key, "message", "offline/offline", "ok", time.time())
+    stored = [
+        StoredMessage(seq, message("user" if user else "assistant", text, user), run.id)
+        for seq, (text, user) in zip(seqs, said, strict=True)
+    ]
+    return CommitTurn(key, thread_id, stored, run, None, None, time.time())
+
+
+async def fill_agent(
+    store: SqliteStore,
+    people: int,
+    dm_messages: int,
+    groups: int,
+    group_messages: int,
+    episodes: int,
+    audit: int,
+) -> None:
+    rng = random.Random(7)
+    ops: list[Write[Any]] = []
+
+    async def flush() -> None:
+        if ops:
+            await store.write(*ops)
+            ops.clear()
+
+    for p in range(people):
+        user, key = f"person-{p}", f"discord:dm:person-{p}"
+        # one turn per exchange; a new thread's first turn makes it (its id is read back)
+        [thread_id] = await store.write(
+            turn_op(key, None, [1, 2], [(f"hello from {user}", user), ("hi", None)])
+        )
+        for seq in range(3, dm_messages, 2):
+            ops.append(
+                turn_op(
+                    key,
+                    thread_id,
+                    [seq, seq + 1],
+                    [(f"{user} says thing {seq} about {rng.random():.6f}", user), (f"noted {seq}", None)],
+                )
+            )
+        for k in range(10):
+            ops.append(
+                UpsertFact(f"user:{user}", f"fact{k}", f"{user} value {k}", 0.9, None, None, time.time())
+            )
+        ops += [
+            UpsertMemory(f"user:{user}", f"m{k}", f"{user} memory {k}", None, time.time()) for k in range(2)
+        ]
+        if len(ops) > 400:
+            await flush()
+        if p % 500 == 0:
+            log(f"erase: {p:,} people")
+    await flush()
+    for g in range(groups):
+        key = f"discord:group-{g}"
+        [thread_id] = await store.write(turn_op(key, None, [1, 2], [("welcome", TARGET), ("hi all", None)]))
+        for seq in range(3, group_messages, 2):
+            user = TARGET if rng.random() < 0.02 else f"person-{rng.randrange(people)}"
+            ops.append(
+                turn_op(
+                    key,
+                    thread_id,
+                    [seq, seq + 1],
+                    [(f"{user} in the group {seq}", user), (f"reply {seq}", None)],
+                )
+            )
+            if len(ops) > 400:
+                await flush()
+    await flush()
+    log(f"erase: {episodes:,} episodes")
+    vectors = np.random.default_rng(7).standard_normal((1000, DIM)).astype(np.float32)
+    batch: list[NewEpisode] = []
+    for i in range(episodes):
+        user = f"person-{i % people}"
+        text = f"{user} told me about trip {i} to the mountains and the lake"
+        batch.append(
+            NewEpisode(
+                f"user:{user}",
+                f"discord:dm:{user}",
+                text,
+                time.time(),
+                1.0,
+                None,
+                "hash/256",
+                vectors[i % 1000].tobytes(),
+            )
+        )
+        if len(batch) == 2000:
+            await store.write(InsertEpisodes(batch))
+            batch = []
+    if batch:
+        await store.write(InsertEpisodes(batch))
+    log(f"erase: {audit:,} audit events")
+    await fill_audit(store, audit)
+
+
+async def erase(root: Path, scale: float) -> dict[str, Any]:
+    people, groups = int(2000 * scale), 20
+    executor = StoreExecutor()
+    store = SqliteStore(root / "erase.sqlite", executor)
+    await store.open()
+    try:
+        start = time.perf_counter()
+        await fill_agent(
+            store,
+            people,
+            50,
+            groups,
+            int(1000 * scale) if scale < 1 else 1000,
+            int(100_000 * scale),
+            int(100_000 * scale),
+        )
+        fill_s = time.perf_counter() - start
+        counts_before = await store.sql(
+            lambda c: {
+                t: c.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]
+                for t in ("messages", "episodes", "audit", "facts", "runs")
+            }
+        )
+        start = time.perf_counter()
+        data = await store.read(PersonData(TARGET))
+        export_s = time.perf_counter() - start
+        subject = subject_of(TARGET)
+        op = ErasePerson(
+            "bench", TARGET, subject, "bench", time.time(), None, REBUILT_LAYERS_HOLDING, DROPPED_LAYER_KEYS
+        )
+        start = time.perf_counter()
+        [counts] = await store.write(op)
+        erase_s = time.perf_counter() - start
+        assert not any((await store.read(PersonData(TARGET))).values())
+        verdict = await verify_store(store, "bench")
+        assert verdict.ok, verdict
+    finally:
+        await store.close()
+        executor.shutdown()
+    size = await asyncio.to_thread(files_size, root, "erase.sqlite*")
+    return {
+        "stored": counts_before,
+        "file_mb": size / 2**20,
+        "fill_s": fill_s,
+        "exported_items": {k: len(v) for k, v in data.items()},
+        "export_s": export_s,
+        "erased": counts,
+        "erase_s": erase_s,
+    }
+
+
+def files_size(root: Path, pattern: str) -> int:
+    return sum(p.stat().st_size for p in root.glob(pattern))
+
+
+# -- main -------------------------------------------------------------------------------------------
+
+
+def report(results: dict[str, Any]) -> str:
+    t, v, e = results["turn"], results["verify"], results["erase"]
+    lines = [
+        "### The turn path (a `remember` turn: two audit events)",
+        "",
+        f"| append | µs per turn (median of {len(t['rounds']['chained'])} batches of 100) |",
+        "|---|---:|",
+        *(f"| {mode} | {us:,.0f} |" for mode, us in t["turn_us"].items()),
+        "",
+        f"Sealing one event alone (nonces, commitments, digest, link): {t['seal_event_us']:.1f} µs.",
+        "",
+        f"### Verify {v['events']:,} events",
+        "",
+        "| step | seconds |",
+        "|---|---:|",
+        f"| append them (batches of 1,000) | {v['append_s']:.2f} |",
+        f"| `verify_store` (agentd audit verify) | {v['verify_s']:.2f} |",
+        f"| export as JSON lines ({v['export_mb']:.0f} MB) | {v['export_s']:.2f} |",
+        f"| docs/verify_audit.py on the export | {v['offline_verify_s']:.2f} |",
+        "",
+        f"### Erase one person from an agent file of {e['file_mb']:.0f} MB",
+        "",
+        "Stored: " + ", ".join(f"{n:,} {t}" for t, n in e["stored"].items()) + ".",
+        "",
+        "| step | seconds | what |",
+        "|---|---:|---|",
+        f"| export (PersonData) | {e['export_s']:.3f} | "
+        + ", ".join(f"{n} {k}" for k, n in e["exported_items"].items() if n)
+        + " |",
+        f"| erase (ErasePerson, committed) | {e['erase_s']:.3f} | "
+        + ", ".join(f"{n} {k}" for k, n in e["erased"].items())
+        + " |",
+    ]
+    return "\n".join(lines)
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="a tenth of the data")
+    parser.add_argument("--dir", type=Path, default=None, help="where the temporary files go")
+    args = parser.parse_args()
+    scale = 0.1 if args.quick else 1.0
+    with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
+        root = Path(tmp)
+        log("turn path")
+        turn = await turn_path(root / "turns", 100, 4 if args.quick else 20)
+        verified = await verify(root, int(100_000 * scale))
+        erased = await erase(root, scale)
+    results = {
+        "turn": turn,
+        "verify": verified,
+        "erase": erased,
+        "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "load": os.getloadavg()},
+    }
+    print(report(results))
+    RESULTS.mkdir(exist_ok=True)
+    out = RESULTS / f"audit-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    out.write_text(json.dumps(results, indent=2))
+    log(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
