@@ -9,7 +9,8 @@
         ├── ProviderError      a model provider failed (names provider, model, fix)
         ├── ModelPaused        a memory model that keeps failing is left alone for a while
         └── StoreError         the agent's data could not be read or written
-            └── NewerSchema    the data was written by a newer agentd: upgrade agentd
+            ├── NewerSchema    the data was written by a newer agentd: upgrade agentd
+            └── LeaseLost      another daemon took the conversation over: this write was refused
 
 `ToolError` is not an AgentdError: it is the normal way a tool tells the model
 that a call was refused, and it becomes a tool result the model can read.
@@ -150,6 +151,11 @@ class StoreError(RuntimeFault):
 
 class NewerSchema(StoreError):
     """The data was migrated by a newer agentd than this one: this agent cannot start until agentd is upgraded."""
+
+
+class LeaseLost(StoreError):
+    """A daemon sharing the store took the conversation over (this one stopped renewing its lease, for
+    longer than the lease lasts): the write was refused and nothing of it was kept."""
 
 
 class ToolError(Exception):

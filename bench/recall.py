@@ -2,6 +2,7 @@
 
     python bench/recall.py            # 1k, 10k, 100k episodes (~2-3 min on 2 cores)
     python bench/recall.py --quick    # 1k and 10k only, fewer questions (~20 s)
+    python bench/recall.py --postgres # the same on SQLite and on PostgreSQL, in one run
 
 Then it runs bench/tokens.py (tokens sent per turn over a 500-turn conversation
 per memory strategy, against full replay; skip with --no-tokens).
@@ -30,12 +31,16 @@ Methods, all on the same store, index and embedder (hash/384):
 - rrf:     reciprocal rank fusion (k=60) of the vector and bm25 rankings, for comparison
 Latency is one recall end to end as the engine runs it: embed the question, one
 store read (pending + FTS5), the matrix product, one store read for the texts.
+With --postgres every size runs on both stores (PostgreSQL: a throwaway server,
+its full-text search in place of FTS5, each size in a database of its own).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import functools
 import json
 import os
 import platform
@@ -57,10 +62,12 @@ from agentd.memory.recall import Weights, load_index, recall_episodes
 from agentd.memory.vectors import as_blob, index_cache, top_k
 from agentd.providers.embedders import HashEmbedder
 from agentd.store.base import Store
+from agentd.store.postgres import PostgresBackend
 from agentd.store.queries import EpisodesById, KeywordSearch
 from agentd.store.records import NewEpisode
 from agentd.store.sqlite import SqliteStore, StoreExecutor
 from agentd.store.writes import InsertEpisodes
+from agentd.testing.postgres import PostgresServer
 
 RESULTS = Path(__file__).resolve().parent / "results"
 PARTITION = "user:bench"
@@ -287,13 +294,14 @@ def say(*args: Any) -> None:
     print(*args, file=sys.stderr, flush=True)
 
 
-async def one_size(size: int, n_questions: int, folder: Path, executor: StoreExecutor) -> dict[str, Any]:
+async def one_size(
+    size: int, n_questions: int, store: Store, backend: str, settle: Callable[[], object] = lambda: None
+) -> dict[str, Any]:
     texts, questions = dataset(size, n_questions)
     embedder = HashEmbedder(DIM)
     t0 = time.perf_counter()
     vectors = [as_blob(embedder.embed_one(t)) for t in texts]
     embed_s = time.perf_counter() - t0
-    store = SqliteStore(folder / f"recall-{size}.sqlite", executor)
     await store.open()
     base = time.time() - size * 60.0
     rows = [
@@ -304,11 +312,16 @@ async def one_size(size: int, n_questions: int, folder: Path, executor: StoreExe
     (ids,) = await store.write(InsertEpisodes(rows))  # one transaction
     insert_s = time.perf_counter() - t0
     assert ids == list(range(1, size + 1))
+    settle()
     t0 = time.perf_counter()
     index = await load_index(store, PARTITION, embedder.id)
     load_s = time.perf_counter() - t0
-    say(f"{size}: embedded in {embed_s:.1f}s, inserted in {insert_s:.1f}s, index loaded in {load_s:.2f}s")
+    say(
+        f"{size} ({backend}): embedded in {embed_s:.1f}s, inserted in {insert_s:.1f}s,"
+        f" index loaded in {load_s:.2f}s"
+    )
     result: dict[str, Any] = {
+        "store": backend,
         "episodes": size,
         "questions": len(questions),
         "embed_s": embed_s,
@@ -342,37 +355,59 @@ async def one_size(size: int, n_questions: int, folder: Path, executor: StoreExe
 
 def table(results: list[dict[str, Any]]) -> str:
     lines = [
-        "| episodes | method | recall@5 | close | paraphrased | p50 ms | p95 ms |",
-        "|---:|---|---:|---:|---:|---:|---:|",
+        "| episodes | store | method | recall@5 | close | paraphrased | p50 ms | p95 ms |",
+        "|---:|---|---|---:|---:|---:|---:|---:|",
     ]
     for r in results:
         for name, m in r["methods"].items():
             lines.append(
-                f"| {r['episodes']:,} | {name} | {m['recall_at_5']:.2f} | {m['recall_close']:.2f} | "
+                f"| {r['episodes']:,} | {r['store']} | {name} | {m['recall_at_5']:.2f} | {m['recall_close']:.2f} | "
                 f"{m['recall_paraphrase']:.2f} | {m['p50_ms']:.1f} | {m['p95_ms']:.1f} |"
             )
     lines += [
         "",
-        "| episodes | questions | embed (hash/384, pure Python) s | insert (one transaction) s | index load s |",
-        "|---:|---:|---:|---:|---:|",
+        "| episodes | store | questions | embed (hash/384, pure Python) s | insert (one transaction) s | index load s |",
+        "|---:|---|---:|---:|---:|---:|",
     ]
     for r in results:
         lines.append(
-            f"| {r['episodes']:,} | {r['questions']} | {r['embed_s']:.1f} | {r['insert_s']:.1f} | "
+            f"| {r['episodes']:,} | {r['store']} | {r['questions']} | {r['embed_s']:.1f} | {r['insert_s']:.1f} | "
             f"{r['index_load_s']:.2f} |"
         )
     return "\n".join(lines)
 
 
-async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
+async def run(args: argparse.Namespace, postgres: PostgresServer | None) -> list[dict[str, Any]]:
     sizes = [1_000, 10_000] if args.quick else [1_000, 10_000, 100_000]
     n_questions = 100 if args.quick else 300
+    results = []
     executor = StoreExecutor()
     try:
         with tempfile.TemporaryDirectory(prefix="agentd-recall-") as tmp:
-            return [await one_size(size, n_questions, Path(tmp), executor) for size in sizes]
+            for size in sizes:
+                store = SqliteStore(Path(tmp) / f"recall-{size}.sqlite", executor)
+                results.append(await one_size(size, n_questions, store, "sqlite"))
+                if postgres is None:
+                    continue
+                database = f"recall_{size}"
+                url = postgres.create_database(database)
+                async with PostgresBackend(url, daemon="bench") as backend:
+                    # (after a bulk load the planner has no statistics until autovacuum's ANALYZE,
+                    # within a minute; the questions are timed as a database that is in use runs them)
+                    store = backend.store("bench")
+                    results.append(
+                        await one_size(
+                            size,
+                            n_questions,
+                            store,
+                            "postgresql",
+                            functools.partial(postgres.psql, "ANALYZE", database),
+                        )
+                    )
+                postgres.drop_database(database)
     finally:
         executor.shutdown()
+    return results
 
 
 def main() -> None:
@@ -381,8 +416,14 @@ def main() -> None:
     ap.add_argument(
         "--no-tokens", action="store_true", help="skip the tokens-per-turn table (bench/tokens.py)"
     )
+    ap.add_argument(
+        "--postgres", action="store_true", help="every size on PostgreSQL too (a throwaway server)"
+    )
     args = ap.parse_args()
-    results = asyncio.run(run(args))
+    with contextlib.ExitStack() as stack:
+        # (started here, in the main thread, which outlives it: agentd/testing/postgres.py)
+        postgres = stack.enter_context(PostgresServer()) if args.postgres else None
+        results = asyncio.run(run(args, postgres))
     print(table(results))
     if not args.no_tokens:
         # The issue's second half: tokens sent per turn over a 500-turn conversation, per strategy.

@@ -3,6 +3,7 @@
     python bench/turns.py            # full run, 5 reps (~3-4 min on 2 cores)
     python bench/turns.py --quick    # smoke run, 1 rep (~20-60 s)
     python bench/turns.py --profile 10000   # cProfile of agentd turns at L=10000, then exit
+    python bench/turns.py --postgres --parts seq   # adds agentd turns on PostgreSQL to the sequential table
 
 Prints markdown tables on stdout (progress on stderr) and writes the raw numbers
 to bench/results/turns-<timestamp>.json. What each row means: bench/README.md.
@@ -40,11 +41,12 @@ from typing import Any
 
 import aiosqlite
 import httpx
+import pg_turn  # (bench/: the benchmark scripts' folder is on the path)
 import uvicorn
 from fastapi import FastAPI, Request
 
 from agentd.config.loader import parse_agent
-from agentd.config.models import AgentSpec, DaemonSpec
+from agentd.config.models import AgentSpec, DaemonSpec, StoreSpec
 from agentd.daemon import Daemon, EmbeddedServer, Resources
 from agentd.engine.agent import Agent
 from agentd.events import InboundEvent
@@ -54,6 +56,7 @@ from agentd.store.base import Store
 from agentd.store.queries import MessageCounts, RunTotals
 from agentd.store.records import RunRecord, StoredMessage
 from agentd.store.writes import CommitTurn
+from agentd.testing.postgres import PostgresServer
 
 RESULTS = Path(__file__).resolve().parent / "results"
 WARM = 3  # untimed turns before each sequential cell
@@ -137,9 +140,17 @@ def bench_spec(name: str) -> AgentSpec:
     return parse_agent(Path(f"{name}.yaml"), text=AGENT_YAML)
 
 
-def resources(model: str, root: Path) -> Resources:
-    """The one constructor of agents, with the zero-latency model in place of `offline` (see the docstring)."""
-    return Resources(DaemonSpec(), root, providers={"offline": ZeroModel()} if model == "zero" else {})
+def resources(model: str, root: Path, store_url: str | None = None) -> Resources:
+    """The one constructor of agents, with the zero-latency model in place of `offline` (see the docstring);
+    with `store_url`, every agent in that PostgreSQL database instead of SQLite files under `root`."""
+    settings = DaemonSpec(store=StoreSpec(url=store_url))
+    return Resources(settings, root, providers={"offline": ZeroModel()} if model == "zero" else {})
+
+
+# The throwaway PostgreSQL server of a --postgres run: started once in the main thread (it must outlive
+# the server; agentd/testing/postgres.py), with PostgreSQL's default settings (fsync and synchronous
+# commit on, as performance.md's pgbench figures); each cell gets a database of its own.
+POSTGRES: PostgresServer | None = None
 
 
 def seed_messages(rng: random.Random, n: int) -> list[StoredMessage]:
@@ -173,13 +184,13 @@ async def check_agentd(store: Store, keys: list[str], L: int, turns: int) -> Non
 
 
 class AgentdSeq:
-    """One sequential cell through Agent.handle."""
+    """One sequential cell through Agent.handle (on SQLite files, or on PostgreSQL with `store_url`)."""
 
-    def __init__(self, model: str, root: Path):
-        self.model, self.root = model, root
+    def __init__(self, model: str, root: Path, store_url: str | None = None):
+        self.model, self.root, self.store_url = model, root, store_url
 
     async def setup(self, keys: list[str], seed: list[StoredMessage]) -> list[int]:
-        self.resources = await resources(self.model, self.root).__aenter__()
+        self.resources = await resources(self.model, self.root, self.store_url).__aenter__()
         self.runtime = await self.resources.open_agent(bench_spec("bench"))
         self.store = self.runtime.state.store
         await prefill_agentd(self.store, keys, seed)
@@ -326,10 +337,53 @@ class BaseSeq:
         check_base(self.path, self.keys, L, turns)
 
 
+class BasePgSeq:
+    """The least a PostgreSQL turn can cost, measured in the same run: bench/pg_turn.py's turn (fence
+    check, version read, 2 messages, a run, a version bump: one transaction, 2 round trips pipelined)
+    on psycopg sync, one thread hop, with no claim to take or give back and no engine around it."""
+
+    async def setup(self, keys: list[str], seed: list[StoredMessage]) -> list[int]:
+        assert POSTGRES is not None, "run with --postgres"
+        self.database = f"base_pg_{random.randrange(1 << 30)}"
+        url = POSTGRES.create_database(self.database)
+        n, L = len(keys), len(seed)
+        POSTGRES.psql(pg_turn.SCHEMA, self.database)
+        POSTGRES.psql(
+            f"INSERT INTO threads (id, conversation_key) SELECT i, 'c' || i FROM generate_series(1, {n}) i;"
+            "INSERT INTO conversation_leases (thread_id, holder, fence, expires_at)"
+            " SELECT id, 'bench', 1, now() + interval '1 day' FROM threads;"
+            "INSERT INTO messages (thread_id, seq, role, body) SELECT t, s, 'user', '{}'::jsonb"
+            f" FROM generate_series(1, {n}) t, generate_series(1, {L}) s; ANALYZE;",
+            self.database,
+        )
+        rng = random.Random(3)
+        self.threaded = pg_turn.ThreadedPsycopg(url, 1, pipeline=True)
+        self.do = self.threaded.turn(pg_turn.body(rng, "user"), pg_turn.body(rng, "assistant"))
+        self.conversations = {k: pg_turn.Conversation(i + 1, next_seq=L + 1) for i, k in enumerate(keys)}
+        return []
+
+    async def turn(self, key: str, user: str) -> int:
+        conversation = self.conversations[key]
+        await self.do(conversation)
+        return conversation.next_seq - 3
+
+    async def close(self, L: int, turns: int) -> None:
+        self.threaded.close()
+        assert POSTGRES is not None
+        out = POSTGRES.psql("SELECT count(*) FROM messages", self.database)
+        if int(out) != len(self.conversations) * L + 2 * turns:
+            raise AssertionError(
+                f"base-pg: expected {len(self.conversations) * L + 2 * turns} messages, found {out}"
+            )
+        POSTGRES.drop_database(self.database)
+
+
 # -- 1. sequential per-turn latency ----------------------------------------------------------
 
 SEQ_ROWS = {
     "agentd-zero": "agentd turn, zero-latency model",
+    "agentd-pg": "agentd turn on PostgreSQL (same machine, default settings), zero-latency model",
+    "base-pg": "PostgreSQL floor: bench/pg_turn.py's one-transaction turn, psycopg pipelined, no claim",
     "agentd-offline": "agentd turn, built-in offline model",
     "base-aio": "baseline: raw aiosqlite, full reload + 2 inserts + commit",
     "base-sync": "floor: same on plain sqlite3, on the loop thread",
@@ -343,9 +397,16 @@ async def seq_cell(kind: str, L: int, args: argparse.Namespace, rng: random.Rand
     seed = seed_messages(rng, L)
     users = [text(rng) for _ in range(args.n + WARM)]
     root = Path(tempfile.mkdtemp(prefix="agentd-bench-", dir=args.dir))
-    cell: AgentdSeq | BaseSeq
-    if kind.startswith("agentd"):
+    cell: AgentdSeq | BaseSeq | BasePgSeq
+    database = None
+    if kind == "agentd-pg":
+        assert POSTGRES is not None, "run with --postgres"
+        database = f"turns_{L}_{random.randrange(1 << 30)}"
+        cell = AgentdSeq("zero", root, POSTGRES.create_database(database))
+    elif kind.startswith("agentd"):
         cell = AgentdSeq(kind.removeprefix("agentd-"), root)
+    elif kind == "base-pg":
+        cell = BasePgSeq()
     else:
         cell = BaseSeq(kind, root)
     try:
@@ -369,6 +430,8 @@ async def seq_cell(kind: str, L: int, args: argparse.Namespace, rng: random.Rand
         await cell.close(L, done)
     finally:
         shutil.rmtree(root, ignore_errors=True)
+        if database is not None and POSTGRES is not None:
+            POSTGRES.drop_database(database)
     r = lat(samples)
     r["hist_len_min"], r["hist_len_max"] = min(seen), max(seen)
     if loads:
@@ -683,6 +746,25 @@ def seq_table(a: dict[str, Any], runs: list[dict[str, Any]]) -> list[str]:
             f"agentd-zero: p50 at L={lengths[-1]} / L={lengths[0]} = {p50[-1] / p50[0]:.2f} (G3 ≤ 1.5); "
             f"worst p50 {fmt_us(max(p50))} (G3 target ≤ 0.5 ms); worst p95/p50 = {tail:.2f} (G7 ≤ 1.5).",
         ]
+    if "agentd-pg" in a["seq_rows"]:
+        p50 = per_length("agentd-pg", "p50_us")
+        lines += [
+            "",
+            f"agentd-pg: p50 at L={lengths[-1]} / L={lengths[0]} = {p50[-1] / p50[0]:.2f}; worst p50 "
+            f"{fmt_us(max(p50))} (issue 12 aims at ≤ 1 ms, flat from 10 to 10,000 messages).",
+        ]
+        if "agentd-zero" in a["seq_rows"]:
+            ratios = [
+                med([r["seq"]["agentd-pg"][L]["p50_us"] / r["seq"]["agentd-zero"][L]["p50_us"] for r in runs])
+                for L in lengths
+            ]
+            lines.append(row("ratio agentd-pg / agentd-zero (SQLite), p50", [f"{x:.2f}×" for x in ratios]))
+        if "base-pg" in a["seq_rows"]:
+            ratios = [
+                med([r["seq"]["agentd-pg"][L]["p50_us"] / r["seq"]["base-pg"][L]["p50_us"] for r in runs])
+                for L in lengths
+            ]
+            lines.append(row("ratio agentd-pg / base-pg, p50", [f"{x:.2f}×" for x in ratios]))
     return lines
 
 
@@ -765,6 +847,7 @@ async def profile(L: int, args: argparse.Namespace) -> None:
 
 
 def main() -> None:
+    global POSTGRES
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="smoke run: 1 rep, fewer samples (~20-60 s)")
     ap.add_argument("--reps", type=int)
@@ -774,7 +857,9 @@ def main() -> None:
     ap.add_argument(
         "--lengths", type=lambda s: [int(x) for x in s.split(",")], default=[10, 100, 1000, 10000]
     )
-    ap.add_argument("--seq-rows", type=lambda s: s.split(","), default=list(SEQ_ROWS))
+    ap.add_argument(
+        "--seq-rows", type=lambda s: s.split(","), default=[k for k in SEQ_ROWS if k != "agentd-pg"]
+    )
     ap.add_argument("--convs", type=int, default=100)
     ap.add_argument("--conc-length", type=int, default=1000)
     ap.add_argument("--conc-turns", type=int, help="timed turns per conversation")
@@ -784,6 +869,11 @@ def main() -> None:
     ap.add_argument("--gc-freeze", action="store_true", help="gc.freeze() after each cell's setup")
     ap.add_argument("--dir", default=None, help="where the temporary database files go")
     ap.add_argument("--profile", type=int, metavar="L", help="cProfile agentd turns at length L and exit")
+    ap.add_argument(
+        "--postgres",
+        action="store_true",
+        help="add agentd on PostgreSQL (a throwaway server) to the sequential rows",
+    )
     a = ap.parse_args()
     a.reps = a.reps or (1 if a.quick else 5)
     a.n = a.n or (30 if a.quick else 60)
@@ -794,7 +884,12 @@ def main() -> None:
         asyncio.run(profile(a.profile, a))
         return
     started = time.strftime("%Y-%m-%d %H:%M:%S")
-    runs = [asyncio.run(one_rep(rep, a)) for rep in range(a.reps)]
+    if a.postgres:
+        a.seq_rows += [k for k in ("agentd-pg", "base-pg") if k not in a.seq_rows]
+    with contextlib.ExitStack() as stack:
+        if any(k.endswith("-pg") for k in a.seq_rows) and "seq" in a.parts:
+            POSTGRES = stack.enter_context(PostgresServer(settings={}))
+        runs = [asyncio.run(one_rep(rep, a)) for rep in range(a.reps)]
     data: dict[str, Any] = {"kind": "turns", "started": started, "argv": sys.argv[1:]}
     data["versions"] = versions()
     data |= {"config": vars(a), "rows": SEQ_ROWS, "runs": runs}

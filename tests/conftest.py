@@ -13,10 +13,27 @@ from agentd.testing.fake_llm import FakeLLM
 from agentd.testing.postgres import PostgresServer
 from tests.support import Harness
 
+STORE_BACKENDS = ("sqlite", "postgres")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A test marked `both_stores` (or in a module marked so) runs once per store backend."""
+    if "store_backend" in metafunc.fixturenames and metafunc.definition.get_closest_marker("both_stores"):
+        metafunc.parametrize("store_backend", STORE_BACKENDS)
+
 
 @pytest.fixture
-async def harness(tmp_path: Path) -> AsyncIterator[Harness]:
-    h = Harness(tmp_path / "data")
+def store_backend() -> str:
+    """Where the harness builds agents: SQLite files, unless the test runs on both (see above)."""
+    return "sqlite"
+
+
+@pytest.fixture
+async def harness(
+    tmp_path: Path, store_backend: str, request: pytest.FixtureRequest
+) -> AsyncIterator[Harness]:
+    url = request.getfixturevalue("postgres_url") if store_backend == "postgres" else None
+    h = Harness(tmp_path / "data", store_url=url)
     yield h
     await h.close()
 

@@ -27,10 +27,12 @@ def make_spec(yaml_text: str, name: str = "bot") -> AgentSpec:
 
 
 class Harness:
-    """Builds agents on files in one data folder, and can 'restart' them (close + reopen)."""
+    """Builds agents on files in one data folder (or, with `store_url`, in one PostgreSQL database),
+    and can 'restart' them (close + reopen)."""
 
-    def __init__(self, data: Path):
+    def __init__(self, data: Path, store_url: str | None = None):
         self.data = data
+        self.store_url = store_url
         self.agents: list[Agent] = []
         self._stack = contextlib.AsyncExitStack()
         self._built: dict[int, tuple[DaemonSpec, dict[str, Any], Any, Peers | None]] = {}
@@ -61,6 +63,10 @@ class Harness:
     ) -> Agent:
         # Memory models that fail are tried again at the next chance here (no pause): the tests of
         # memory strategies pin down their retry logic; tests/test_breakers.py tests the pauses.
+        if self.store_url is not None:
+            settings = settings.model_copy(
+                update={"store": settings.store.model_copy(update={"url": self.store_url})}
+            )
         resources = Resources(
             settings, self.data, embedder=embedder, providers=providers, breakers=Breakers(first_pause_s=0)
         )

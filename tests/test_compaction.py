@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
+
 from agentd.engine.agent import Agent
 from agentd.store.queries import ActiveThread
 from agentd.testing.scripted import ScriptedProvider
 from tests.support import Harness, say
+
+pytestmark = pytest.mark.both_stores  # each test runs on SQLite files and on PostgreSQL
 
 
 def spec(threshold: int | str = 1000, small: bool = False) -> str:

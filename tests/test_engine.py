@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from agentd.engine.agent import Agent
 from agentd.events import InboundEvent
 from agentd.messages import Message
@@ -12,6 +14,8 @@ from agentd.store.queries import ActiveThread
 from agentd.testing.scripted import ScriptedProvider
 from agentd.testing.waiting import wait_until
 from tests.support import Harness, say
+
+pytestmark = pytest.mark.both_stores  # each test runs on SQLite files and on PostgreSQL
 
 THREAD = "memory: {scope: thread}\nmodel: scripted/m\npurpose: Be brief.\n"
 

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from agentd.cli import main
 from agentd.daemon import Daemon
@@ -15,6 +16,8 @@ from agentd.http.app import create_app
 from agentd.providers.embedders import HashEmbedder
 from agentd.store.queries import AuditEvents
 from tests.support import Harness, say
+
+pytestmark = pytest.mark.both_stores  # each test runs on SQLite files and on PostgreSQL
 
 EPISODIC = "purpose: You help.\nmemory: {strategy: {kind: episodic}}\nchannels: {webhook: {}}\n"
 DAY = 86400.0

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from agentd.engine.conversations import HotThreads
 from tests.support import Harness, say
+
+pytestmark = pytest.mark.both_stores  # each test runs on SQLite files and on PostgreSQL
 
 
 async def test_concurrent_loads_share_one_thread_object(harness: Harness) -> None:

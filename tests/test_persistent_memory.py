@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from agentd.engine.agent import Agent
 from agentd.messages import Message
 from agentd.providers.base import CompletionRequest
 from agentd.providers.remembered import material_of
 from agentd.testing.scripted import ScriptedProvider
 from tests.support import Harness, say
+
+pytestmark = pytest.mark.both_stores  # each test runs on SQLite files and on PostgreSQL
 
 PERSISTENT = "memory: {scope: thread, persistent: true}\nmodel: scripted/m\npurpose: Assist.\n"
 

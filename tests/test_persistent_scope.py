@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import httpx
+import pytest
 
 from agentd.daemon import Daemon
 from agentd.engine.agent import Agent
@@ -14,6 +15,8 @@ from agentd.providers.base import CompletionRequest
 from agentd.providers.remembered import material_of
 from agentd.testing.scripted import ScriptedProvider
 from tests.support import Harness, say
+
+pytestmark = pytest.mark.both_stores  # each test runs on SQLite files and on PostgreSQL
 
 PER_USER = (
     "memory: {scope: thread, persistent: true, persistent_scope: user}\nmodel: scripted/m\npurpose: Assist.\n"

@@ -16,6 +16,8 @@ from agentd.store.queries import ActiveThread
 from agentd.testing.fake_llm import FakeLLM
 from tests.support import Harness, say
 
+pytestmark = pytest.mark.both_stores  # each test runs on SQLite files and on PostgreSQL
+
 SPEC = "memory: {scope: thread, persistent: true}\nmodel: fake/gpt-test\n"
 
 

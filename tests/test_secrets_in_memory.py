@@ -19,6 +19,8 @@ from agentd.store.queries import ActiveThread
 from agentd.testing.scripted import ScriptedProvider
 from tests.support import Harness, say
 
+pytestmark = pytest.mark.both_stores  # each test runs on SQLite files and on PostgreSQL
+
 OPENAI_KEY = "sk-proj-Ab3dEfGh1JkLmNoPqRsTuVwXyZ0123456789abcd"
 AWS_KEY = "AKIAIOSFODNN7EXAMPLE"
 CARD = "4242 4242 4242 4242"

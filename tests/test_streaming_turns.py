@@ -20,6 +20,8 @@ from agentd.store.queries import ActiveThread
 from agentd.testing.fake_llm import FakeLLM
 from tests.support import Harness
 
+pytestmark = pytest.mark.both_stores  # each test runs on SQLite files and on PostgreSQL
+
 SPEC = "purpose: You help.\nmemory: {scope: thread, persistent: true}\nmodel: fake/gpt-test\n"
 
 

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from agentd.engine import subagents
 from agentd.engine.agent import Agent
 from agentd.providers.base import CompletionRequest
 from agentd.testing.scripted import ScriptedProvider
 from tests.support import Harness, LocalPeers, say, strategy_of
+
+pytestmark = pytest.mark.both_stores  # each test runs on SQLite files and on PostgreSQL
 
 
 def caller_spec(*slots: str) -> str:

@@ -214,9 +214,21 @@ class StoreSpec(Spec):
     close_idle_after_s: float = Field(default=60.0, gt=0)
     # one budget for the conversations kept in memory by every agent, in MB (least recently used go first)
     hot_cache_mb: float = Field(default=512, gt=0)
+    # postgresql://user:password@host:port/database puts every agent in one PostgreSQL database that
+    # several daemons may share (AGENTD_STORE_URL says the same); none: one SQLite file per agent
+    url: str | None = None
     # With several daemons on one store: how long a lease (a conversation being answered, a bot
     # connection) outlives a daemon that stopped renewing it (killed), before another takes over.
     lease_s: float = Field(default=15.0, ge=1.0, le=600.0)
+
+    @field_validator("url")
+    @classmethod
+    def _postgres_url(cls, v: str | None) -> str | None:
+        if v is None or not v.strip():
+            return None  # (an empty ${VAR:-}: SQLite)
+        if not re.match(r"^postgres(ql)?://", v):
+            raise ValueError("expected a postgresql:// URL (postgresql://user:password@host:port/database)")
+        return v
 
 
 class DefaultsSpec(Spec):

@@ -4,6 +4,11 @@
 harness all build agents here, from the same settings (agentd.yaml): the store
 backend, the HTTP client, the providers, the embedder, the memory model
 default. Nothing patches an agent afterwards; a test passes its fakes in.
+
+The store backend: with `store.url` (or AGENTD_STORE_URL) one PostgreSQL
+database holds every agent, the daemon's own audit as agent `_daemon`, and
+several daemons may share it; without, one SQLite file per agent in the data
+folder.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import secrets
 import socket
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -26,6 +31,7 @@ from agentd.engine.hot_cache import HotBudget
 from agentd.engine.outbox import NoOutbox, Outbox
 from agentd.engine.peers import NoPeers, Peers
 from agentd.engine.state import AgentResources
+from agentd.errors import OperatorError
 from agentd.providers.base import Embedder, ModelProvider
 from agentd.providers.embedders import build_embedder
 from agentd.providers.registry import ProviderRegistry
@@ -33,7 +39,11 @@ from agentd.store.base import Leases, Store
 from agentd.store.sqlite import SoleOwner, SqliteStore, StoreExecutor
 from agentd.tools.mcp_servers import McpServers
 
+if TYPE_CHECKING:  # (imported when a store.url is set: psycopg is an optional extra)
+    from agentd.store.postgres import PostgresBackend
+
 DAEMON_STORE = "_daemon"  # daemon-level audit (config, auth); '_' cannot start an agent name
+STORE_URL_ENV = "AGENTD_STORE_URL"  # the store.url setting, when agentd.yaml does not say it
 _FROM_SETTINGS: Any = object()
 
 
@@ -66,29 +76,57 @@ class Resources:
         # where a run resumed after an approval posts its answer: the daemon sets its fleet here
         self.outbox: Outbox = NoOutbox()
         self.executor: StoreExecutor | None = None
+        self.postgres: PostgresBackend | None = None
         self.providers: ProviderRegistry | None = None
         self.embedder: Embedder | None = None
         # every agent's hot threads share one byte budget
         self.hot_budget = HotBudget(int(settings.store.hot_cache_mb * 2**20))
 
+    @property
+    def store_url(self) -> str | None:
+        return self.settings.store.url or os.environ.get(STORE_URL_ENV) or None
+
     async def __aenter__(self) -> Resources:
-        executor = StoreExecutor(self.settings.store.max_open_files, self.settings.store.close_idle_after_s)
-        self._stack.callback(executor.shutdown)
+        try:
+            await self._open_store()
+        except BaseException:
+            await self._stack.aclose()
+            raise
         observer = self.observer
-        if observer is not None:
-            executor.on_commit = observer.store_commit
         client = await self._stack.enter_async_context(httpx.AsyncClient())
         providers = ProviderRegistry(
             self.settings.providers, client, report_calls=observer.model_call if observer else None
         )
         for name, provider in self._provider_overrides.items():
             providers.register(name, provider)
-        self.executor, self.providers = executor, providers
+        self.providers = providers
         if self._embedder_override is not _FROM_SETTINGS:
             self.embedder = self._embedder_override
         elif self.settings.embedder:
             self.embedder = build_embedder(self.settings.embedder, self.settings.providers, client)
         return self
+
+    async def _open_store(self) -> None:
+        url = self.store_url
+        if url is None:
+            executor = StoreExecutor(
+                self.settings.store.max_open_files, self.settings.store.close_idle_after_s
+            )
+            self._stack.callback(executor.shutdown)
+            if self.observer is not None:
+                executor.on_commit = self.observer.store_commit
+            self.executor = executor
+            return
+        try:
+            from agentd.store.postgres import PostgresBackend
+        except ImportError as e:
+            raise OperatorError(
+                f"store.url names a PostgreSQL database, but its driver is not installed ({e}): "
+                "pip install 'agentd[postgres]'"
+            ) from None
+        backend = PostgresBackend(url, daemon=self.daemon_id, lease_s=self.settings.store.lease_s)
+        self.postgres = await self._stack.enter_async_context(backend)
+        self.leases = backend.leases  # (bot connections: one daemon of those sharing the database)
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
@@ -98,15 +136,19 @@ class Resources:
     @property
     def shared_store(self) -> bool:
         """True when the store is one several daemons share (PostgreSQL); SQLite files have one owner."""
-        return False
+        return self.postgres is not None
 
     def store(self, name: str, *, readonly: bool = False) -> Store:
         """The store of the agent (or `_daemon`) `name`; not opened yet."""
-        assert self.executor is not None, "Resources used outside `async with`"
-        path = self.data_dir / f"{name}.sqlite"
-        store: Store = SqliteStore(
-            path, self.executor, self.settings.store.synchronous, readonly=readonly, daemon=self.daemon_id
-        )
+        store: Store
+        if self.postgres is not None:
+            store = self.postgres.store(name, readonly=readonly)
+        else:
+            assert self.executor is not None, "Resources used outside `async with`"
+            path = self.data_dir / f"{name}.sqlite"
+            store = SqliteStore(
+                path, self.executor, self.settings.store.synchronous, readonly=readonly, daemon=self.daemon_id
+            )
         return store if self.observer is None else ObservedStore(store, name, self.observer)
 
     async def stored_names(self) -> list[str]:

@@ -212,9 +212,8 @@ class HotThreads:
             header, tail = await self._store.read_many(
                 ThreadHeader(thread.conversation_key), MessagesPage(thread.id, thread.next_seq - 1, None)
             )
-            thread.messages.extend(tail)
-            thread.next_seq = header.next_seq
-            thread.chars += sum(m.message.char_count() for m in tail)
+            thread.append(tail)  # (a turn of this process may have added some meanwhile)
+            thread.next_seq = max(thread.next_seq, header.next_seq)
             thread.last_input_tokens, thread.last_tokens_estimated = (
                 header.last_input_tokens,
                 header.last_tokens_estimated,

@@ -199,12 +199,16 @@ class EventHandler:
         state = self._state
         first = memory.settles_first
         locks, purpose = (state.locks, "turn") if first else (state.memory_locks, "memory")
-        async with locks.hold(key), state.store.claim(key, purpose=purpose) as claim:
-            self._waiting.discard(key)  # from here on, new work queues a job behind this one
-            if state.store.shared:
-                thread: StoredThread | None = await state.thread(key, memory, self._ctx, claim)
-            else:
-                thread = state.threads.peek(key) if memory.keeps_transcript else None
-            if thread is not None and memory.settle_due(thread):
-                await self._settle(key, memory, thread, run_id)
-                await self._state.trim(key, memory, self._ctx)
+        async with locks.hold(key):
+            # From here on, new work queues a job behind this one: this one reads the thread only
+            # once it has the store's claim too (a round trip on a shared store), and work that
+            # comes meanwhile may be past what it reads.
+            self._waiting.discard(key)
+            async with state.store.claim(key, purpose=purpose) as claim:
+                if state.store.shared:
+                    thread: StoredThread | None = await state.thread(key, memory, self._ctx, claim)
+                else:
+                    thread = state.threads.peek(key) if memory.keeps_transcript else None
+                if thread is not None and memory.settle_due(thread):
+                    await self._settle(key, memory, thread, run_id)
+                    await self._state.trim(key, memory, self._ctx)

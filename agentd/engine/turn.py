@@ -256,8 +256,6 @@ async def _commit(
     # Only now, with everything committed, does the hot thread change.
     if keep:
         thread.id = thread_id
-        thread.messages.extend(stored)
-        thread.next_seq += len(stored)
-        thread.chars += sum(m.message.char_count() for m in stored)
+        thread.append(stored)
         if usage is not None:
             thread.last_input_tokens, thread.last_tokens_estimated = usage

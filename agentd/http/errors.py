@@ -18,7 +18,7 @@ from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match, Route
 
-from agentd.errors import StoreError
+from agentd.errors import LeaseLost, StoreError
 
 log = logging.getLogger(__name__)
 F = TypeVar("F", bound=Callable[..., Any])
@@ -120,6 +120,8 @@ def install_error_handlers(app: FastAPI, special: Special | None = None) -> None
     @app.exception_handler(StoreError)
     async def _store(request: Request, exc: StoreError) -> JSONResponse:
         log.error("store error on %s: %s", request.url.path, exc)
+        if isinstance(exc, LeaseLost):  # (this daemon stalled; the conversation went on elsewhere)
+            return refusal(request, 503, f"{exc}; the message was not answered: send it again")
         return refusal(request, 503, f"the agent's data file is unavailable: {exc}")
 
 

@@ -5,7 +5,10 @@ runs the matrix product meanwhile (on the loop up to INLINE_ROWS rows, in a
 worker thread beyond: numpy releases the GIL), so the two overlap; then ranks
 (agentd/memory/ranking.py), lets replies take over the relevance of the
 questions they answer, and reads the texts. An embedder that is down degrades
-recall to keywords; episodes it missed are embedded at the next recall.
+recall to keywords; episodes it missed are embedded at the next recall. On a
+store several daemons share, that first read also asks what the others wrote
+or deleted in the partition since the cached index was read (VectorChanges),
+and the index takes it in before it is scored.
 """
 
 from __future__ import annotations
@@ -35,8 +38,14 @@ from agentd.memory.ranking import (
 from agentd.memory.vectors import IndexCache, IndexedVector, VectorIndex, as_blob, index_cache
 from agentd.providers.base import Embedder
 from agentd.store.base import Store
-from agentd.store.queries import EpisodesById, FollowingEpisodes, KeywordSearch, PendingEpisodes, Vectors
-from agentd.store.records import Episode, KeywordHit, ends_by_asking
+from agentd.store.queries import (
+    EpisodesById,
+    FollowingEpisodes,
+    KeywordSearch,
+    PendingEpisodes,
+    VectorChanges,
+)
+from agentd.store.records import Episode, KeywordHit, VectorDelta, ends_by_asking
 from agentd.store.writes import SetVectors
 
 log = logging.getLogger(__name__)
@@ -113,11 +122,17 @@ async def embed_pending(
 
 
 async def load_index(store: Store, partition: str, embedder_id: str, dim: int | None = None) -> VectorIndex:
-    async def loader() -> list[IndexedVector]:
-        stored = await store.read(Vectors(partition, embedder_id))
-        return [IndexedVector(v.id, v.created_at, v.importance, v.vector, bool(v.asks)) for v in stored]
+    change = 0
 
-    return await index_cache(store).get(partition, embedder_id, loader, dim)
+    async def loader() -> list[IndexedVector]:
+        nonlocal change
+        every = await store.read(VectorChanges(partition, embedder_id, 0))  # (and the change it is at)
+        change = every.change
+        return [IndexedVector(v.id, v.created_at, v.importance, v.vector, bool(v.asks)) for v in every.added]
+
+    index = await index_cache(store).get(partition, embedder_id, loader, dim)
+    index.change = max(index.change, change)
+    return index
 
 
 async def recall_episodes(
@@ -141,6 +156,8 @@ async def recall_episodes(
         weights = replace(weights, periods=periods)
     cache = index_cache(store)
     index = cache.peek(partition, embedder.id)
+    # on a shared store, a cached index also asks what other daemons changed since it was read
+    changes = VectorChanges(partition, embedder.id, index.change) if index and store.shared else None
     if index is None:
         index = await load_index(store, partition, embedder.id)
     terms = keyword_terms(text) if mode != "vector" else []
@@ -148,11 +165,14 @@ async def recall_episodes(
     looks: list[Any] = [PendingEpisodes(partition)] if use_vectors else []
     if terms:
         looks.append(KeywordSearch(partition, embedder.id, terms, CANDIDATES))
+    if changes is not None:
+        looks.append(changes)
 
-    async def first_look() -> tuple[list[Episode], list[KeywordHit] | None]:
+    async def first_look() -> tuple[list[Episode], list[KeywordHit] | None, VectorDelta | None]:
         found = await store.read_many(*looks) if looks else []
         pending = found.pop(0) if use_vectors else []
-        return pending, (found[0] if terms else None)
+        delta = found.pop() if changes is not None else None
+        return pending, (found[0] if terms else None), delta
 
     result = Recall(mode=mode)
     look = asyncio.ensure_future(first_look())
@@ -168,9 +188,13 @@ async def recall_episodes(
                     side = vector_side(index, vectors[0], weights, now)
                 else:  # a big one in a worker thread (numpy releases the GIL): the loop keeps serving
                     side = await anyio.to_thread.run_sync(vector_side, index, vectors[0], weights, now)
-        pending, hits = await look
+        pending, hits, delta = await look
     finally:
         look.cancel()  # (a no-op once it is done)
+    if delta is not None and cache.catch_up(partition, embedder.id, delta):
+        side = None  # scored before the index took in other daemons' changes: scored again below
+        if cache.peek(partition, embedder.id) is not index:  # dropped: changed past what is listed
+            index = await load_index(store, partition, embedder.id)
     if index.size == 0 and not pending and not hits:
         return result  # nothing to recall from: no embedding call either
     if use_vectors and not embedded:

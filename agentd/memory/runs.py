@@ -73,6 +73,10 @@ async def commit_memory_run(
     if cursor is not None:
         state.updated_at = now
         thread.layers[layer] = state
+        moved = results[len(written)]  # (a shared store's layers version after this write)
+        if moved is not None and moved == thread.layers_version + 1:
+            # nobody else wrote a layer state meanwhile: this copy is current, the next claim keeps it
+            thread.layers_version = moved
     return Committed(results[: len(written)], written)
 
 

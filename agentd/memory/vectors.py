@@ -24,6 +24,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from agentd.store.records import VectorDelta
+
 log = logging.getLogger(__name__)
 
 FloatArray = npt.NDArray[np.float32]
@@ -66,6 +68,7 @@ class VectorIndex:
         self._asks = np.zeros(0, dtype=np.bool_)
         self._position: dict[int, int] = {}
         self.skipped = 0  # vectors refused for a dimension that is not this index's
+        self.change = 0  # on a shared store: the partition's change number these rows are current to
 
     @classmethod
     def build(cls, rows: Sequence[IndexedVector], dim: int | None = None) -> VectorIndex:
@@ -280,6 +283,21 @@ class IndexCache:
                 index.remove(ids)
         # a load racing the delete may have read the rows: it serves its callers, then is not kept
         self._stale.update(k for k in self._loading if k[0] == partition)
+
+    def catch_up(self, partition: str, embedder: str, delta: VectorDelta) -> bool:
+        """Apply what other daemons changed (a shared store's VectorChanges since the index's change
+        number) to the loaded index; returns whether its rows changed. A delta the store could not
+        list in full drops the partition's indexes instead (they reload when next used)."""
+        index = self._indexes.get((partition, embedder))
+        if index is None or delta.change <= index.change:
+            return False  # (an older answer than what the index already took in)
+        if not delta.complete:
+            self.drop(partition)
+            return True
+        rows = [IndexedVector(v.id, v.created_at, v.importance, v.vector, v.asks) for v in delta.added]
+        changed = index.add(rows) + index.remove(delta.removed)
+        index.change = delta.change
+        return changed > 0
 
     def drop(self, partition: str) -> None:
         """Forget a partition's indexes (all its episodes were deleted); they reload when next used."""

@@ -20,6 +20,7 @@ from agentd.store.records import (
     StoredMessage,
     StoredThread,
     StoredVector,
+    VectorDelta,
 )
 
 T = TypeVar("T")
@@ -211,6 +212,18 @@ class Vectors(Query[list[StoredVector]]):
 
     partition: str
     embedder: str
+
+
+@dataclass(frozen=True, slots=True)
+class VectorChanges(Query[VectorDelta]):
+    """How a partition's vectors of `embedder` changed after change number `since` (0: every vector),
+    so an index another daemon's writes made stale catches up exactly, in id order. A single-owner
+    store has nothing to report after 0: every change went through the one process, which applied
+    it to its own indexes."""
+
+    partition: str
+    embedder: str
+    since: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -112,6 +113,16 @@ class StoredThread:
     def recount(self) -> None:
         self.chars = len(self.summary or "") + sum(m.message.char_count() for m in self.messages)
 
+    def append(self, messages: Sequence[StoredMessage]) -> None:
+        """Add the committed messages this copy does not hold yet (seq from next_seq on), in order.
+        On a shared store the turn that committed them and a catch-up that read them (the memory
+        work's claim, beside the turn) may both bring the same ones: they are added once."""
+        fresh = [m for m in messages if m.seq >= self.next_seq]
+        if fresh:
+            self.messages.extend(fresh)
+            self.next_seq = fresh[-1].seq + 1
+            self.chars += sum(m.message.char_count() for m in fresh)
+
 
 @dataclass(frozen=True, slots=True)
 class NewEpisode:
@@ -176,6 +187,18 @@ class StoredVector:
     importance: float
     vector: bytes
     asks: bool  # ends_by_asking(text)
+
+
+@dataclass(frozen=True, slots=True)
+class VectorDelta:
+    """What a partition's vectors of one embedder gained and lost after a change number (a shared
+    store's per-partition change counter), and the change it stands at now. `complete` False: the
+    store no longer records deletions that old, so only a reload of the whole partition is exact."""
+
+    change: int
+    added: list[StoredVector]
+    removed: list[int]
+    complete: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -85,12 +85,15 @@ class AppendAudit(Write[None]):
 
 
 def stamped(ops: Sequence[Write[Any]], daemon: str | None) -> list[Write[Any]]:
-    """The ops with the writing daemon recorded on every run row and audit event."""
+    """The ops with the writing daemon recorded on every run row and audit event (also the audit
+    rows that retention and erasure write)."""
     if daemon is None:
         return list(ops)
     out: list[Write[Any]] = []
     for op in ops:
-        if isinstance(op, AppendAudit | ErasePerson):
+        if isinstance(
+            op, AppendAudit | PruneEpisodes | DeletePartitionEpisodes | DeleteConversation | ErasePerson
+        ):
             op = replace(op, daemon=daemon)
         elif isinstance(op, InsertRun | CommitTurn):
             op.run.daemon = daemon
@@ -167,6 +170,7 @@ class DeleteConversation(Write[dict[str, int]]):
     conversation_key: str
     by: str
     ts: float
+    daemon: str | None = None  # stamped on its audit row by the store that writes it
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,8 +185,9 @@ class ApplyCompaction(Write[int]):
 
 
 @dataclass(frozen=True, slots=True)
-class PutLayerState(Write[None]):
-    """A memory layer's state and cursor for one thread."""
+class PutLayerState(Write[int | None]):
+    """A memory layer's state and cursor for one thread. The result is the thread's layers version
+    after the write on a shared store (see agentd.store.claims.ThreadMark), None on a single-owner one."""
 
     thread_id: int
     layer: str
@@ -261,6 +266,7 @@ class PruneEpisodes(Write[Pruned]):
     max_episodes: int | None
     older_than: float | None
     ts: float
+    daemon: str | None = None  # stamped on its audit row by the store that writes it
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,6 +278,7 @@ class DeletePartitionEpisodes(Write[int]):
     partition: str
     by: str
     ts: float
+    daemon: str | None = None  # stamped on its audit row by the store that writes it
 
 
 # -- a person's data -----------------------------------------------------------------------

@@ -20,6 +20,8 @@ from agentd.store.records import StoredThread
 from agentd.testing.scripted import ScriptedProvider
 from tests.support import Harness, say, strategy_of
 
+pytestmark = pytest.mark.both_stores  # each test runs on SQLite files and on PostgreSQL
+
 
 def composite_spec(*layers: str) -> str:
     return (

@@ -6,11 +6,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from agentd.engine.agent import Agent
 from agentd.memory.episode_writes import Retention, forget_partition, sweep_retention
 from agentd.memory.vectors import index_cache
 from tests.memory.test_episodic import episodes, episodic, recalled_section, strategy_of
 from tests.support import Harness, say
+
+pytestmark = pytest.mark.both_stores  # each test runs on SQLite files and on PostgreSQL
 
 DAY = 86400.0
 

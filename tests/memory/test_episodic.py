@@ -31,6 +31,8 @@ from agentd.store.writes import InsertEpisodes
 from agentd.testing.scripted import ScriptedProvider
 from tests.support import Harness, say
 
+pytestmark = pytest.mark.both_stores  # each test runs on SQLite files and on PostgreSQL
+
 DAY = 86400.0
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import numpy as np
+import pytest
 
 from agentd.engine.agent import Agent
 from agentd.events import InboundEvent
@@ -16,6 +17,8 @@ from agentd.providers.embedders import HashEmbedder
 from agentd.testing.scripted import ScriptedProvider
 from tests.memory.test_episodic import agent_yaml, episodes, last_recall, recalled_section
 from tests.support import Harness
+
+pytestmark = pytest.mark.both_stores  # each test runs on SQLite files and on PostgreSQL
 
 
 async def episodic(

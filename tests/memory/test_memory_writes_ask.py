@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from agentd.events import Reply
 from agentd.store.queries import AuditEvents, MemoryKeys
 from tests.support import Harness, say
+
+pytestmark = pytest.mark.both_stores  # each test runs on SQLite files and on PostgreSQL
 
 ASKS = "memory: {scope: thread, persistent: true, writes: ask}\n"
 

@@ -17,6 +17,8 @@ from agentd.store.writes import DeleteFact, UpsertFact
 from agentd.testing.scripted import ScriptedProvider
 from tests.support import Harness, say, strategy_of
 
+pytestmark = pytest.mark.both_stores  # each test runs on SQLite files and on PostgreSQL
+
 GROUP = "webhook:group"
 
 

@@ -26,6 +26,8 @@ from agentd.store.queries import AuditEvents
 from agentd.testing.scripted import ScriptedProvider
 from tests.support import Harness, say, strategy_of
 
+pytestmark = pytest.mark.both_stores  # each test runs on SQLite files and on PostgreSQL
+
 FIELDS = ["goal", "working_on", "open"]
 KEY = "webhook:c1"
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from agentd.engine.agent import Agent
 from agentd.memory.summarized import SUMMARY_HEADING, SummarizedMemory, count_foldable, foldable
 from agentd.messages import Message, ToolCallPart, ToolResultPart
@@ -13,6 +15,8 @@ from agentd.store.queries import LayerStateOf
 from agentd.store.records import StoredMessage
 from agentd.testing.scripted import ScriptedProvider
 from tests.support import Harness, say, strategy_of
+
+pytestmark = pytest.mark.both_stores  # each test runs on SQLite files and on PostgreSQL
 
 
 def summarized_spec(every: int = 4, model: str | None = "sum/s", main: str = "main/m") -> str:

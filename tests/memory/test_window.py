@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from agentd.config.strategies import WindowStrategy
 from agentd.memory.base import AfterRun
 from agentd.memory.window import WindowMemory, window_start
@@ -9,6 +11,8 @@ from agentd.messages import Message, ToolCallPart, ToolResultPart
 from agentd.store.records import StoredMessage
 from agentd.testing.scripted import ScriptedProvider
 from tests.support import Harness, say, strategy_of
+
+pytestmark = pytest.mark.both_stores  # each test runs on SQLite files and on PostgreSQL
 
 
 def window_spec(n: int, persistent: bool = False) -> str:

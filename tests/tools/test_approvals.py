@@ -20,6 +20,8 @@ from agentd.testing.waiting import wait_until
 from tests.support import Harness, open_api, say
 from tests.tools.support import agent_yaml, openai, stdio_server, tool_agent, tool_events, tool_results
 
+pytestmark = pytest.mark.both_stores  # each test runs on SQLite files and on PostgreSQL
+
 
 def approval_id(reply: Reply) -> str:
     match = re.search(r"Approval needed \[([0-9a-f]{6})\]", reply.text)

@@ -21,9 +21,10 @@ from agentd.store.queries import (
     KeywordSearch,
     NeighbourEpisodes,
     PendingEpisodes,
+    VectorChanges,
     Vectors,
 )
-from agentd.store.records import AuditRecord, Episode, KeywordHit, Pruned, StoredVector
+from agentd.store.records import AuditRecord, Episode, KeywordHit, Pruned, StoredVector, VectorDelta
 from agentd.store.sqlite.audit import insert_audit
 from agentd.store.sqlite.dispatch import handles
 from agentd.store.writes import (
@@ -93,6 +94,13 @@ def load_vectors(conn: sqlite3.Connection, q: Vectors) -> list[StoredVector]:
             (q.partition, q.embedder),
         )
     ]
+
+
+@handles(VectorChanges)
+def vector_changes(conn: sqlite3.Connection, q: VectorChanges) -> VectorDelta:
+    """One owner, one process: its indexes saw every change as it was made. Change 0 lists them all."""
+    added = load_vectors(conn, Vectors(q.partition, q.embedder)) if q.since == 0 else []
+    return VectorDelta(0, added, [])
 
 
 @handles(EpisodesById)
@@ -262,7 +270,7 @@ def prune_episodes(conn: sqlite3.Connection, op: PruneEpisodes) -> Pruned:
     if aged or extra:
         data = {"partition": op.partition, "by_age": len(aged), "by_count": len(extra)}
         record = AuditRecord("memory", "prune_episodes", None, None, data)
-        insert_audit(conn, AppendAudit(op.agent, [record], op.ts))
+        insert_audit(conn, AppendAudit(op.agent, [record], op.ts, op.daemon))
     return Pruned(aged + extra, len(aged), len(extra))
 
 
@@ -271,7 +279,8 @@ def delete_partition(conn: sqlite3.Connection, op: DeletePartitionEpisodes) -> i
     deleted: int = conn.execute("DELETE FROM episodes WHERE partition = ?", (op.partition,)).rowcount
     data = {"partition": op.partition, "deleted": deleted, "by": op.by}
     insert_audit(
-        conn, AppendAudit(op.agent, [AuditRecord("memory", "delete_episodes", None, None, data)], op.ts)
+        conn,
+        AppendAudit(op.agent, [AuditRecord("memory", "delete_episodes", None, None, data)], op.ts, op.daemon),
     )
     return deleted
 

@@ -145,7 +145,7 @@ def delete_conversation(conn: sqlite3.Connection, op: DeleteConversation) -> dic
     deleted["messages"] = messages
     if deleted["threads"]:
         audit = AuditRecord("conversation", "delete", op.conversation_key, None, {**deleted, "by": op.by})
-        insert_audit(conn, AppendAudit(op.agent, [audit], op.ts))
+        insert_audit(conn, AppendAudit(op.agent, [audit], op.ts, op.daemon))
     return deleted
 
 
