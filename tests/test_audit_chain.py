@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 from agentd.cli.main import main
@@ -39,10 +40,25 @@ async def verdict(agent: Agent) -> Verdict:
     return await verify_store(agent.state.store, agent.name)
 
 
-async def sql(agent: Agent, statement: str, *args: Any) -> None:
-    await agent.state.store.sql(lambda c: c.execute(statement, args))  # type: ignore[attr-defined]
+async def sql(harness: Harness, agent: Agent, statement: str, *args: Any) -> None:
+    """Raw SQL as someone with write access to the data would run it: on the agent's SQLite file, or in
+    the database (one agent there: its rows are the only ones). `{agent_id}` is where PostgreSQL's rows
+    name their agent (empty on SQLite)."""
+    if harness.store_url is None:
+        text = statement.replace("{agent_id}", "")
+        await agent.state.store.sql(lambda c: c.execute(text, args))  # type: ignore[attr-defined]
+        return
+    url = harness.store_url
+
+    def run() -> None:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("SET search_path TO agentd")
+            conn.execute(statement.replace("{agent_id}", "agent_id, ").replace("?", "%s"), args)  # type: ignore[arg-type]
+
+    await asyncio.to_thread(run)
 
 
+@pytest.mark.both_stores
 async def test_an_untouched_trail_verifies_to_its_head(harness: Harness) -> None:
     agent = await trail_of(harness, 10)
     result = await verdict(agent)
@@ -51,6 +67,7 @@ async def test_an_untouched_trail_verifies_to_its_head(harness: Harness) -> None
     assert result.last == head and head is not None and head[0] == 10 and len(head[1]) == 64
 
 
+@pytest.mark.both_stores
 async def test_each_event_links_to_the_one_before(harness: Harness) -> None:
     agent = await trail_of(harness, 6)
     events = await agent.state.store.read(AuditEvents(limit=10))
@@ -59,13 +76,15 @@ async def test_each_event_links_to_the_one_before(harness: Harness) -> None:
     assert all(later["prev_hash"] == earlier["hash"] for earlier, later in itertools.pairwise(events))
 
 
+@pytest.mark.both_stores
 async def test_an_edited_event_is_named(harness: Harness) -> None:
     agent = await trail_of(harness)
-    await sql(agent, 'UPDATE audit SET data = \'{"key":"k9"}\' WHERE seq = 5')
+    await sql(harness, agent, 'UPDATE audit SET data = \'{"key":"k9"}\' WHERE seq = 5')
     result = await verdict(agent)
     assert (result.broken, result.reason) == (5, "event 5's content does not match its hash (it was changed)")
 
 
+@pytest.mark.both_stores
 @pytest.mark.parametrize(
     "column, value",
     [
@@ -78,37 +97,42 @@ async def test_an_edited_event_is_named(harness: Harness) -> None:
         ("conversation_key", "'webhook:other'"),
         ("salts", "'{}'"),
         ("erased", '\'{"data.key":"00"}\''),
-        ("hash", "zeroblob(32)"),
+        ("hash", "?"),
     ],
 )
 async def test_every_column_is_covered(harness: Harness, column: str, value: str) -> None:
     agent = await trail_of(harness, 6)
-    await sql(agent, f"UPDATE audit SET {column} = {value} WHERE seq = 3")
+    args = (bytes(32),) if value == "?" else ()
+    await sql(harness, agent, f"UPDATE audit SET {column} = {value} WHERE seq = 3", *args)
     assert (await verdict(agent)).broken == 3
 
 
+@pytest.mark.both_stores
 async def test_a_deleted_event_is_named(harness: Harness) -> None:
     agent = await trail_of(harness)
-    await sql(agent, "DELETE FROM audit WHERE seq = 4")
+    await sql(harness, agent, "DELETE FROM audit WHERE seq = 4")
     result = await verdict(agent)
     assert (result.broken, result.reason) == (4, "event 4 is missing (the next stored is 5)")
 
 
+@pytest.mark.both_stores
 async def test_a_forged_event_inserted_mid_trail_is_named(harness: Harness) -> None:
     agent = await trail_of(harness)
     # make room at 6 and copy event 5 there with other data: its stored hash cannot match
-    await sql(agent, "UPDATE audit SET seq = -seq - 1 WHERE seq >= 6")
-    await sql(agent, "UPDATE audit SET seq = -seq WHERE seq < 0")
+    await sql(harness, agent, "UPDATE audit SET seq = -seq - 1 WHERE seq >= 6")
+    await sql(harness, agent, "UPDATE audit SET seq = -seq WHERE seq < 0")
     await sql(
+        harness,
         agent,
-        "INSERT INTO audit (ts, agent, kind, action, conversation_key, run_id, data, daemon, seq, salts,"
-        " erased, prev_hash, hash) SELECT ts, agent, kind, 'forget', conversation_key, run_id, data,"
-        " daemon, 6, salts, erased, hash, hash FROM audit WHERE seq = 5",
+        "INSERT INTO audit ({agent_id}ts, agent, kind, action, conversation_key, run_id, data, daemon, seq,"
+        " salts, erased, prev_hash, hash) SELECT {agent_id}ts, agent, kind, 'forget', conversation_key,"
+        " run_id, data, daemon, 6, salts, erased, hash, hash FROM audit WHERE seq = 5",
     )
     result = await verdict(agent)
     assert result.broken == 6
 
 
+@pytest.mark.both_stores
 async def test_an_event_appended_outside_agentd_is_named_even_with_a_correct_link(harness: Harness) -> None:
     agent = await trail_of(harness, 4)
     store = agent.state.store
@@ -119,10 +143,11 @@ async def test_an_event_appended_outside_agentd_is_named_even_with_a_correct_lin
 
     digest = link(bytes.fromhex(last["hash"]), 5, digest_of(forged))
     await sql(
+        harness,
         agent,
-        "INSERT INTO audit (ts, agent, kind, action, conversation_key, run_id, data, daemon, seq, salts,"
-        " erased, prev_hash, hash) SELECT ts, agent, 'config', action, conversation_key, run_id, data,"
-        " daemon, 5, salts, erased, hash, ? FROM audit WHERE seq = 4",
+        "INSERT INTO audit ({agent_id}ts, agent, kind, action, conversation_key, run_id, data, daemon, seq,"
+        " salts, erased, prev_hash, hash) SELECT {agent_id}ts, agent, 'config', action, conversation_key,"
+        " run_id, data, daemon, 5, salts, erased, hash, ? FROM audit WHERE seq = 4",
         digest,
     )
     result = await verdict(agent)
@@ -132,32 +157,39 @@ async def test_an_event_appended_outside_agentd_is_named_even_with_a_correct_lin
     )
 
 
+@pytest.mark.both_stores
 async def test_two_swapped_events_are_named_at_the_first(harness: Harness) -> None:
     agent = await trail_of(harness)
-    await sql(agent, "UPDATE audit SET seq = -1 WHERE seq = 3")
-    await sql(agent, "UPDATE audit SET seq = 3 WHERE seq = 7")
-    await sql(agent, "UPDATE audit SET seq = 7 WHERE seq = -1")
+    await sql(harness, agent, "UPDATE audit SET seq = -1 WHERE seq = 3")
+    await sql(harness, agent, "UPDATE audit SET seq = 3 WHERE seq = 7")
+    await sql(harness, agent, "UPDATE audit SET seq = 7 WHERE seq = -1")
     assert (await verdict(agent)).broken == 3
 
 
+@pytest.mark.both_stores
 async def test_a_trail_cut_short_is_found_against_its_head(harness: Harness) -> None:
     agent = await trail_of(harness)
-    await sql(agent, "DELETE FROM audit WHERE seq > 8")
+    await sql(harness, agent, "DELETE FROM audit WHERE seq > 8")
     result = await verdict(agent)
     assert (result.broken, result.reason) == (9, "the chain head records 10 events; the trail ends at 8")
 
 
+@pytest.mark.both_stores
 async def test_a_cut_that_also_rewrites_the_head_needs_a_head_kept_elsewhere(harness: Harness) -> None:
     """The limit, written down: whoever can write the file can cut the tail and move the head back.
     The chain then verifies, to a head other than the one an operator kept from an earlier verify."""
     agent = await trail_of(harness)
     kept = (await verdict(agent)).last
-    await sql(agent, "DELETE FROM audit WHERE seq > 8")
-    await sql(agent, "UPDATE audit_chain SET seq = 8, head = (SELECT hash FROM audit WHERE seq = 8)")
+    await sql(harness, agent, "DELETE FROM audit WHERE seq > 8")
+    chain_table = "audit_chain" if harness.store_url is None else "audit_chains"
+    await sql(
+        harness, agent, f"UPDATE {chain_table} SET seq = 8, head = (SELECT hash FROM audit WHERE seq = 8)"
+    )
     result = await verdict(agent)
     assert result.ok and result.last != kept and kept is not None and kept[0] == 10
 
 
+@pytest.mark.both_stores
 async def test_events_appended_in_one_batch_and_by_other_writes_share_the_chain(harness: Harness) -> None:
     agent = await trail_of(harness, 2)
     records = [AuditRecord("command", "status", "webhook:c1", None, {"n": i}) for i in range(3)]
@@ -295,3 +327,92 @@ async def test_an_export_since_a_time_starts_mid_chain_and_still_verifies(tmp_pa
     assert seqs == [3, 4, 5, 6]
     ok = await verify_offline(export)
     assert ok.returncode == 0 and ok.stdout.startswith("bot: verified up to event 6")
+
+
+# -- PostgreSQL: sealed at the migration, several daemons on one chain -----------------------------
+
+
+async def test_events_in_a_database_from_before_the_chain_are_sealed_by_the_migration(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    from agentd.store.postgres.connection import connect
+    from agentd.store.postgres.migrations import MIGRATIONS, migrate
+
+    def old_database() -> None:
+        with connect(postgres_url) as conn:
+            migrate(conn, MIGRATIONS[:3])  # the schema before the chain
+            for agent in ("bot", "other"):
+                [(agent_id,)] = conn.execute(
+                    "INSERT INTO agents (name, created_at) VALUES (%s, 0) RETURNING id", (agent,)
+                ).fetchall()
+                for i in range(4):
+                    conn.execute(
+                        "INSERT INTO audit (agent_id, ts, agent, kind, action, conversation_key, data)"
+                        " VALUES (%s, %s, %s, 'memory', %s, 'webhook:x', %s)",
+                        (agent_id, 1000 + i, agent, f"a{i}", json.dumps({"key": f"k{i}"})),
+                    )
+
+    await asyncio.to_thread(old_database)
+    harness = Harness(tmp_path / "data", store_url=postgres_url)
+    try:
+        agent = await harness.runtime(PERSISTENT)  # opening the database migrates it
+        await say(agent)("remember later: yes")
+        result = await verdict(agent)
+        assert result.ok and result.events == 6
+        assert [e["action"] for e in await agent.state.store.read(AuditTrail())][:4] == [
+            "a0",
+            "a1",
+            "a2",
+            "a3",
+        ]
+        other = await harness.runtime(PERSISTENT, name="other")
+        assert (await verify_store(other.state.store, "other")).events == 4
+    finally:
+        await harness.close()
+
+
+async def test_several_daemons_appending_to_one_agents_chain_take_turns(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    """Two daemons serving one agent write its trail at once: each append waits for the chain's head,
+    so the events are numbered without a gap or a repeat and the chain verifies."""
+    harness = Harness(tmp_path / "data", store_url=postgres_url)
+    try:
+        one, two = await harness.runtime(PERSISTENT), await harness.runtime(PERSISTENT)
+
+        async def burst(agent: Agent, n: int) -> None:
+            for i in range(20):
+                await agent.state.store.write(
+                    AppendAudit(
+                        agent.name,
+                        [AuditRecord("command", "status", f"webhook:{n}", None, {"i": i})] * 2,
+                        1.5,
+                    )
+                )
+
+        await asyncio.gather(
+            burst(one, 1), burst(two, 2), say(one)("remember a: b"), say(two, "webhook:c2")("remember c: d")
+        )
+        result = await verdict(one)
+        assert result.ok and result.events == 84
+        daemons = {e["daemon"] for e in await one.state.store.read(AuditTrail())}
+        assert len(daemons) == 2  # both daemons' events, in one chain
+    finally:
+        await harness.close()
+
+
+async def test_audit_verify_on_a_database(
+    tmp_path: Path, postgres_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "agents").mkdir()
+    (tmp_path / "agentd.yaml").write_text(f"store: {{url: '{postgres_url}'}}\n")
+    harness = Harness(tmp_path / "data", store_url=postgres_url)
+    try:
+        await trail_of(harness, 4)
+    finally:
+        await harness.close()
+    assert await cli(tmp_path, "audit", "verify") == 0
+    assert "bot: ok, 4 events; head 4 " in capsys.readouterr().out
+    export = tmp_path / "trail.jsonl"
+    assert await cli(tmp_path, "audit", "export", "-o", str(export)) == 0
+    assert (await verify_offline(export)).returncode == 0

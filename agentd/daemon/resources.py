@@ -154,6 +154,8 @@ class Resources:
     async def stored_names(self) -> list[str]:
         """Every store holding data, sorted: each agent's that ever stored anything (its file still there
         or not) and the daemon's own (`_daemon`)."""
+        if self.postgres is not None:
+            return await self.postgres.agent_names()
         return sorted(path.stem for path in self.data_dir.glob("*.sqlite"))
 
     def agent_resources(self, peers: Peers | None = None) -> AgentResources:

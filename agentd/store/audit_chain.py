@@ -28,7 +28,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -110,6 +110,24 @@ def seal(record: AuditRecord, ts: float, agent: str, daemon: str | None) -> Seal
     return Sealed(data_json, json.dumps(salts, separators=(",", ":")), digest)
 
 
+def seal_existing(
+    rows: Iterable[tuple[float, str, str, str, str | None, str | None, str, str | None]],
+    seq: int,
+    prev: bytes,
+) -> list[tuple[int, str, str, bytes, bytes]]:
+    """Chain events written before the chain existed (a migration step), in the order given, after the
+    head (seq, prev): per row (ts, agent, kind, action, conversation_key, run_id, data JSON, daemon),
+    its (seq, data as sealed, salts, prev_hash, hash)."""
+    out = []
+    for ts, agent, kind, action, key, run_id, data, daemon in rows:
+        sealed = seal(AuditRecord(kind, action, key, run_id, json.loads(data)), ts, agent, daemon)
+        seq += 1
+        digest = link(prev, seq, sealed.digest)
+        out.append((seq, sealed.data, sealed.salts, prev, digest))
+        prev = digest
+    return out
+
+
 class Unverifiable(ValueError):
     """A stored event whose fields cannot be committed to (a field without nonce or commitment)."""
 
@@ -177,6 +195,49 @@ def erase_fields(event: Mapping[str, Any], fields: Iterable[str]) -> Erased:
         json.dumps(salts, separators=(",", ":")),
         json.dumps(erased, separators=(",", ":")),
     )
+
+
+# -- reading stored events back -----------------------------------------------------------------
+
+# what each backend selects for a chain's events, in this order (`stored_event` reads it)
+TRAIL_COLUMNS = (
+    "seq, ts, agent, kind, action, conversation_key, run_id, daemon, data, salts, erased, prev_hash, hash"
+)
+
+
+def stored_event(row: Sequence[Any]) -> dict[str, Any]:
+    """A row of TRAIL_COLUMNS as the verifier reads it. Nothing here trusts the row: JSON that no longer
+    parses is kept as text (it then fails its hash, as any edit does), a missing hash reads as ""."""
+    seq, ts, agent, kind, action, key, run_id, daemon, data, salts, erased, prev, digest = row
+    return {
+        "seq": seq,
+        "ts": ts,
+        "agent": agent,
+        "kind": kind,
+        "action": action,
+        KEY_FIELD: key,
+        "run_id": run_id,
+        "daemon": daemon,
+        "data": _object(data),
+        "salts": _object(salts),
+        "erased": _object(erased),
+        "prev_hash": hex_of(prev),
+        "hash": hex_of(digest),
+    }
+
+
+def hex_of(value: bytes | bytearray | memoryview | None) -> str:
+    return bytes(value).hex() if isinstance(value, bytes | bytearray | memoryview) else ""
+
+
+def _object(text: str | None) -> dict[str, Any]:
+    if text is None:
+        return {}
+    try:
+        value = json.loads(text)
+    except (TypeError, ValueError):
+        return {"(not JSON)": text}
+    return value if isinstance(value, dict) else {"(not an object)": value}
 
 
 # -- verifying ---------------------------------------------------------------------------------

@@ -13,11 +13,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from agentd.messages import Message, TextPart, ToolCallPart, ToolResultPart, dump_message, load_message
 from agentd.store.audit_chain import DATA_PREFIX, KEY_FIELD
+from agentd.store.records import AuditRecord
 
 TOMBSTONE = "[erased at the sender's request]"
 # audit data keys that hold a person: `user`, `user_id` (a user id), `by`, `requested_by`, `approvers`
@@ -111,3 +112,134 @@ def is_subject(user_id: str, subject: Mapping[str, Any]) -> bool:
 def counts_of(found: Mapping[str, int]) -> dict[str, int]:
     """The counts worth recording: the kinds of which something was erased."""
     return {kind: n for kind, n in found.items() if n}
+
+
+# -- shaping what a backend read into the export, the same on every backend --------------------------
+
+
+def message_item(seq: int, body: str, run_id: str | None, created_at: float) -> dict[str, Any]:
+    shown = load_message(body).model_dump(mode="json", exclude_none=True)
+    return {"seq": seq, "created_at": created_at, "run_id": run_id, **shown}
+
+
+def thread_item(
+    thread_id: int,
+    status: str,
+    created_at: float,
+    ended_at: float | None,
+    messages: list[dict[str, Any]],
+    summaries: Iterable[tuple[int, str, float]],
+    layers: Iterable[tuple[str, str, int]],
+) -> dict[str, Any]:
+    """One thread of a conversation of theirs: messages, compaction summaries, memory layer states."""
+    return {
+        "thread_id": thread_id,
+        "status": status,
+        "created_at": created_at,
+        "ended_at": ended_at,
+        "messages": messages,
+        "summaries": [{"upto_seq": u, "text": t, "created_at": c} for u, t, c in summaries],
+        "memory_state": {layer: {"data": json.loads(data), "upto_seq": upto} for layer, data, upto in layers},
+    }
+
+
+def shared_conversations(rows: Iterable[tuple[Any, ...]]) -> list[dict[str, Any]]:
+    """Their exchanges in shared conversations, from rows (thread_id, conversation_key, status, seq,
+    body, run_id, created_at) in conversation, thread and seq order."""
+    by_key: dict[str, dict[int, dict[str, Any]]] = {}
+    for thread_id, key, status, seq, body, run_id, created_at in rows:
+        thread = by_key.setdefault(key, {}).setdefault(
+            thread_id, {"thread_id": thread_id, "status": status, "messages": []}
+        )
+        thread["messages"].append(message_item(seq, body, run_id, created_at))
+    return [
+        {"conversation_key": key, "shared": True, "threads": list(threads.values())}
+        for key, threads in by_key.items()
+    ]
+
+
+def their_approvals(
+    rows: Iterable[tuple[str, str, str, str, str, str, float]], user_id: str, theirs: Collection[str]
+) -> list[dict[str, Any]]:
+    """Approvals of their conversations or asked for by them, from rows (id, conversation_key, tool,
+    args JSON, requested_by, status, created_at)."""
+    return [
+        {
+            "id": id_,
+            "conversation_key": key,
+            "tool": tool,
+            "args": json.loads(args),
+            "requested_by": requested_by,
+            "status": status,
+            "created_at": created_at,
+        }
+        for id_, key, tool, args, requested_by, status, created_at in rows
+        if key in theirs or names(requested_by, user_id)
+    ]
+
+
+def events_naming(
+    events: Iterable[dict[str, Any]], user_id: str, theirs: Collection[str]
+) -> list[dict[str, Any]]:
+    """The stored audit events (agentd.store.audit_chain.stored_event) concerning the person, each with
+    the fields to erase for them under `erase`."""
+    found = []
+    for event in events:
+        fields = audit_fields(event, user_id, theirs)
+        if fields:
+            found.append({**event, "erase": fields})
+    return found
+
+
+def document(
+    conversations: list[dict[str, Any]],
+    memories: Iterable[tuple[str, str, float, float]],
+    facts: Iterable[tuple[str, str, float, str | None, float, float]],
+    episodes: Iterable[tuple[int, str | None, str, float, float, str | None]],
+    runs: list[dict[str, Any]],
+    approvals: list[dict[str, Any]],
+    events: list[dict[str, Any]],
+    user_id: str,
+) -> dict[str, Any]:
+    """One agent's part of a person's export (agentd.store.queries.PersonData)."""
+    scope = partition_of(user_id)
+    return {
+        "conversations": conversations,
+        "memories": [
+            {"scope": scope, "key": k, "value": v, "created_at": c, "updated_at": u}
+            for k, v, c, u in memories
+        ],
+        "facts": [
+            {"key": k, "value": v, "confidence": c, "source": s, "created_at": ca, "updated_at": u}
+            for k, v, c, s, ca, u in facts
+        ],
+        "episodes": [
+            {"id": i, "conversation_key": k, "text": t, "created_at": c, "importance": imp, "embedder": e}
+            for i, k, t, c, imp, e in episodes
+        ],
+        "runs": runs,
+        "approvals": approvals,
+        "audit_events": [
+            {k: e[k] for k in ("seq", "ts", "kind", "action", "conversation_key", "run_id", "data")}
+            for e in events
+        ],
+    }
+
+
+def layer_after_erasure(data: str, rebuild: Collection[str], drop: Collection[str]) -> str | None:
+    """A shared thread's memory layer state after an erasure there: None to delete it (it holds text made
+    from everyone's messages: the layer starts over), its JSON without `drop` keys, or unchanged."""
+    state = json.loads(data)
+    if any(k in state for k in rebuild):
+        return None
+    if any(k in state for k in drop):
+        return json.dumps({k: v for k, v in state.items() if k not in drop}, separators=(",", ":"))
+    return data
+
+
+def erasure_event(
+    subject: Mapping[str, Any], counts: Mapping[str, int], by: str, record: Mapping[str, Any] | None
+) -> AuditRecord:
+    """The one audit event an erasure leaves in a store: counts, who asked, the subject (never the id)."""
+    data = {"subject": dict(subject), "counts": dict(counts), "by": by, **(record or {})}
+    return AuditRecord(EVENT_KIND, EVENT_ACTION, None, None, data)

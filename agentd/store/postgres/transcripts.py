@@ -12,9 +12,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from agentd.messages import dump_message, load_message
+from agentd.store.postgres.audit import insert_audit
 from agentd.store.postgres.deliveries import record_delivery
 from agentd.store.postgres.dispatch import Cx, Later, handles, rowcount
-from agentd.store.postgres.runs import insert_audit, insert_run
+from agentd.store.postgres.runs import insert_run
 from agentd.store.queries import ActiveThread, Conversations, MessageCounts, MessagesPage, ThreadHeader
 from agentd.store.records import AuditRecord, StoredMessage, StoredThread
 from agentd.store.writes import (

@@ -5,21 +5,16 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Sequence
 from typing import Any
 
-from agentd.store.audit_chain import GENESIS, link, seal
+from agentd.store.audit_chain import GENESIS, TRAIL_COLUMNS, hex_of, link, seal, seal_existing, stored_event
 from agentd.store.queries import AuditEvents, AuditHead, AuditTrail
-from agentd.store.records import AuditRecord
 from agentd.store.sqlite.dispatch import handles
 from agentd.store.writes import AppendAudit
 
 _INSERT = (
     "INSERT INTO audit (ts, agent, kind, action, conversation_key, run_id, data, daemon, seq, salts,"
     " prev_hash, hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-)
-_TRAIL_COLUMNS = (
-    "seq, ts, agent, kind, action, conversation_key, run_id, daemon, data, salts, erased, prev_hash, hash"
 )
 
 
@@ -63,19 +58,12 @@ def seal_unchained(conn: sqlite3.Connection) -> None:
     ).fetchall()
     if not rows:
         return
-    seq, prev = chain_head(conn)
-    updates = []
-    for id_, ts, agent, kind, action, key, run_id, data, daemon in rows:
-        record = AuditRecord(kind, action, key, run_id, json.loads(data))
-        sealed = seal(record, ts, agent, daemon)
-        seq += 1
-        digest = link(prev, seq, sealed.digest)
-        updates.append((seq, sealed.data, sealed.salts, prev, digest, id_))
-        prev = digest
+    sealed = seal_existing((row[1:] for row in rows), *chain_head(conn))
     conn.executemany(
-        "UPDATE audit SET seq = ?, data = ?, salts = ?, prev_hash = ?, hash = ? WHERE id = ?", updates
+        "UPDATE audit SET seq = ?, data = ?, salts = ?, prev_hash = ?, hash = ? WHERE id = ?",
+        [(*chained, row[0]) for chained, row in zip(sealed, rows, strict=True)],
     )
-    _set_head(conn, seq, prev)
+    _set_head(conn, sealed[-1][0], sealed[-1][4])
 
 
 @handles(AuditEvents)
@@ -106,8 +94,8 @@ def query_audit(conn: sqlite3.Connection, q: AuditEvents) -> list[dict[str, Any]
             "data": json.loads(row[7]),
             "daemon": row[8],
             "seq": row[9],
-            "prev_hash": _hex(row[10]),
-            "hash": _hex(row[11]),
+            "prev_hash": hex_of(row[10]),
+            "hash": hex_of(row[11]),
         }
         for row in reversed(rows)
     ]
@@ -120,47 +108,12 @@ def audit_trail(conn: sqlite3.Connection, q: AuditTrail) -> list[dict[str, Any]]
         where += " AND seq >= (SELECT MIN(seq) FROM audit WHERE ts >= ?)"
         args.append(q.since)
     rows = conn.execute(
-        f"SELECT {_TRAIL_COLUMNS} FROM audit WHERE {where} ORDER BY seq LIMIT ?", (*args, q.limit)
+        f"SELECT {TRAIL_COLUMNS} FROM audit WHERE {where} ORDER BY seq LIMIT ?", (*args, q.limit)
     ).fetchall()
-    return [trail_event(row) for row in rows]
-
-
-def trail_event(row: Sequence[Any]) -> dict[str, Any]:
-    """A row of `_TRAIL_COLUMNS` as the chain's verifier reads it. Nothing here trusts the row: JSON
-    that no longer parses is kept as text (it then fails its hash, as any edit does)."""
-    seq, ts, agent, kind, action, key, run_id, daemon, data, salts, erased, prev, digest = row
-    return {
-        "seq": seq,
-        "ts": ts,
-        "agent": agent,
-        "kind": kind,
-        "action": action,
-        "conversation_key": key,
-        "run_id": run_id,
-        "daemon": daemon,
-        "data": _json(data, {}),
-        "salts": _json(salts, {}),
-        "erased": _json(erased, {}),
-        "prev_hash": _hex(prev),
-        "hash": _hex(digest),
-    }
+    return [stored_event(row) for row in rows]
 
 
 @handles(AuditHead)
 def audit_head(conn: sqlite3.Connection, q: AuditHead) -> tuple[int, str] | None:
     row = conn.execute("SELECT seq, head FROM audit_chain WHERE id = 1").fetchone()
-    return None if row is None else (row[0], _hex(row[1]))
-
-
-def _hex(value: bytes | None) -> str:
-    return value.hex() if isinstance(value, bytes | bytearray | memoryview) else ""
-
-
-def _json(text: str | None, empty: Any) -> Any:
-    if text is None:
-        return empty
-    try:
-        value = json.loads(text)
-    except (TypeError, ValueError):
-        return {"(not JSON)": text}
-    return value if isinstance(value, dict) else {"(not an object)": value}
+    return None if row is None else (row[0], hex_of(row[1]))

@@ -1,9 +1,9 @@
-"""A person's data in one agent's file: found (PersonData), erased (ErasePerson). What counts as theirs,
-what a tombstone keeps and which audit fields name them: agentd/store/people.py.
+"""A person's data in one agent's file: found (PersonConversations, PersonData), erased (ErasePerson).
+What counts as theirs, what a tombstone keeps and which audit fields name them: agentd/store/people.py.
 
-Erasure deletes with `secure_delete` on (the connection's setting: deleted content is overwritten
-with zeros) and the store follows its commit with a truncating WAL checkpoint, so the erased text is
-left neither in the file's free pages nor in the log (agentd/store/sqlite/store.py).
+Erasure deletes with `secure_delete` on (set for every agentd connection: deleted content is
+overwritten with zeros) and the store follows its commit with a truncating WAL checkpoint, so the
+erased text is left neither in the file's free pages nor in the log (agentd/store/sqlite/store.py).
 """
 
 from __future__ import annotations
@@ -14,31 +14,35 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
-from agentd.messages import load_message
-from agentd.store.audit_chain import erase_fields
+from agentd.store.audit_chain import TRAIL_COLUMNS, erase_fields, stored_event
 from agentd.store.people import (
-    EVENT_ACTION,
-    EVENT_KIND,
-    audit_fields,
     counts_of,
+    document,
+    erasure_event,
+    events_naming,
     key_names,
-    names,
+    layer_after_erasure,
+    message_item,
     partition_of,
+    shared_conversations,
+    their_approvals,
+    thread_item,
     tombstone_body,
 )
 from agentd.store.queries import PersonConversations, PersonData
-from agentd.store.records import RUN_COLUMNS, AuditRecord, RunRecord
-from agentd.store.sqlite.audit import _TRAIL_COLUMNS, insert_audit, trail_event
+from agentd.store.records import RUN_COLUMNS, RunRecord
+from agentd.store.sqlite.audit import insert_audit
 from agentd.store.sqlite.dispatch import handles
 from agentd.store.writes import AppendAudit, ErasePerson
 
 _IN = "(SELECT value FROM json_each(?))"  # a list passed as one JSON parameter, whatever its length
 _THREADS_OF = f"SELECT id FROM threads WHERE conversation_key IN {_IN}"
 _EXCHANGES = (
-    "SELECT m.id, m.thread_id, t.conversation_key, t.status, m.seq, m.body, m.run_id, m.created_at"
+    "SELECT m.thread_id, t.conversation_key, t.status, m.seq, m.body, m.run_id, m.created_at, m.id"
     f" FROM messages m JOIN threads t ON t.id = m.thread_id WHERE t.conversation_key IN {_IN}"
     f" AND (m.user_id = ? OR m.run_id IN {_IN}) ORDER BY t.conversation_key, m.thread_id, m.seq"
 )
+_APPROVALS = "SELECT id, conversation_key, tool, args, requested_by, status, created_at FROM approvals"
 
 
 def _as_list(values: Sequence[str]) -> str:
@@ -84,84 +88,37 @@ def _their_runs(conn: sqlite3.Connection, user_id: str, shared: Sequence[str]) -
     ]
 
 
+def _events_naming(conn: sqlite3.Connection, user_id: str, theirs: Sequence[str]) -> list[dict[str, Any]]:
+    needle = json.dumps(user_id)[1:-1]  # as it appears inside stored JSON
+    rows = conn.execute(
+        f"SELECT {TRAIL_COLUMNS} FROM audit WHERE conversation_key IN {_IN}"
+        " OR instr(data, ?) > 0 OR instr(conversation_key, ?) > 0 ORDER BY seq",
+        (_as_list(theirs), needle, user_id),
+    )
+    return events_naming((stored_event(row) for row in rows), user_id, set(theirs))
+
+
 # -- export ------------------------------------------------------------------------------------------
 
 
-def _message(seq: int, body: str, run_id: str | None, created_at: float) -> dict[str, Any]:
-    shown = load_message(body).model_dump(mode="json", exclude_none=True)
-    return {"seq": seq, "created_at": created_at, "run_id": run_id, **shown}
-
-
 def _threads(conn: sqlite3.Connection, key: str) -> list[dict[str, Any]]:
-    threads = []
+    out = []
     for thread_id, status, created_at, ended_at in conn.execute(
         "SELECT id, status, created_at, ended_at FROM threads WHERE conversation_key = ? ORDER BY id", (key,)
     ).fetchall():
-        messages = [
-            _message(*row)
-            for row in conn.execute(
-                "SELECT seq, body, run_id, created_at FROM messages WHERE thread_id = ? ORDER BY seq",
-                (thread_id,),
-            )
-        ]
-        summaries = [
-            {"upto_seq": u, "text": t, "created_at": c}
-            for u, t, c in conn.execute(
-                "SELECT upto_seq, text, created_at FROM summaries WHERE thread_id = ? ORDER BY id",
-                (thread_id,),
-            )
-        ]
-        memory = {
-            layer: {"data": json.loads(data), "upto_seq": upto}
-            for layer, data, upto in conn.execute(
-                "SELECT layer, data, upto_seq FROM memory_state WHERE thread_id = ? ORDER BY layer",
-                (thread_id,),
-            )
-        }
-        threads.append(
-            {
-                "thread_id": thread_id,
-                "status": status,
-                "created_at": created_at,
-                "ended_at": ended_at,
-                "messages": messages,
-                "summaries": summaries,
-                "memory_state": memory,
-            }
+        messages = conn.execute(
+            "SELECT seq, body, run_id, created_at FROM messages WHERE thread_id = ? ORDER BY seq",
+            (thread_id,),
         )
-    return threads
-
-
-def _shared_exchanges(
-    conn: sqlite3.Connection, user_id: str, shared: Sequence[str], runs: Sequence[str]
-) -> list[dict[str, Any]]:
-    by_key: dict[str, dict[int, dict[str, Any]]] = {}
-    for _, thread_id, key, status, seq, body, run_id, created_at in conn.execute(
-        _EXCHANGES, (_as_list(shared), user_id, _as_list(runs))
-    ):
-        threads = by_key.setdefault(key, {})
-        thread = threads.setdefault(thread_id, {"thread_id": thread_id, "status": status, "messages": []})
-        thread["messages"].append(_message(seq, body, run_id, created_at))
-    return [
-        {"conversation_key": key, "shared": True, "threads": list(threads.values())}
-        for key, threads in by_key.items()
-    ]
-
-
-def _audit_events(conn: sqlite3.Connection, user_id: str, theirs: Sequence[str]) -> list[dict[str, Any]]:
-    """The stored audit events concerning the person, with the fields to erase for them."""
-    needle = json.dumps(user_id)[1:-1]  # as it appears inside stored JSON
-    found = []
-    for row in conn.execute(
-        f"SELECT {_TRAIL_COLUMNS} FROM audit WHERE conversation_key IN {_IN}"
-        " OR instr(data, ?) > 0 OR instr(conversation_key, ?) > 0 ORDER BY seq",
-        (_as_list(theirs), needle, user_id),
-    ):
-        event = trail_event(row)
-        fields = audit_fields(event, user_id, set(theirs))
-        if fields:
-            found.append((event, fields))
-    return [{**event, "erase": fields} for event, fields in found]
+        summaries = conn.execute(
+            "SELECT upto_seq, text, created_at FROM summaries WHERE thread_id = ? ORDER BY id", (thread_id,)
+        ).fetchall()
+        layers = conn.execute(
+            "SELECT layer, data, upto_seq FROM memory_state WHERE thread_id = ? ORDER BY layer", (thread_id,)
+        ).fetchall()
+        items = [message_item(*row) for row in messages]
+        out.append(thread_item(thread_id, status, created_at, ended_at, items, summaries, layers))
+    return out
 
 
 @handles(PersonData)
@@ -170,69 +127,34 @@ def person_data(conn: sqlite3.Connection, q: PersonData) -> dict[str, Any]:
     parts = person_conversations(conn, PersonConversations(user))
     theirs, shared = parts["theirs"], parts["shared"]
     runs = _their_runs(conn, user, shared)
-    conversations = [
-        {"conversation_key": key, "shared": False, "threads": _threads(conn, key)} for key in theirs
-    ] + _shared_exchanges(conn, user, shared, runs)
+    exchanges = conn.execute(_EXCHANGES, (_as_list(shared), user, _as_list(runs))).fetchall()
+    conversations = [{"conversation_key": k, "shared": False, "threads": _threads(conn, k)} for k in theirs]
     run_rows = conn.execute(
         f"SELECT {', '.join(RUN_COLUMNS)} FROM runs WHERE conversation_key IN {_IN} OR id IN {_IN}"
         " ORDER BY started_at, rowid",
         (_as_list(theirs), _as_list(runs)),
     ).fetchall()
-    return {
-        "conversations": conversations,
-        "memories": [
-            {"scope": partition, "key": k, "value": v, "created_at": c, "updated_at": u}
-            for k, v, c, u in conn.execute(
-                "SELECT key, value, created_at, updated_at FROM memories WHERE scope = ? ORDER BY key",
-                (partition,),
-            )
-        ],
-        "facts": [
-            {"key": k, "value": v, "confidence": c, "source": s, "created_at": ca, "updated_at": u}
-            for k, v, c, s, ca, u in conn.execute(
-                "SELECT key, value, confidence, source, created_at, updated_at FROM facts WHERE partition = ?"
-                " ORDER BY key",
-                (partition,),
-            )
-        ],
-        "episodes": [
-            {"id": i, "conversation_key": k, "text": t, "created_at": c, "importance": imp, "embedder": e}
-            for i, k, t, c, imp, e in conn.execute(
-                "SELECT id, conversation_key, text, created_at, importance, embedder FROM episodes"
-                " WHERE partition = ? ORDER BY id",
-                (partition,),
-            )
-        ],
-        "runs": [asdict(RunRecord(*row)) for row in run_rows],
-        "approvals": _approvals(conn, user, theirs, export=True),
-        "audit_events": [
-            {k: e[k] for k in ("seq", "ts", "kind", "action", "conversation_key", "run_id", "data")}
-            for e in _audit_events(conn, user, theirs)
-        ],
-    }
-
-
-def _approvals(
-    conn: sqlite3.Connection, user_id: str, theirs: Sequence[str], *, export: bool
-) -> list[dict[str, Any]]:
-    keys = set(theirs)
-    found = []
-    for id_, key, tool, args, requested_by, status, created_at in conn.execute(
-        "SELECT id, conversation_key, tool, args, requested_by, status, created_at FROM approvals ORDER BY created_at"
-    ):
-        if key in keys or names(requested_by, user_id):
-            found.append(
-                {
-                    "id": id_,
-                    "conversation_key": key,
-                    "tool": tool,
-                    "args": json.loads(args) if export else None,
-                    "requested_by": requested_by,
-                    "status": status,
-                    "created_at": created_at,
-                }
-            )
-    return found
+    return document(
+        conversations + shared_conversations(row[:7] for row in exchanges),
+        conn.execute(
+            "SELECT key, value, created_at, updated_at FROM memories WHERE scope = ? ORDER BY key",
+            (partition,),
+        ),
+        conn.execute(
+            "SELECT key, value, confidence, source, created_at, updated_at FROM facts WHERE partition = ?"
+            " ORDER BY key",
+            (partition,),
+        ),
+        conn.execute(
+            "SELECT id, conversation_key, text, created_at, importance, embedder FROM episodes"
+            " WHERE partition = ? ORDER BY id",
+            (partition,),
+        ),
+        [asdict(RunRecord(*row)) for row in run_rows],
+        their_approvals(conn.execute(_APPROVALS + " ORDER BY created_at"), user, set(theirs)),
+        _events_naming(conn, user, theirs),
+        user,
+    )
 
 
 # -- erasure -----------------------------------------------------------------------------------------
@@ -241,7 +163,6 @@ def _approvals(
 @handles(ErasePerson)
 def erase_person(conn: sqlite3.Connection, op: ErasePerson) -> dict[str, int]:
     user = op.user_id
-    conn.execute("PRAGMA secure_delete = ON")  # (already on for agentd's connections: see connect)
     parts = person_conversations(conn, PersonConversations(user))
     theirs, shared = parts["theirs"], parts["shared"]
     if op.conversations is not None:
@@ -251,9 +172,9 @@ def erase_person(conn: sqlite3.Connection, op: ErasePerson) -> dict[str, int]:
     counts = _erase_conversations(conn, theirs, runs)
     for kind, n in _tombstone_exchanges(conn, user, shared, runs, op).items():
         counts[kind] = counts.get(kind, 0) + n
-    for approval in _approvals(conn, user, theirs, export=False):
-        conn.execute("DELETE FROM approvals WHERE id = ?", (approval["id"],))
-        counts["approvals"] = counts.get("approvals", 0) + 1
+    approvals = their_approvals(conn.execute(_APPROVALS).fetchall(), user, set(theirs))
+    conn.executemany("DELETE FROM approvals WHERE id = ?", [(a["id"],) for a in approvals])
+    counts["approvals"] = len(approvals)
     partition = partition_of(user)
     counts["memories"] = conn.execute("DELETE FROM memories WHERE scope = ?", (partition,)).rowcount
     counts["facts"] = conn.execute("DELETE FROM facts WHERE partition = ?", (partition,)).rowcount
@@ -261,11 +182,17 @@ def erase_person(conn: sqlite3.Connection, op: ErasePerson) -> dict[str, int]:
     if counts["episodes"]:
         # the keyword index keeps a deleted row's terms until its segments are merged: merge them now
         conn.execute("INSERT INTO episodes_fts(episodes_fts) VALUES ('optimize')")
-    counts["audit_events"] = _erase_audit(conn, user, theirs)
+    events = _events_naming(conn, user, theirs)
+    for event in events:
+        e = erase_fields(event, event["erase"])
+        conn.execute(
+            "UPDATE audit SET data = ?, conversation_key = ?, salts = ?, erased = ? WHERE seq = ?",
+            (e.data, e.conversation_key, e.salts, e.erased, event["seq"]),
+        )
+    counts["audit_events"] = len(events)
     erased = counts_of(counts)
     if erased or op.record is not None:
-        data = {"subject": dict(op.subject), "counts": erased, "by": op.by, **(op.record or {})}
-        record = AuditRecord(EVENT_KIND, EVENT_ACTION, None, None, data)
+        record = erasure_event(op.subject, erased, op.by, op.record)
         insert_audit(conn, AppendAudit(op.agent, [record], op.ts, op.daemon))
     return erased
 
@@ -276,15 +203,14 @@ def _erase_conversations(
     """Their own conversations, whole; the runs of those and of their turns elsewhere; delivery ids."""
     keys, their_runs = _as_list(theirs), _as_list(runs)
     counts = {"conversations": len(theirs)}
-    counts["messages"] = conn.execute(
-        f"DELETE FROM messages WHERE thread_id IN ({_THREADS_OF})", (keys,)
-    ).rowcount
-    counts["summaries"] = conn.execute(
-        f"DELETE FROM summaries WHERE thread_id IN ({_THREADS_OF})", (keys,)
-    ).rowcount
-    counts["memory_states"] = conn.execute(
-        f"DELETE FROM memory_state WHERE thread_id IN ({_THREADS_OF})", (keys,)
-    ).rowcount
+    for table, kind in (
+        ("messages", "messages"),
+        ("summaries", "summaries"),
+        ("memory_state", "memory_states"),
+    ):
+        counts[kind] = conn.execute(
+            f"DELETE FROM {table} WHERE thread_id IN ({_THREADS_OF})", (keys,)
+        ).rowcount
     counts["threads"] = conn.execute(f"DELETE FROM threads WHERE conversation_key IN {_IN}", (keys,)).rowcount
     counts["runs"] = conn.execute(
         f"DELETE FROM runs WHERE conversation_key IN {_IN} OR id IN {_IN}", (keys, their_runs)
@@ -303,10 +229,10 @@ def _tombstone_exchanges(
     rows = conn.execute(_EXCHANGES, (_as_list(shared), user, _as_list(runs))).fetchall()
     conn.executemany(
         "UPDATE messages SET body = ?, user_id = NULL WHERE id = ?",
-        [(tombstone_body(row[5]), row[0]) for row in rows],
+        [(tombstone_body(r[4]), r[7]) for r in rows],
     )
     counts = {"tombstoned": len(rows), "summaries": 0, "memory_states": 0}
-    for thread_id in sorted({row[1] for row in rows}):
+    for thread_id in sorted({row[0] for row in rows}):
         dropped = conn.execute("DELETE FROM summaries WHERE thread_id = ?", (thread_id,)).rowcount
         if dropped:
             counts["summaries"] += dropped
@@ -319,30 +245,16 @@ def _tombstone_exchanges(
                 " (SELECT COALESCE(SUM(LENGTH(body)), 0) / 4 FROM messages WHERE thread_id = ?) WHERE id = ?",
                 (thread_id, thread_id),
             )
-        for layer, text in conn.execute(
+        for layer, data in conn.execute(
             "SELECT layer, data FROM memory_state WHERE thread_id = ?", (thread_id,)
         ).fetchall():
-            data = json.loads(text)
-            if any(k in data for k in op.rebuild_layers_holding):
+            after = layer_after_erasure(data, op.rebuild_layers_holding, op.drop_layer_keys)
+            if after is None:
                 conn.execute("DELETE FROM memory_state WHERE thread_id = ? AND layer = ?", (thread_id, layer))
-                counts["memory_states"] += 1
-            elif any(k in data for k in op.drop_layer_keys):
-                kept = {k: v for k, v in data.items() if k not in op.drop_layer_keys}
+            elif after != data:
                 conn.execute(
                     "UPDATE memory_state SET data = ? WHERE thread_id = ? AND layer = ?",
-                    (json.dumps(kept, separators=(",", ":")), thread_id, layer),
+                    (after, thread_id, layer),
                 )
-                counts["memory_states"] += 1
+            counts["memory_states"] += after != data
     return counts
-
-
-def _erase_audit(conn: sqlite3.Connection, user: str, theirs: Sequence[str]) -> int:
-    """Erase the fields naming the person in every event concerning them, keeping their commitments."""
-    events = _audit_events(conn, user, theirs)
-    for event in events:
-        e = erase_fields(event, event["erase"])
-        conn.execute(
-            "UPDATE audit SET data = ?, conversation_key = ?, salts = ?, erased = ? WHERE seq = ?",
-            (e.data, e.conversation_key, e.salts, e.erased, event["seq"]),
-        )
-    return len(events)
