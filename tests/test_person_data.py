@@ -12,6 +12,8 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import httpx
+import psycopg
+import pytest
 
 from agentd.daemon import Daemon
 from agentd.daemon.audit_trail import verify_chains
@@ -89,14 +91,15 @@ def _reply(text: str) -> Completion:
     return Completion(Message.assistant(text), Usage(500, 5), "stop")  # 500 tokens: the full agent compacts
 
 
-def write_folder(root: Path) -> None:
+def write_folder(root: Path, store_url: str | None) -> None:
     agents = root / "agents"
     agents.mkdir(parents=True, exist_ok=True)
     for name, memory in AGENTS.items():
         (agents / f"{name}.yaml").write_text(
             f"model: mem/m\nmemory: {json.dumps(memory)}\nchannels: {{webhook: {{}}}}\n"
         )
-    (root / "agentd.yaml").write_text("embedder: hash/256\n")
+    store = f"store: {{url: '{store_url}'}}\n" if store_url else ""
+    (root / "agentd.yaml").write_text("embedder: hash/256\n" + store)
 
 
 @asynccontextmanager
@@ -138,18 +141,43 @@ async def converse(daemon: Daemon) -> None:
             await say(daemon, agent, key, user, text.format(n=n))
 
 
-def files_holding(data: Path, needle: str) -> list[str]:
-    return sorted(p.name for p in data.iterdir() if p.is_file() and needle.encode() in p.read_bytes())
+def holding(data: Path, store_url: str | None, needle: str) -> list[str]:
+    """Where the stored data still holds `needle`: every byte of every file of the data folder (SQLite),
+    or every text and bytea column of every table of agentd's schema (PostgreSQL: its live rows)."""
+    if store_url is None:
+        return sorted(p.name for p in data.iterdir() if p.is_file() and needle.encode() in p.read_bytes())
+    with psycopg.connect(store_url, autocommit=True) as conn:
+        columns = conn.execute(
+            "SELECT table_name, column_name FROM information_schema.columns WHERE table_schema = 'agentd'"
+            " AND data_type IN ('text', 'bytea') ORDER BY 1, 2"
+        ).fetchall()
+        found = []
+        for table, column in columns:
+            hit = conn.execute(
+                f"SELECT count(*) FROM agentd.{table} WHERE strpos(encode(convert_to({column}::text, 'UTF8'), 'escape'), %s) > 0",  # type: ignore[arg-type]
+                (needle,),
+            ).fetchone()
+            if hit and hit[0]:
+                found.append(f"{table}.{column}")
+        return found
 
 
 def everything_in(request: CompletionRequest) -> str:
     return request.system + "\n" + "\n".join(_text(m) for m in request.messages)
 
 
-async def test_a_person_is_exported_then_erased_everywhere_across_restarts(tmp_path: Path) -> None:
-    write_folder(tmp_path)
+@pytest.mark.both_stores
+async def test_a_person_is_exported_then_erased_everywhere_across_restarts(
+    tmp_path: Path, store_backend: str, request: pytest.FixtureRequest
+) -> None:
+    url = request.getfixturevalue("postgres_url") if store_backend == "postgres" else None
+    write_folder(tmp_path, url)
     data = tmp_path / "data"
     model = MemoryEcho()
+
+    def files_holding(data: Path, needle: str) -> list[str]:
+        return holding(data, url, needle)
+
     async with daemon_on(tmp_path, model) as (daemon, _):
         await converse(daemon)
     assert files_holding(data, "ANA-SECRET") and files_holding(data, ANA)

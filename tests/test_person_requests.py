@@ -11,12 +11,15 @@ import sys
 from pathlib import Path
 
 import httpx
+import pytest
 
 from agentd.cli.main import main
 from agentd.daemon.audit_trail import verify_chains, verify_store
 from agentd.messages import Message, TextPart, ToolCallPart, ToolResultPart
+from agentd.providers.embedders import HashEmbedder
 from agentd.store.people import TOMBSTONE, audit_fields, is_subject, subject_of, tombstone
 from agentd.store.queries import PersonData
+from agentd.testing.scripted import ScriptedProvider
 from tests.daemon_process import DaemonProcess
 from tests.support import Harness, say, send, serving
 
@@ -72,6 +75,7 @@ def test_the_subject_recorded_is_a_salted_hash_only_the_id_opens() -> None:
     assert "ana" not in json.dumps(first)
 
 
+@pytest.mark.both_stores
 async def test_a_run_paused_for_the_persons_approval_is_refused_then_erased(harness: Harness) -> None:
     agent = await harness.runtime(
         "memory: {scope: thread, persistent: true, persistent_scope: user, writes: ask}\n"
@@ -198,3 +202,38 @@ async def test_the_cli_erases_without_a_daemon_and_through_a_running_one(tmp_pat
         text=True,
     )
     assert json.loads(left.stdout)["agents"] == {}
+
+
+async def test_another_daemons_hot_copies_let_go_of_what_one_daemon_erased(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    """Two daemons serve one agent from one database; B holds Ana's conversation, her keys and her
+    episodes hot; A erases her. B's next turns see none of it: not her DM, not her words in the group."""
+    spec = (
+        "model: main/m\nmemory: {persistent: true, persistent_scope: user, strategy: {kind: composite,"
+        " layers: [{kind: full}, {kind: episodic, top_k: 5}]}}\n"
+    )
+    harness = Harness(tmp_path / "data", store_url=postgres_url)
+    try:
+        model_a, model_b = ScriptedProvider("main"), ScriptedProvider("main")
+        a = await harness.runtime(spec, providers={"main": model_a}, embedder=HashEmbedder(64))
+        b = await harness.runtime(spec, providers={"main": model_b}, embedder=HashEmbedder(64))
+        ana_dm, room = say(b, "discord:dm:ana", "ana"), "discord:room"
+        model_b.call("remember", key="city", value="Lisbon-SECRET")
+        await ana_dm("remember city: Lisbon-SECRET")
+        await ana_dm("my locker code is SECRET-4471")
+        await say(b, room, "ana")("in the room SECRET-ROOM")
+        await say(b, room, "bob")("hello from bob")
+        assert await b.drain(5)
+        assert b.memory_keys("discord:dm:ana", "ana") == ["city"]
+        counts = await a.erase_person("ana", subject_of("ana"), "test")
+        assert counts["conversations"] == 1 and counts["tombstoned"] >= 2 and counts["episodes"] >= 2
+        model_b.requests.clear()
+        await say(b, room, "bob")("what did everyone say")
+        await ana_dm("what do you know about me, locker code?")
+        seen = "\n".join(r.system + "\n" + "\n".join(m.text for m in r.messages) for r in model_b.requests)
+        assert "SECRET" not in seen and TOMBSTONE in seen and "hello from bob" in seen
+        assert b.memory_keys("discord:dm:ana", "ana") == []
+        assert (await verify_store(b.state.store, "bot")).ok
+    finally:
+        await harness.close()
