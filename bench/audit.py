@@ -36,7 +36,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -224,19 +224,14 @@ def verify_offline(export: Path) -> float:
 TARGET = "person-7"
 
 
-def message(role: str, text: str, user: str | None) -> Message:
-    return Message.user(text, user_id=user) if role == "user" else Message.assistant(text)
-
-
-def turn_op(
-    key: str, thread_id: int | None, seqs: Sequence[int], said: Sequence[tuple[str, str | None]]
-) -> CommitTurn:
+def exchange(key: str, thread_id: int | None, seq: int, user: str, said: str, reply: str) -> CommitTurn:
+    """One turn: `user` says `said` at `seq`, the agent answers `reply` (a new thread when thread_id is None)."""
     run = RunRecord(uuid.uuid4().hex, key, "message", "offline/offline", "ok", time.time())
-    stored = [
-        StoredMessage(seq, message("user" if user else "assistant", text, user), run.id)
-        for seq, (text, user) in zip(seqs, said, strict=True)
+    messages = [
+        StoredMessage(seq, Message.user(said, user_id=user), run.id),
+        StoredMessage(seq + 1, Message.assistant(reply), run.id),
     ]
-    return CommitTurn(key, thread_id, stored, run, None, None, time.time())
+    return CommitTurn(key, thread_id, messages, run, None, None, time.time())
 
 
 async def fill_agent(
@@ -258,26 +253,17 @@ async def fill_agent(
 
     for p in range(people):
         user, key = f"person-{p}", f"discord:dm:person-{p}"
-        # one turn per exchange; a new thread's first turn makes it (its id is read back)
-        [thread_id] = await store.write(
-            turn_op(key, None, [1, 2], [(f"hello from {user}", user), ("hi", None)])
-        )
+        # a new thread's first turn makes it (its id is read back)
+        [thread_id] = await store.write(exchange(key, None, 1, user, f"hello from {user}", "hi"))
         for seq in range(3, dm_messages, 2):
-            ops.append(
-                turn_op(
-                    key,
-                    thread_id,
-                    [seq, seq + 1],
-                    [(f"{user} says thing {seq} about {rng.random():.6f}", user), (f"noted {seq}", None)],
-                )
-            )
-        for k in range(10):
-            ops.append(
-                UpsertFact(f"user:{user}", f"fact{k}", f"{user} value {k}", 0.9, None, None, time.time())
-            )
+            said = f"{user} says thing {seq} about {rng.random():.6f}"
+            ops.append(exchange(key, thread_id, seq, user, said, f"noted {seq}"))
+        now = time.time()
         ops += [
-            UpsertMemory(f"user:{user}", f"m{k}", f"{user} memory {k}", None, time.time()) for k in range(2)
+            UpsertFact(f"user:{user}", f"fact{k}", f"{user} value {k}", 0.9, None, None, now)
+            for k in range(10)
         ]
+        ops += [UpsertMemory(f"user:{user}", f"m{k}", f"{user} memory {k}", None, now) for k in range(2)]
         if len(ops) > 400:
             await flush()
         if p % 500 == 0:
@@ -285,17 +271,10 @@ async def fill_agent(
     await flush()
     for g in range(groups):
         key = f"discord:group-{g}"
-        [thread_id] = await store.write(turn_op(key, None, [1, 2], [("welcome", TARGET), ("hi all", None)]))
+        [thread_id] = await store.write(exchange(key, None, 1, TARGET, "welcome", "hi all"))
         for seq in range(3, group_messages, 2):
             user = TARGET if rng.random() < 0.02 else f"person-{rng.randrange(people)}"
-            ops.append(
-                turn_op(
-                    key,
-                    thread_id,
-                    [seq, seq + 1],
-                    [(f"{user} in the group {seq}", user), (f"reply {seq}", None)],
-                )
-            )
+            ops.append(exchange(key, thread_id, seq, user, f"{user} in the group {seq}", f"reply {seq}"))
             if len(ops) > 400:
                 await flush()
     await flush()

@@ -115,19 +115,36 @@ async def test_a_deleted_event_is_named(harness: Harness) -> None:
     assert (result.broken, result.reason) == (4, "event 4 is missing (the next stored is 5)")
 
 
+async def copy_event(
+    harness: Harness,
+    agent: Agent,
+    source: int,
+    seq: int,
+    *,
+    kind: str = "kind",
+    action: str = "action",
+    digest: str,
+    args: tuple[Any, ...] = (),
+) -> None:
+    """Insert a copy of event `source` as event `seq` (SQL expressions for its kind, action and hash),
+    linked after the source (its prev_hash is the source's hash)."""
+    await sql(
+        harness,
+        agent,
+        "INSERT INTO audit ({agent_id}ts, agent, kind, action, conversation_key, run_id, data, daemon, seq,"
+        f" salts, erased, prev_hash, hash) SELECT {{agent_id}}ts, agent, {kind}, {action}, conversation_key,"
+        f" run_id, data, daemon, {seq}, salts, erased, hash, {digest} FROM audit WHERE seq = {source}",
+        *args,
+    )
+
+
 @pytest.mark.both_stores
 async def test_a_forged_event_inserted_mid_trail_is_named(harness: Harness) -> None:
     agent = await trail_of(harness)
     # make room at 6 and copy event 5 there with other data: its stored hash cannot match
     await sql(harness, agent, "UPDATE audit SET seq = -seq - 1 WHERE seq >= 6")
     await sql(harness, agent, "UPDATE audit SET seq = -seq WHERE seq < 0")
-    await sql(
-        harness,
-        agent,
-        "INSERT INTO audit ({agent_id}ts, agent, kind, action, conversation_key, run_id, data, daemon, seq,"
-        " salts, erased, prev_hash, hash) SELECT {agent_id}ts, agent, kind, 'forget', conversation_key,"
-        " run_id, data, daemon, 6, salts, erased, hash, hash FROM audit WHERE seq = 5",
-    )
+    await copy_event(harness, agent, 5, 6, action="'forget'", digest="hash")
     result = await verdict(agent)
     assert result.broken == 6
 
@@ -142,14 +159,7 @@ async def test_an_event_appended_outside_agentd_is_named_even_with_a_correct_lin
     from agentd.store.audit_chain import digest_of, link
 
     digest = link(bytes.fromhex(last["hash"]), 5, digest_of(forged))
-    await sql(
-        harness,
-        agent,
-        "INSERT INTO audit ({agent_id}ts, agent, kind, action, conversation_key, run_id, data, daemon, seq,"
-        " salts, erased, prev_hash, hash) SELECT {agent_id}ts, agent, 'config', action, conversation_key,"
-        " run_id, data, daemon, 5, salts, erased, hash, ? FROM audit WHERE seq = 4",
-        digest,
-    )
+    await copy_event(harness, agent, 4, 5, kind="'config'", digest="?", args=(digest,))
     result = await verdict(agent)
     assert (result.broken, result.reason) == (
         5,

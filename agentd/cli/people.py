@@ -10,8 +10,11 @@ import argparse
 import asyncio
 import json
 import sys
+from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import quote
+
+import httpx
 
 from agentd.cli.audit import private_file
 from agentd.cli.remote import answer, running_daemon
@@ -21,28 +24,39 @@ from agentd.daemon.resources import Resources
 from agentd.errors import AgentdError
 
 
-def _no_agent(name: str) -> None:
-    return None
+def _request(
+    args: argparse.Namespace,
+    remote: Callable[[httpx.Client, str], httpx.Response],
+    here: Callable[[Resources, str], Awaitable[dict[str, Any]]],
+) -> dict[str, Any]:
+    """The answer of the daemon that owns the data when one runs (`remote`, with the id quoted for a
+    path), else of this process (`here`); a partial answer here is an error naming what was missed."""
+    with running_daemon(args) as client:
+        if client is not None:
+            return answer(remote(client, quote(args.user_id, safe="")))
 
+    async def go() -> dict[str, Any]:
+        async with Resources(settings_of(args), args.data) as resources:
+            return await here(resources, args.user_id)
 
-def _partial(what: str, failed: dict[str, str]) -> None:
+    result = asyncio.run(go())
+    failed = result.pop("failed")
     if failed:
         stores = "; ".join(f"{name}: {reason}" for name, reason in sorted(failed.items()))
-        raise AgentdError(f"{what} could not reach every agent's data ({stores}); run it again")
+        raise AgentdError(f"could not reach every agent's data ({stores}); run it again")
+    return result
+
+
+def _nothing_runs(name: str) -> None:
+    return None  # no agent runs in this process: every store is visited directly
 
 
 def cmd_person_export(args: argparse.Namespace) -> int:
-    with running_daemon(args) as client:
-        if client is not None:
-            document: dict[str, Any] = answer(client.get(f"/people/{quote(args.user_id, safe='')}/export"))
-        else:
-
-            async def go() -> dict[str, Any]:
-                async with Resources(settings_of(args), args.data) as resources:
-                    return await export_person(resources, _no_agent, None, args.user_id)
-
-            document = asyncio.run(go())
-            _partial("the export", document.pop("failed"))
+    document = _request(
+        args,
+        lambda client, user: client.get(f"/people/{user}/export"),
+        lambda resources, user: export_person(resources, _nothing_runs, None, user),
+    )
     text = json.dumps(document, indent=2, ensure_ascii=False) + "\n"
     if args.output is None:
         sys.stdout.write(text)
@@ -55,17 +69,11 @@ def cmd_person_export(args: argparse.Namespace) -> int:
 
 
 def cmd_person_erase(args: argparse.Namespace) -> int:
-    with running_daemon(args) as client:
-        if client is not None:
-            result: dict[str, Any] = answer(client.delete(f"/people/{quote(args.user_id, safe='')}"))
-        else:
-
-            async def go() -> dict[str, Any]:
-                async with Resources(settings_of(args), args.data) as resources:
-                    return await erase_person(resources, _no_agent, None, args.user_id, "cli")
-
-            result = asyncio.run(go())
-            _partial("the erasure", result.pop("failed"))
+    result = _request(
+        args,
+        lambda client, user: client.delete(f"/people/{user}"),
+        lambda resources, user: erase_person(resources, _nothing_runs, None, user, "cli"),
+    )
     for name, counts in sorted(result["erased"].items()):
         print(f"{name}: " + ", ".join(f"{kind} {n}" for kind, n in sorted(counts.items())))
     if not result["erased"]:

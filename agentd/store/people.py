@@ -13,12 +13,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Collection, Iterable, Mapping
-from typing import Any
+from collections import Counter
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from typing import Any, Protocol
 
 from agentd.messages import Message, TextPart, ToolCallPart, ToolResultPart, dump_message, load_message
-from agentd.store.audit_chain import DATA_PREFIX, KEY_FIELD
+from agentd.store.audit_chain import DATA_PREFIX, KEY_FIELD, Erased, erase_fields
 from agentd.store.records import AuditRecord
+from agentd.store.writes import ErasePerson
 
 TOMBSTONE = "[erased at the sender's request]"
 # audit data keys that hold a person: `user`, `user_id` (a user id), `by`, `requested_by`, `approvers`
@@ -237,9 +239,129 @@ def layer_after_erasure(data: str, rebuild: Collection[str], drop: Collection[st
     return data
 
 
-def erasure_event(
-    subject: Mapping[str, Any], counts: Mapping[str, int], by: str, record: Mapping[str, Any] | None
-) -> AuditRecord:
-    """The one audit event an erasure leaves in a store: counts, who asked, the subject (never the id)."""
-    data = {"subject": dict(subject), "counts": dict(counts), "by": by, **(record or {})}
-    return AuditRecord(EVENT_KIND, EVENT_ACTION, None, None, data)
+def _held_only(
+    found: Mapping[str, list[str]], conversations: Sequence[str] | None
+) -> tuple[list[str], list[str]]:
+    """Their conversations (theirs, shared), only those the caller holds when it names them."""
+    theirs, shared = found["theirs"], found["shared"]
+    if conversations is None:
+        return theirs, shared
+    held = set(conversations)
+    return [k for k in theirs if k in held], [k for k in shared if k in held]
+
+
+def _closing(counts: Mapping[str, int], op: ErasePerson) -> tuple[dict[str, int], AuditRecord | None]:
+    """What an erasure answers (the kinds of which something went) and the one audit event it leaves:
+    counts, who asked, the subject, never the id (none when nothing went and no `record` was asked)."""
+    erased = counts_of(counts)
+    if not erased and op.record is None:
+        return erased, None
+    data = {"subject": dict(op.subject), "counts": erased, "by": op.by, **(op.record or {})}
+    return erased, AuditRecord(EVENT_KIND, EVENT_ACTION, None, None, data)
+
+
+# -- erasing: one flow, each backend's SQL behind it ------------------------------------------------
+
+
+class ErasureSteps(Protocol):
+    """What an erasure asks of a backend, all inside the erasing transaction (ErasePerson)."""
+
+    def conversations(self, user_id: str) -> dict[str, list[str]]:
+        """As PersonConversations answers."""
+        ...
+
+    def runs_in(self, user_id: str, shared: Sequence[str]) -> list[str]:
+        """The runs their messages started in these shared conversations."""
+        ...
+
+    def drop_conversations(self, theirs: Sequence[str], runs: Sequence[str]) -> dict[str, int]:
+        """Delete their conversations whole (threads, messages, summaries, memory states), the runs of
+        those and `runs`, delivery ids of either; counts per kind."""
+        ...
+
+    def exchanges(self, user_id: str, shared: Sequence[str], runs: Sequence[str]) -> list[tuple[Any, ...]]:
+        """Their messages and those of `runs` in shared conversations: (thread_id, conversation_key,
+        status, seq, body, run_id, created_at), in conversation, thread and seq order."""
+        ...
+
+    def rewrite(self, messages: Sequence[tuple[int, int, str]]) -> None:
+        """Store (thread_id, seq, body) as the messages' bodies, with no sender."""
+        ...
+
+    def drop_summaries(self, thread_id: int) -> int:
+        """Delete the thread's compaction summaries; when there were, show its messages again and
+        estimate what it weighs now (so it is compacted anew before its next turn when over)."""
+        ...
+
+    def layers(self, thread_id: int) -> list[tuple[str, str]]:
+        """The thread's memory layer states: (layer, data JSON)."""
+        ...
+
+    def set_layer(self, thread_id: int, layer: str, data: str | None) -> None:
+        """Replace a layer state's data, or delete it (None)."""
+        ...
+
+    def touched(self, thread_ids: Sequence[int]) -> None:
+        """These threads changed other than by an append (a shared store moves their versions)."""
+        ...
+
+    def approvals(self) -> list[tuple[str, str, str, str, str, str, float]]:
+        """Every approval: (id, conversation_key, tool, args JSON, requested_by, status, created_at)."""
+        ...
+
+    def drop_approvals(self, ids: Sequence[str]) -> None: ...
+
+    def drop_partition(self, partition: str) -> dict[str, int]:
+        """Delete the person's persistent memories, facts and episodes (their indexes with them)."""
+        ...
+
+    def events_naming(self, user_id: str, theirs: Sequence[str]) -> list[dict[str, Any]]:
+        """As `events_naming` gives them, from this store's trail."""
+        ...
+
+    def rewrite_event(self, seq: int, erased: Erased) -> None: ...
+
+    def append(self, record: AuditRecord, op: ErasePerson) -> None:
+        """Append the erasure's own event to the trail."""
+        ...
+
+
+def erase(steps: ErasureSteps, op: ErasePerson) -> dict[str, int]:
+    """The erasure ErasePerson describes, on any backend; returns the counts per kind erased."""
+    user = op.user_id
+    theirs, shared = _held_only(steps.conversations(user), op.conversations)
+    runs = steps.runs_in(user, shared)
+    counts = Counter(steps.drop_conversations(theirs, runs))
+    counts.update(_tombstone(steps, user, shared, runs, op))
+    approvals = their_approvals(steps.approvals(), user, set(theirs))
+    steps.drop_approvals([a["id"] for a in approvals])
+    counts["approvals"] = len(approvals)
+    counts.update(steps.drop_partition(partition_of(user)))
+    events = steps.events_naming(user, theirs)
+    for event in events:
+        steps.rewrite_event(event["seq"], erase_fields(event, event["erase"]))
+    counts["audit_events"] = len(events)
+    erased, record = _closing(counts, op)
+    if record is not None:
+        steps.append(record, op)
+    return erased
+
+
+def _tombstone(
+    steps: ErasureSteps, user: str, shared: Sequence[str], runs: Sequence[str], op: ErasePerson
+) -> Counter[str]:
+    """Their exchanges in shared conversations become tombstones; what those threads derived from
+    everyone's messages is rebuilt without them (see ErasePerson)."""
+    rows = steps.exchanges(user, shared, runs)
+    steps.rewrite([(row[0], row[3], tombstone_body(row[4])) for row in rows])
+    counts: Counter[str] = Counter({"tombstoned": len(rows)})
+    threads = sorted({row[0] for row in rows})
+    for thread_id in threads:
+        counts["summaries"] += steps.drop_summaries(thread_id)
+        for layer, data in steps.layers(thread_id):
+            after = layer_after_erasure(data, op.rebuild_layers_holding, op.drop_layer_keys)
+            if after != data:
+                steps.set_layer(thread_id, layer, after)
+                counts["memory_states"] += 1
+    steps.touched(threads)
+    return counts

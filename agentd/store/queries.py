@@ -108,6 +108,11 @@ class AuditEvents(Query[list[dict[str, Any]]]):
     limit: int = 100
     tool: str | None = None
 
+    def conditions(self) -> list[tuple[str, str, Any]]:
+        """The column filters asked for, as (column, operator, value); `tool` is each backend's own."""
+        wanted = (("agent", "=", self.agent), ("kind", "=", self.kind), ("ts", ">=", self.since))
+        return [(column, op, value) for column, op, value in wanted if value is not None]
+
 
 @dataclass(frozen=True, slots=True)
 class AuditTrail(Query[list[dict[str, Any]]]):

@@ -82,12 +82,8 @@ def seal_unchained(conn: psycopg.Connection[Any]) -> None:
 
 @handles(AuditEvents)
 def query_audit(cx: Cx, q: AuditEvents) -> Later[list[dict[str, Any]]]:
-    clauses: list[str] = ["agent_id = %s"]
-    args: list[Any] = [cx.agent_id]
-    for column, op, value in (("agent", "=", q.agent), ("kind", "=", q.kind), ("ts", ">=", q.since)):
-        if value is not None:
-            clauses.append(f"{column} {op} %s")
-            args.append(value)
+    clauses = ["agent_id = %s", *(f"{column} {op} %s" for column, op, _ in q.conditions())]
+    args = [cx.agent_id, *(value for _, _, value in q.conditions())]
     if q.tool is not None:
         clauses.append("(data::jsonb ->> 'tool') = %s")
         args.append(q.tool)

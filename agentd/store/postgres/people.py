@@ -18,26 +18,13 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
-from agentd.store.audit_chain import TRAIL_COLUMNS, erase_fields, stored_event
-from agentd.store.people import (
-    counts_of,
-    document,
-    erasure_event,
-    events_naming,
-    key_names,
-    layer_after_erasure,
-    message_item,
-    partition_of,
-    shared_conversations,
-    their_approvals,
-    thread_item,
-    tombstone_body,
-)
+from agentd.store import people as person
+from agentd.store.audit_chain import TRAIL_COLUMNS, Erased, stored_event
 from agentd.store.postgres.audit import insert_audit
 from agentd.store.postgres.dispatch import Cx, handles
 from agentd.store.postgres.episodes import erase_partition
 from agentd.store.queries import PersonConversations, PersonData
-from agentd.store.records import RUN_COLUMNS, RunRecord
+from agentd.store.records import RUN_COLUMNS, AuditRecord, RunRecord
 from agentd.store.writes import AppendAudit, ErasePerson
 
 _THREADS_OF = "SELECT id FROM threads WHERE agent_id = %s AND conversation_key = ANY(%s)"
@@ -67,7 +54,7 @@ def person_conversations(cx: Cx, q: PersonConversations) -> dict[str, list[str]]
         "SELECT DISTINCT conversation_key FROM runs WHERE agent_id = %s AND strpos(conversation_key, %s) > 0",
         (cx.agent_id, q.user_id),
     ).fetchall()
-    theirs += [key for (key,) in named if key not in keys and key_names(key, q.user_id)]
+    theirs += [key for (key,) in named if key not in keys and person.key_names(key, q.user_id)]
     return {"theirs": sorted(theirs), "shared": shared}
 
 
@@ -87,7 +74,7 @@ def _events_naming(cx: Cx, user_id: str, theirs: Sequence[str]) -> list[dict[str
         " OR strpos(data, %s) > 0 OR strpos(conversation_key, %s) > 0) ORDER BY seq",
         (cx.agent_id, list(theirs), _in_json(user_id), user_id),
     ).fetchall()
-    return events_naming((stored_event(row) for row in rows), user_id, set(theirs))
+    return person.events_naming((stored_event(row) for row in rows), user_id, set(theirs))
 
 
 def _in_json(text: str) -> str:
@@ -117,14 +104,14 @@ def _threads(cx: Cx, key: str) -> list[dict[str, Any]]:
             "SELECT layer, data, upto_seq FROM memory_state WHERE thread_id = %s AND agent_id = %s ORDER BY layer",
             scope,
         ).fetchall()
-        items = [message_item(*row) for row in messages]
-        out.append(thread_item(thread_id, status, created_at, ended_at, items, summaries, layers))
+        items = [person.message_item(*row) for row in messages]
+        out.append(person.thread_item(thread_id, status, created_at, ended_at, items, summaries, layers))
     return out
 
 
 @handles(PersonData, statements=9)
 def person_data(cx: Cx, q: PersonData) -> dict[str, Any]:
-    user, partition = q.user_id, partition_of(q.user_id)
+    user, partition = q.user_id, person.partition_of(q.user_id)
     parts = person_conversations(cx, PersonConversations(user))
     theirs, shared = parts["theirs"], parts["shared"]
     runs = _their_runs(cx, user, shared)
@@ -136,8 +123,8 @@ def person_data(cx: Cx, q: PersonData) -> dict[str, Any]:
         (cx.agent_id, theirs, runs),
     ).fetchall()
     scope = (cx.agent_id, partition)
-    return document(
-        conversations + shared_conversations(exchanges),
+    return person.document(
+        conversations + person.shared_conversations(exchanges),
         cx.run(
             "SELECT key, value, created_at, updated_at FROM memories WHERE agent_id = %s AND scope = %s ORDER BY key",
             scope,
@@ -153,7 +140,7 @@ def person_data(cx: Cx, q: PersonData) -> dict[str, Any]:
             scope,
         ).fetchall(),
         [asdict(RunRecord(*row)) for row in run_rows],
-        their_approvals(
+        person.their_approvals(
             cx.run(_APPROVALS + " WHERE agent_id = %s ORDER BY created_at", (cx.agent_id,)).fetchall(),
             user,
             set(theirs),
@@ -168,131 +155,136 @@ def person_data(cx: Cx, q: PersonData) -> dict[str, Any]:
 
 @handles(ErasePerson, reads_midway=lambda op: True)
 def erase_person(cx: Cx, op: ErasePerson) -> dict[str, int]:
-    user = op.user_id
-    parts = person_conversations(cx, PersonConversations(user))
-    theirs, shared = parts["theirs"], parts["shared"]
-    if op.conversations is not None:
-        held = set(op.conversations)
-        theirs, shared = [k for k in theirs if k in held], [k for k in shared if k in held]
-    runs = _their_runs(cx, user, shared)
-    counts = _erase_conversations(cx, theirs, runs)
-    for kind, n in _tombstone_exchanges(cx, user, shared, runs, op).items():
-        counts[kind] = counts.get(kind, 0) + n
-    approvals = their_approvals(
-        cx.run(_APPROVALS + " WHERE agent_id = %s", (cx.agent_id,)).fetchall(), user, set(theirs)
-    )
-    cx.run(
-        "DELETE FROM approvals WHERE agent_id = %s AND id = ANY(%s)",
-        (cx.agent_id, [a["id"] for a in approvals]),
-    )
-    counts["approvals"] = len(approvals)
-    partition = partition_of(user)
-    counts["memories"] = _deleted(
-        cx, "DELETE FROM memories WHERE agent_id = %s AND scope = %s", (cx.agent_id, partition)
-    )
-    if counts["memories"]:
-        cx.run("UPDATE agents SET memories_version = memories_version + 1 WHERE id = %s", (cx.agent_id,))
-    counts["facts"] = _deleted(
-        cx, "DELETE FROM facts WHERE agent_id = %s AND partition = %s", (cx.agent_id, partition)
-    )
-    counts["episodes"] = erase_partition(cx, partition)
-    events = _events_naming(cx, user, theirs)
-    for event in events:
-        e = erase_fields(event, event["erase"])
-        cx.run(
-            "UPDATE audit SET data = %s, conversation_key = %s, salts = %s, erased = %s"
-            " WHERE agent_id = %s AND seq = %s",
-            (e.data, e.conversation_key, e.salts, e.erased, cx.agent_id, event["seq"]),
+    return person.erase(PostgresErasure(cx), op)
+
+
+class PostgresErasure:
+    """The steps of an erasure (agentd.store.people.ErasureSteps) in one agent's rows. Counts are read as
+    each statement runs (the erasure's audit event says them): the batch is an explicit transaction."""
+
+    def __init__(self, cx: Cx):
+        self.cx = cx
+        self.agent = cx.agent_id
+
+    def _count(self, sql: str, *args: Any) -> int:
+        found = self.cx.run(
+            f"WITH gone AS ({sql} RETURNING 1) SELECT count(*) FROM gone", (self.agent, *args)
         )
-    counts["audit_events"] = len(events)
-    erased = counts_of(counts)
-    if erased or op.record is not None:
-        record = erasure_event(op.subject, erased, op.by, op.record)
-        insert_audit(cx, AppendAudit(op.agent, [record], op.ts, op.daemon))
-    return erased
+        row = found.fetchone()
+        return int(row[0]) if row is not None else 0
 
+    def conversations(self, user_id: str) -> dict[str, list[str]]:
+        return person_conversations(self.cx, PersonConversations(user_id))
 
-def _deleted(cx: Cx, sql: str, params: Sequence[Any]) -> int:
-    """How many rows a DELETE took (read at once: the counts go into the erasure's audit event)."""
-    found = cx.run(f"WITH gone AS ({sql} RETURNING 1) SELECT count(*) FROM gone", params).fetchone()
-    return int(found[0]) if found is not None else 0
+    def runs_in(self, user_id: str, shared: Sequence[str]) -> list[str]:
+        return _their_runs(self.cx, user_id, shared)
 
+    def drop_conversations(self, theirs: Sequence[str], runs: Sequence[str]) -> dict[str, int]:
+        keys, their_runs = list(theirs), list(runs)
+        counts = {"conversations": len(theirs)}
+        for table, kind in (
+            ("messages", "messages"),
+            ("summaries", "summaries"),
+            ("memory_state", "memory_states"),
+        ):
+            counts[kind] = self._count(
+                f"DELETE FROM {table} WHERE agent_id = %s AND thread_id IN ({_THREADS_OF})", self.agent, keys
+            )
+        counts["threads"] = self._count(
+            "DELETE FROM threads WHERE agent_id = %s AND conversation_key = ANY(%s)", keys
+        )
+        counts["runs"] = self._count(
+            "DELETE FROM runs WHERE agent_id = %s AND (conversation_key = ANY(%s) OR id = ANY(%s))",
+            keys,
+            their_runs,
+        )
+        counts["deliveries"] = self._count(
+            "DELETE FROM inbound_events WHERE agent_id = %s AND (conversation_key = ANY(%s) OR run_id = ANY(%s))",
+            keys,
+            their_runs,
+        )
+        return counts
 
-def _erase_conversations(cx: Cx, theirs: Sequence[str], runs: Sequence[str]) -> dict[str, int]:
-    """Their own conversations, whole; the runs of those and of their turns elsewhere; delivery ids."""
-    keys, their_runs, agent = list(theirs), list(runs), cx.agent_id
-    counts = {"conversations": len(theirs)}
-    for table, kind in (
-        ("messages", "messages"),
-        ("summaries", "summaries"),
-        ("memory_state", "memory_states"),
-    ):
-        counts[kind] = _deleted(cx, f"DELETE FROM {table} WHERE thread_id IN ({_THREADS_OF})", (agent, keys))
-    counts["threads"] = _deleted(
-        cx, "DELETE FROM threads WHERE agent_id = %s AND conversation_key = ANY(%s)", (agent, keys)
-    )
-    counts["runs"] = _deleted(
-        cx,
-        "DELETE FROM runs WHERE agent_id = %s AND (conversation_key = ANY(%s) OR id = ANY(%s))",
-        (agent, keys, their_runs),
-    )
-    counts["deliveries"] = _deleted(
-        cx,
-        "DELETE FROM inbound_events WHERE agent_id = %s AND (conversation_key = ANY(%s) OR run_id = ANY(%s))",
-        (agent, keys, their_runs),
-    )
-    return counts
+    def exchanges(self, user_id: str, shared: Sequence[str], runs: Sequence[str]) -> list[tuple[Any, ...]]:
+        return self.cx.run(_EXCHANGES, (self.agent, list(shared), user_id, list(runs))).fetchall()
 
+    def rewrite(self, messages: Sequence[tuple[int, int, str]]) -> None:
+        self.cx.run(
+            "UPDATE messages m SET body = x.body, user_id = NULL"
+            " FROM unnest(%s::bigint[], %s::integer[], %s::text[]) AS x(thread_id, seq, body)"
+            " WHERE m.thread_id = x.thread_id AND m.seq = x.seq AND m.agent_id = %s",
+            ([m[0] for m in messages], [m[1] for m in messages], [m[2] for m in messages], self.agent),
+        )
 
-def _tombstone_exchanges(
-    cx: Cx, user: str, shared: Sequence[str], runs: Sequence[str], op: ErasePerson
-) -> dict[str, int]:
-    """Their exchanges in shared conversations become tombstones; what those threads derived from
-    everyone's messages is rebuilt without them; every thread touched moves its versions."""
-    rows = cx.run(_EXCHANGES, (cx.agent_id, list(shared), user, list(runs))).fetchall()
-    cx.run(
-        "UPDATE messages m SET body = x.body, user_id = NULL"
-        " FROM unnest(%s::bigint[], %s::integer[], %s::text[]) AS x(thread_id, seq, body)"
-        " WHERE m.thread_id = x.thread_id AND m.seq = x.seq AND m.agent_id = %s",
-        ([r[0] for r in rows], [r[3] for r in rows], [tombstone_body(r[4]) for r in rows], cx.agent_id),
-    )
-    threads = sorted({row[0] for row in rows})
-    counts = {"tombstoned": len(rows), "summaries": 0, "memory_states": 0}
-    for thread_id in threads:
-        scope = (thread_id, cx.agent_id)
-        dropped = _deleted(cx, "DELETE FROM summaries WHERE thread_id = %s AND agent_id = %s", scope)
+    def drop_summaries(self, thread_id: int) -> int:
+        dropped = self._count("DELETE FROM summaries WHERE agent_id = %s AND thread_id = %s", thread_id)
         if dropped:
-            counts["summaries"] += dropped
-            cx.run(
+            scope = (thread_id, self.agent)
+            self.cx.run(
                 "UPDATE messages SET compacted = false WHERE thread_id = %s AND agent_id = %s AND compacted",
                 scope,
             )
-            # what the thread now weighs, estimated: over the threshold, it is compacted before its next turn
-            cx.run(
+            self.cx.run(
                 "UPDATE threads SET last_tokens_estimated = true, last_input_tokens ="
                 " (SELECT coalesce(sum(length(body)), 0) / 4 FROM messages WHERE thread_id = %s)"
                 " WHERE id = %s AND agent_id = %s",
                 (thread_id, *scope),
             )
-        for layer, data in cx.run(
-            "SELECT layer, data FROM memory_state WHERE thread_id = %s AND agent_id = %s", scope
-        ).fetchall():
-            after = layer_after_erasure(data, op.rebuild_layers_holding, op.drop_layer_keys)
-            if after is None:
-                cx.run(
-                    "DELETE FROM memory_state WHERE thread_id = %s AND agent_id = %s AND layer = %s",
-                    (*scope, layer),
-                )
-            elif after != data:
-                cx.run(
-                    "UPDATE memory_state SET data = %s WHERE thread_id = %s AND agent_id = %s AND layer = %s",
-                    (after, *scope, layer),
-                )
-            counts["memory_states"] += after != data
-    # every daemon's cached copy of these threads is read again at its next claim
-    cx.run(
-        "UPDATE threads SET version = version + 1, layers_version = layers_version + 1"
-        " WHERE agent_id = %s AND id = ANY(%s)",
-        (cx.agent_id, threads),
-    )
-    return counts
+        return dropped
+
+    def layers(self, thread_id: int) -> list[tuple[str, str]]:
+        return self.cx.run(
+            "SELECT layer, data FROM memory_state WHERE thread_id = %s AND agent_id = %s",
+            (thread_id, self.agent),
+        ).fetchall()
+
+    def set_layer(self, thread_id: int, layer: str, data: str | None) -> None:
+        scope = (thread_id, self.agent, layer)
+        if data is None:
+            self.cx.run(
+                "DELETE FROM memory_state WHERE thread_id = %s AND agent_id = %s AND layer = %s", scope
+            )
+        else:
+            self.cx.run(
+                "UPDATE memory_state SET data = %s WHERE thread_id = %s AND agent_id = %s AND layer = %s",
+                (data, *scope),
+            )
+
+    def touched(self, thread_ids: Sequence[int]) -> None:
+        """Every daemon's cached copy of these threads is read again at its next claim."""
+        self.cx.run(
+            "UPDATE threads SET version = version + 1, layers_version = layers_version + 1"
+            " WHERE agent_id = %s AND id = ANY(%s)",
+            (self.agent, list(thread_ids)),
+        )
+
+    def approvals(self) -> list[tuple[str, str, str, str, str, str, float]]:
+        return self.cx.run(_APPROVALS + " WHERE agent_id = %s", (self.agent,)).fetchall()
+
+    def drop_approvals(self, ids: Sequence[str]) -> None:
+        self.cx.run("DELETE FROM approvals WHERE agent_id = %s AND id = ANY(%s)", (self.agent, list(ids)))
+
+    def drop_partition(self, partition: str) -> dict[str, int]:
+        counts = {
+            "memories": self._count("DELETE FROM memories WHERE agent_id = %s AND scope = %s", partition),
+            "facts": self._count("DELETE FROM facts WHERE agent_id = %s AND partition = %s", partition),
+            "episodes": erase_partition(self.cx, partition),
+        }
+        if counts["memories"]:  # every daemon reads the agent's keys again
+            self.cx.run(
+                "UPDATE agents SET memories_version = memories_version + 1 WHERE id = %s", (self.agent,)
+            )
+        return counts
+
+    def events_naming(self, user_id: str, theirs: Sequence[str]) -> list[dict[str, Any]]:
+        return _events_naming(self.cx, user_id, theirs)
+
+    def rewrite_event(self, seq: int, erased: Erased) -> None:
+        self.cx.run(
+            "UPDATE audit SET data = %s, conversation_key = %s, salts = %s, erased = %s"
+            " WHERE agent_id = %s AND seq = %s",
+            (erased.data, erased.conversation_key, erased.salts, erased.erased, self.agent, seq),
+        )
+
+    def append(self, record: AuditRecord, op: ErasePerson) -> None:
+        insert_audit(self.cx, AppendAudit(op.agent, [record], op.ts, op.daemon))

@@ -68,11 +68,8 @@ def seal_unchained(conn: sqlite3.Connection) -> None:
 
 @handles(AuditEvents)
 def query_audit(conn: sqlite3.Connection, q: AuditEvents) -> list[dict[str, Any]]:
-    clauses, args = [], []
-    for column, op, value in (("agent", "=", q.agent), ("kind", "=", q.kind), ("ts", ">=", q.since)):
-        if value is not None:
-            clauses.append(f"{column} {op} ?")
-            args.append(value)
+    clauses = [f"{column} {op} ?" for column, op, _ in q.conditions()]
+    args = [value for _, _, value in q.conditions()]
     if q.tool is not None:
         clauses.append("json_extract(data, '$.tool') = ?")
         args.append(q.tool)
