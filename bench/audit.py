@@ -1,23 +1,31 @@
-"""The audit chain and a person's erasure on large data (issue 11): what they cost, on SQLite.
+"""The audit chain and a person's erasure on large data (issue 11): what they cost, on SQLite and
+on PostgreSQL.
 
-    nice python bench/audit.py            # 100,000 events to verify; a 100,000-message agent to erase from
-    nice python bench/audit.py --quick    # a tenth of that (~20 s)
+    nice python bench/audit.py               # 100,000 events to verify; a 100,000-message agent to erase from
+    nice python bench/audit.py --quick       # a tenth of that (~5 s)
+    nice python bench/audit.py --postgres    # the same on a throwaway PostgreSQL server too, and two daemons
 
 Three measurements, markdown on stdout (progress on stderr), numbers to bench/results/audit-<ts>.json:
 
 1. **The turn path.** A turn that writes audit rows (here `remember k: v` on the offline model: the
    turn, the memory, and two events — `memory/remember` and `tool/called`) through the agent as the
    daemon runs it, with the chained append (agentd's) and with the plain INSERT it replaced (put back in
-   the handler table for the comparison only), alternating in rounds. A plain turn writes no audit row
-   and pays nothing. Also the CPU of sealing one event (nonces, commitments, digest, link) alone.
+   the handler table for the comparison only), alternating in batches of 100. A plain turn writes no
+   audit row and pays nothing. Also the CPU of sealing one event (nonces, commitments, digest, link).
 2. **Verify.** `verify_store` over a chain of N events of realistic shapes (tool calls with a user, args,
    durations; memory writes), read in pages of 5,000 as `agentd audit verify` does; and the export of
    the same chain checked by docs/verify_audit.py, the auditor's offline verifier (run with python -I).
-3. **Erase.** One agent file with 2,000 people (a direct conversation of 50 messages each = 100,000
-   messages), 20 group conversations of 1,000 messages, 100,000 episodes (256-float vectors, FTS5),
-   10 facts and 2 memories per person, 100,000 audit events; then the export (PersonData) and the
-   erasure (ErasePerson: tombstones, deletes, the FTS merge, audit fields, the WAL truncated) of one
-   person who has a direct conversation, group messages, episodes, facts, memories and audit events.
+3. **Erase.** One agent with 2,000 people (a direct conversation of 50 messages each = 100,000
+   messages), 20 group conversations of 1,000 messages, 100,000 episodes (256-float vectors, keyword
+   index), 10 facts and 2 memories per person, 100,000 audit events; then the export (PersonData) and
+   the erasure (ErasePerson: tombstones, deletes, the keyword index, audit fields; on SQLite the FTS
+   merge and the WAL truncated) of one person who has a direct conversation, group messages,
+   episodes, facts, memories and audit events.
+
+With --postgres, each part runs again in a database of a throwaway server (PostgreSQL's default
+settings: fsync and synchronous commit on), and a fourth: **two daemons** serving one agent, each with
+4 conversations of `remember` turns at once, so their appends to the one chain wait for its head's
+row lock (agentd/store/postgres/audit.py) — turns per second, chained and plain.
 
 The machine is shared: compare the ratios of one run, not absolute numbers across runs.
 """
@@ -26,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import platform
@@ -36,25 +45,28 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psycopg
 
 from agentd.config.loader import parse_agent
-from agentd.config.models import DaemonSpec
+from agentd.config.models import DaemonSpec, StoreSpec
 from agentd.daemon.audit_trail import export_line, verify_store
 from agentd.daemon.resources import Resources
+from agentd.engine.agent import Agent
 from agentd.events import InboundEvent
 from agentd.memory.erasure import DROPPED_LAYER_KEYS, REBUILT_LAYERS_HOLDING
 from agentd.messages import Message
 from agentd.store.audit_chain import link, seal
+from agentd.store.base import Store
 from agentd.store.people import subject_of
+from agentd.store.postgres.dispatch import HANDLERS as PG_HANDLERS
 from agentd.store.queries import AuditTrail, PersonData
 from agentd.store.records import AuditRecord, NewEpisode, RunRecord, StoredMessage
-from agentd.store.sqlite import SqliteStore, StoreExecutor
-from agentd.store.sqlite.dispatch import HANDLERS
+from agentd.store.sqlite.dispatch import HANDLERS as SQLITE_HANDLERS
 from agentd.store.writes import (
     AppendAudit,
     CommitTurn,
@@ -64,21 +76,24 @@ from agentd.store.writes import (
     UpsertMemory,
     Write,
 )
+from agentd.testing.postgres import PostgresServer
 
 RESULTS = Path(__file__).resolve().parent / "results"
 VERIFIER = Path(__file__).resolve().parent.parent / "docs" / "verify_audit.py"
 DIM = 256
+SPEC = parse_agent(Path("bench.yaml"), text="memory: {scope: thread, persistent: true}\n", env={})
+MODES = ("chained", "unchained")
 
 
 def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-# -- 1. the turn path ----------------------------------------------------------------------------
+# -- where a part runs, and the append it replaced --------------------------------------------------
 
 
 def unchained_insert(conn: Any, op: AppendAudit) -> None:
-    """The append as it was before the chain (for the comparison only)."""
+    """SQLite's append as it was before the chain (for the comparison only)."""
     conn.executemany(
         "INSERT INTO audit (ts, agent, kind, action, conversation_key, run_id, data, daemon)"
         " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
@@ -89,32 +104,97 @@ def unchained_insert(conn: Any, op: AppendAudit) -> None:
     )
 
 
-async def turn_path(root: Path, turns: int, rounds: int) -> dict[str, Any]:
+def unchained_pg_insert(cx: Any, op: AppendAudit) -> None:
+    """PostgreSQL's append as it was before the chain (for the comparison only)."""
+    rs = op.records
+    cx.run(
+        "INSERT INTO audit (agent_id, ts, agent, kind, action, conversation_key, run_id, data, daemon)"
+        " SELECT %s, %s, %s, x.kind, x.action, x.conversation_key, x.run_id, x.data, %s"
+        " FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[])"
+        " WITH ORDINALITY AS x(kind, action, conversation_key, run_id, data, n) ORDER BY x.n",
+        (
+            cx.agent_id,
+            op.ts,
+            op.agent,
+            op.daemon,
+            [r.kind for r in rs],
+            [r.action for r in rs],
+            [r.conversation_key for r in rs],
+            [r.run_id for r in rs],
+            [json.dumps(r.data) for r in rs],
+        ),
+    )
+
+
+class Backend:
+    """Where a part runs: SQLite files under `root`, or a fresh database of the throwaway server."""
+
+    def __init__(self, name: str, root: Path, server: PostgresServer | None = None):
+        self.name, self.root, self.server = name, root, server
+        self.handlers: dict[type, Any] = PG_HANDLERS if server else SQLITE_HANDLERS
+        self.unchained = unchained_pg_insert if server else unchained_insert
+        self.url: str | None = None
+
+    def fresh(self, part: str) -> DaemonSpec:
+        """Settings for a part: a data folder of its own, and with a server a database of its own."""
+        if self.server is not None:
+            self.url = self.server.create_database(f"audit_{part}_{random.randrange(1 << 30)}")
+        (self.root / part).mkdir(parents=True, exist_ok=True)
+        return DaemonSpec(store=StoreSpec(url=self.url))
+
+    @contextlib.asynccontextmanager
+    async def store(self, part: str) -> AsyncIterator[Store]:
+        async with Resources(self.fresh(part), self.root / part) as resources:
+            store = resources.store("bench")
+            await store.open()
+            try:
+                yield store
+            finally:
+                await store.close()
+
+    def size_mb(self, part: str) -> float:
+        if self.url is None:
+            return sum(p.stat().st_size for p in (self.root / part).glob("bench.sqlite*")) / 2**20
+        with psycopg.connect(self.url) as conn:
+            row = conn.execute("SELECT pg_database_size(current_database())").fetchone()
+        return int(row[0]) / 2**20 if row else 0.0
+
+
+@contextlib.contextmanager
+def appending(backend: Backend, mode: str) -> Iterator[None]:
+    """The backend's audit append as agentd does it (chained), or as it was (unchained), for a block."""
+    chained = backend.handlers[AppendAudit]
+    backend.handlers[AppendAudit] = chained if mode == "chained" else backend.unchained
+    try:
+        yield
+    finally:
+        backend.handlers[AppendAudit] = chained
+
+
+# -- 1. the turn path ----------------------------------------------------------------------------
+
+
+def remember(agent: Agent, conversation: str, i: int) -> Awaitable[Any]:
+    text = f"remember key{i % 50}: value {i}"
+    return agent.handle(InboundEvent(agent.name, conversation, text, "webhook", user_id="u"))
+
+
+async def turn_path(backend: Backend, turns: int, rounds: int) -> dict[str, Any]:
     """Two agents, one per way of appending, taking turns in short batches (the handler swapped
     between batches), so the machine's noise falls on both alike."""
-    chained = HANDLERS[AppendAudit]
-    handler = {"chained": chained, "unchained": unchained_insert}
-    spec = parse_agent(Path("bench.yaml"), text="memory: {scope: thread, persistent: true}\n", env={})
-    timings: dict[str, list[float]] = {"chained": [], "unchained": []}
-    async with Resources(DaemonSpec(), root) as resources:
-        agents = {
-            mode: await resources.open_agent(spec.model_copy(update={"name": mode})) for mode in handler
-        }
+    timings: dict[str, list[float]] = {mode: [] for mode in MODES}
+    async with Resources(backend.fresh("turns"), backend.root / "turns") as resources:
+        agents = {mode: await resources.open_agent(SPEC.model_copy(update={"name": mode})) for mode in MODES}
         try:
             for r in range(rounds + 1):  # the first round warms up, and is not counted
-                for mode in ("unchained", "chained") if r % 2 else ("chained", "unchained"):
-                    HANDLERS[AppendAudit] = handler[mode]
-                    agent = agents[mode]
-                    start = time.perf_counter()
-                    for i in range(turns):
-                        text = f"remember key{i % 50}: value {r}-{i}"
-                        await agent.handle(
-                            InboundEvent(mode, f"webhook:c{i % 20}", text, "webhook", user_id="u")
-                        )
-                    if r:
-                        timings[mode].append((time.perf_counter() - start) / turns * 1e6)
+                for mode in MODES if r % 2 else MODES[::-1]:
+                    with appending(backend, mode):
+                        start = time.perf_counter()
+                        for i in range(turns):
+                            await remember(agents[mode], f"webhook:c{i % 20}", r * turns + i)
+                        if r:
+                            timings[mode].append((time.perf_counter() - start) / turns * 1e6)
         finally:
-            HANDLERS[AppendAudit] = chained
             for agent in agents.values():
                 await agent.close()
     record = AuditRecord("tool", "called", "webhook:c1", uuid.uuid4().hex, tool_event_data(1))
@@ -126,6 +206,45 @@ async def turn_path(root: Path, turns: int, rounds: int) -> dict[str, Any]:
         "rounds": timings,
         "seal_event_us": seal_us,
     }
+
+
+async def two_daemons(backend: Backend, turns: int, rounds: int, conversations: int = 4) -> dict[str, Any]:
+    """Two daemons (each its own Resources: threads, connections) serving one agent, each with
+    `conversations` conversations of `remember` turns at once: turns per second, per way of appending."""
+    rates: dict[str, list[float]] = {mode: [] for mode in MODES}
+    settings = backend.fresh("daemons")
+    async with contextlib.AsyncExitStack() as stack:
+        daemons = [
+            await stack.enter_async_context(Resources(settings, backend.root / "daemons")) for _ in range(2)
+        ]
+        agents: dict[str, list[Agent]] = {}
+        for mode in MODES:
+            agents[mode] = [
+                await d.open_agent(SPEC.model_copy(update={"name": f"shared-{mode}"})) for d in daemons
+            ]
+            for agent in agents[mode]:
+                stack.push_async_callback(agent.close)
+
+        async def conversation(agent: Agent, key: str, first: int) -> None:
+            for i in range(turns):
+                await remember(agent, key, first + i)
+
+        for r in range(rounds + 1):  # the first round warms up, and is not counted
+            for mode in MODES if r % 2 else MODES[::-1]:
+                with appending(backend, mode):
+                    start = time.perf_counter()
+                    await asyncio.gather(
+                        *(
+                            conversation(agent, f"webhook:d{d}-c{c}", r * turns)
+                            for d, agent in enumerate(agents[mode])
+                            for c in range(conversations)
+                        )
+                    )
+                    if r:
+                        rates[mode].append(2 * conversations * turns / (time.perf_counter() - start))
+        verdict = await verify_store(agents["chained"][0].state.store, "shared-chained")
+        assert verdict.ok, verdict
+    return {"turns_per_s": {mode: statistics.median(v) for mode, v in rates.items()}, "rounds": rates}
 
 
 def timed_per_call(job: Callable[[], Any], n: int) -> float:
@@ -168,27 +287,24 @@ def events(n: int) -> list[AuditRecord]:
     return out
 
 
-async def fill_audit(store: SqliteStore, n: int, batch: int = 1000) -> None:
+async def fill_audit(store: Store, n: int, batch: int = 1000) -> None:
     records = events(n)
     for start in range(0, n, batch):
         await store.write(AppendAudit("bench", records[start : start + batch], time.time()))
 
 
-async def verify(root: Path, n: int) -> dict[str, Any]:
-    executor = StoreExecutor()
-    store = SqliteStore(root / "verify.sqlite", executor)
-    await store.open()
-    try:
-        log(f"verify: appending {n:,} events")
+async def verify(backend: Backend, n: int) -> dict[str, Any]:
+    export = backend.root / "verify.jsonl"
+    async with backend.store("verify") as store:
+        log(f"{backend.name} verify: appending {n:,} events")
         start = time.perf_counter()
         await fill_audit(store, n)
         append_s = time.perf_counter() - start
-        log("verify: walking the chain")
+        log(f"{backend.name} verify: walking the chain")
         start = time.perf_counter()
         verdict = await verify_store(store, "bench")
         verify_s = time.perf_counter() - start
         assert verdict.ok and verdict.events == n, verdict
-        export = root / "verify.jsonl"
         start = time.perf_counter()
         with export.open("w") as out:
             after = 0
@@ -196,9 +312,6 @@ async def verify(root: Path, n: int) -> dict[str, Any]:
                 out.writelines(export_line("bench", e) + "\n" for e in page)
                 after = page[-1]["seq"]
         export_s = time.perf_counter() - start
-    finally:
-        await store.close()
-        executor.shutdown()
     offline_s = await asyncio.to_thread(verify_offline, export)
     return {
         "events": n,
@@ -235,7 +348,7 @@ def exchange(key: str, thread_id: int | None, seq: int, user: str, said: str, re
 
 
 async def fill_agent(
-    store: SqliteStore,
+    store: Store,
     people: int,
     dm_messages: int,
     groups: int,
@@ -305,24 +418,17 @@ async def fill_agent(
     await fill_audit(store, audit)
 
 
-async def erase(root: Path, scale: float) -> dict[str, Any]:
+async def erase(backend: Backend, scale: float) -> dict[str, Any]:
     people, groups = int(2000 * scale), 20
-    executor = StoreExecutor()
-    store = SqliteStore(root / "erase.sqlite", executor)
-    await store.open()
-    try:
+    async with backend.store("erase") as store:
+        log(f"{backend.name} erase: filling")
         start = time.perf_counter()
+        group_messages = int(1000 * scale) if scale < 1 else 1000
         await fill_agent(
-            store,
-            people,
-            50,
-            groups,
-            int(1000 * scale) if scale < 1 else 1000,
-            int(100_000 * scale),
-            int(100_000 * scale),
+            store, people, 50, groups, group_messages, int(100_000 * scale), int(100_000 * scale)
         )
         fill_s = time.perf_counter() - start
-        counts_before = await store.sql(
+        counts_before = await store.sql(  # type: ignore[attr-defined]
             lambda c: {
                 t: c.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]
                 for t in ("messages", "episodes", "audit", "facts", "runs")
@@ -341,13 +447,9 @@ async def erase(root: Path, scale: float) -> dict[str, Any]:
         assert not any((await store.read(PersonData(TARGET))).values())
         verdict = await verify_store(store, "bench")
         assert verdict.ok, verdict
-    finally:
-        await store.close()
-        executor.shutdown()
-    size = await asyncio.to_thread(files_size, root, "erase.sqlite*")
     return {
         "stored": counts_before,
-        "file_mb": size / 2**20,
+        "size_mb": await asyncio.to_thread(backend.size_mb, "erase"),
         "fill_s": fill_s,
         "exported_items": {k: len(v) for k, v in data.items()},
         "export_s": export_s,
@@ -356,16 +458,14 @@ async def erase(root: Path, scale: float) -> dict[str, Any]:
     }
 
 
-def files_size(root: Path, pattern: str) -> int:
-    return sum(p.stat().st_size for p in root.glob(pattern))
-
-
 # -- main -------------------------------------------------------------------------------------------
 
 
-def report(results: dict[str, Any]) -> str:
+def report(name: str, results: dict[str, Any]) -> str:
     t, v, e = results["turn"], results["verify"], results["erase"]
     lines = [
+        f"## {name}",
+        "",
         "### The turn path (a `remember` turn: two audit events)",
         "",
         f"| append | µs per turn (median of {len(t['rounds']['chained'])} batches of 100) |",
@@ -374,6 +474,18 @@ def report(results: dict[str, Any]) -> str:
         "",
         f"Sealing one event alone (nonces, commitments, digest, link): {t['seal_event_us']:.1f} µs.",
         "",
+    ]
+    if "daemons" in results:
+        d = results["daemons"]
+        lines += [
+            "### Two daemons, one agent, 4 conversations each at once",
+            "",
+            f"| append | turns per second (median of {len(d['rounds']['chained'])} rounds) |",
+            "|---|---:|",
+            *(f"| {mode} | {rate:,.0f} |" for mode, rate in d["turns_per_s"].items()),
+            "",
+        ]
+    lines += [
         f"### Verify {v['events']:,} events",
         "",
         "| step | seconds |",
@@ -383,7 +495,7 @@ def report(results: dict[str, Any]) -> str:
         f"| export as JSON lines ({v['export_mb']:.0f} MB) | {v['export_s']:.2f} |",
         f"| docs/verify_audit.py on the export | {v['offline_verify_s']:.2f} |",
         "",
-        f"### Erase one person from an agent file of {e['file_mb']:.0f} MB",
+        f"### Erase one person from an agent of {e['size_mb']:.0f} MB",
         "",
         "Stored: " + ", ".join(f"{n:,} {t}" for t, n in e["stored"].items()) + ".",
         "",
@@ -399,32 +511,42 @@ def report(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-async def main() -> None:
+async def run_parts(backend: Backend, quick: bool) -> dict[str, Any]:
+    scale = 0.1 if quick else 1.0
+    log(f"{backend.name}: turn path")
+    results = {"turn": await turn_path(backend, 100, 4 if quick else 20)}
+    if backend.server is not None:
+        log(f"{backend.name}: two daemons")
+        results["daemons"] = await two_daemons(backend, 25, 2 if quick else 6)
+    results["verify"] = await verify(backend, int(100_000 * scale))
+    results["erase"] = await erase(backend, scale)
+    return results
+
+
+def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--quick", action="store_true", help="a tenth of the data")
+    parser.add_argument("--postgres", action="store_true", help="also on a throwaway PostgreSQL server")
     parser.add_argument("--dir", type=Path, default=None, help="where the temporary files go")
     args = parser.parse_args()
-    scale = 0.1 if args.quick else 1.0
-    with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
+    results: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(dir=args.dir) as tmp, contextlib.ExitStack() as stack:
         root = Path(tmp)
-        log("turn path")
-        turn = await turn_path(root / "turns", 100, 4 if args.quick else 20)
-        verified = await verify(root, int(100_000 * scale))
-        erased = await erase(root, scale)
-    results = {
-        "turn": turn,
-        "verify": verified,
-        "erase": erased,
-        "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "load": os.getloadavg()},
-    }
-    print(report(results))
+        backends = [Backend("SQLite", root / "sqlite")]
+        if args.postgres:  # (started here, in the main thread, which outlives it: agentd/testing/postgres.py)
+            server = stack.enter_context(PostgresServer(settings={}))
+            backends.append(Backend("PostgreSQL", root / "postgres", server))
+        for backend in backends:
+            results[backend.name] = asyncio.run(run_parts(backend, args.quick))
+    machine = {"python": platform.python_version(), "cpus": os.cpu_count(), "load": os.getloadavg()}
+    print("\n\n".join(report(name, r) for name, r in results.items()))
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / f"audit-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    out.write_text(json.dumps(results, indent=2))
+    out.write_text(json.dumps({**results, "machine": machine}, indent=2))
     log(f"wrote {out}")
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    main()
