@@ -33,6 +33,11 @@ def _request(
     path), else of this process (`here`); a partial answer here is an error naming what was missed."""
     with running_daemon(args) as client:
         if client is not None:
+            if "/" in args.user_id:
+                raise AgentdError(
+                    f"{args.user_id!r} holds '/', which no URL path segment can carry, and a daemon owns "
+                    f"{args.data}: stop it, and run this again (it then runs here)"
+                )
             return answer(remote(client, quote(args.user_id, safe="")))
 
     async def go() -> dict[str, Any]:

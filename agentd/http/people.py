@@ -36,7 +36,7 @@ def _refuse_partial(what: str, failed: dict[str, str]) -> None:
 def add_people_routes(app: FastAPI, directory: AgentDirectory, protected: Sequence[Any]) -> None:
     get, delete = routes(app, "GET", protected), routes(app, "DELETE", protected)
 
-    @get("/people/{user_id:path}/export", 400, 503, tag="people")
+    @get("/people/{user_id}/export", 400, 503, tag="people")
     async def export_person(user_id: str = user_param()) -> dict[str, Any]:
         """Everything stored about one person across every agent, as one document: per agent, their
         conversations (theirs whole; their exchanges in shared ones), persistent memories, facts,
@@ -47,7 +47,7 @@ def add_people_routes(app: FastAPI, directory: AgentDirectory, protected: Sequen
         _refuse_partial("the export", document.pop("failed"))
         return document
 
-    @delete("/people/{user_id:path}", 400, 503, tag="people")
+    @delete("/people/{user_id}", 400, 503, tag="people")
     async def erase_person(request: Request, user_id: str = user_param()) -> dict[str, Any]:
         """Erase one person from every agent: their own conversations whole, their exchanges in shared
         ones as tombstones, their memories, facts, episodes, runs and approvals, the audit fields naming
