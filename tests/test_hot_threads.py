@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 
 import pytest
 
+from agentd.engine import collector
 from agentd.engine.conversations import HotThreads
 from tests.support import Harness, say
 
@@ -46,3 +48,30 @@ async def test_a_long_thread_loads_in_pages(harness: Harness, monkeypatch) -> No
     assert reads == 1 + 5  # the header, then 24 messages in pages of 5
     reply = await say(runtime)("after")
     assert "I see 24 earlier messages" in reply.text
+
+
+async def test_a_long_thread_is_frozen_out_of_the_collector_and_still_freed(
+    harness: Harness, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    runtime = await harness.runtime("memory: {scope: thread}\n")
+    for i in range(6):
+        await say(runtime)(f"m{i}")
+    runtime = await harness.restart(runtime)
+    monkeypatch.setattr(collector, "LONG_LOAD", 10)  # 12 messages count as a long load
+    gc.unfreeze()
+    try:
+        before = gc.get_freeze_count()
+        thread = await runtime.state.threads.get("webhook:c1")
+        assert gc.get_freeze_count() > before + 12  # the messages left the collector's generations
+        assert gc.isenabled()
+        texts = [m.message.text for m in thread.messages]
+        del thread
+        for _ in range(3):
+            await asyncio.sleep(0)  # the loop lets go of the last page read's future
+        held = gc.get_freeze_count()
+        runtime.state.threads.drop("webhook:c1")
+        # refcounting frees frozen objects too: its 12 messages are gone
+        assert gc.get_freeze_count() <= held - 12
+        assert texts[0] == "m0"
+    finally:
+        gc.unfreeze()

@@ -51,6 +51,7 @@ class Route(Generic[TargetT]):
     place: str | None = None  # checked against the place allow-list; None: a direct message
     where: dict[str, Any] = field(default_factory=dict)  # platform ids every audit of it names
     metadata: dict[str, Any] = field(default_factory=dict)  # travels on the InboundEvent
+    sent_at: float | None = None  # when the person sent it, as the platform says (epoch seconds)
 
 
 @dataclass(frozen=True)
@@ -225,6 +226,7 @@ class ChatChannel(ABC, Generic[RawT, TargetT]):
             user_id=route.user_id,
             event_id=route.event_id,
             metadata=route.metadata,
+            sent_at=route.sent_at,
         )
         typing = None
         if self.typing_every is not None:

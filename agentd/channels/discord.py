@@ -167,6 +167,7 @@ class DiscordChannel(ChatChannel[discord.Message, discord.Message]):
             place=guild_id,
             where={"guild_id": guild_id, "channel_id": str(raw.channel.id), "message_id": str(raw.id)},
             metadata=_metadata(raw),
+            sent_at=raw.created_at.timestamp(),
         )
 
     def _text_to_answer(self, me: discord.ClientUser, message: discord.Message) -> str | None:

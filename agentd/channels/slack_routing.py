@@ -64,6 +64,7 @@ def route_message(
         place=channel,
         where={"slack_channel": channel, "thread_ts": reply_to},
         metadata={"team": team or event.get("team"), "channel": channel, "ts": ts, "thread_ts": thread},
+        sent_at=_epoch(ts),
     )
 
 
@@ -87,3 +88,11 @@ def strip_mention(text: str, bot_user_id: str | None) -> str:
 def _string(value: Any) -> str | None:
     """A non-empty string, as Slack's ids and texts are; None for anything else (absent or malformed)."""
     return value if isinstance(value, str) and value else None
+
+
+def _epoch(ts: str) -> float | None:
+    """A Slack ts ("1700000000.000100") as epoch seconds; None when it is not one."""
+    try:
+        return float(ts)
+    except ValueError:
+        return None

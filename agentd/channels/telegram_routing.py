@@ -60,6 +60,7 @@ def route_update(
         place=str(chat_id),
         where={"chat_id": str(chat_id)},
         metadata={"chat_id": chat_id, "message_id": message.message_id, "topic": thread_id},
+        sent_at=message.date.timestamp() if message.date else None,
     )
 
 

@@ -14,6 +14,7 @@ import bisect
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
+from agentd.engine.collector import collector_paused, loaded
 from agentd.engine.hot_cache import HotBudget
 from agentd.store.base import Store
 from agentd.store.claims import ThreadMark
@@ -132,8 +133,11 @@ class HotThreads:
         self._budget.misses += 1
         future: asyncio.Future[StoredThread] = asyncio.get_running_loop().create_future()
         self._loading[key] = future
+        held = len(thread.messages) if thread is not None else 0
         try:
-            thread = await self._fill(key, thread, tail)
+            with collector_paused():
+                thread = await self._fill(key, thread, tail)
+                loaded(len(thread.messages) - held)
         except BaseException as e:
             future.set_exception(e)
             future.exception()  # retrieved: a load nobody else awaited must not warn

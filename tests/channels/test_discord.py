@@ -142,6 +142,7 @@ async def test_mention_in_a_channel_is_answered_in_that_channel(world: World, st
     assert event.metadata["guild_id"] == str(world.guild)
     assert event.metadata["channel_id"] == str(world.general)
     assert event.metadata["is_dm"] is False
+    assert event.sent_at == discord.utils.snowflake_time(msg_id).timestamp()  # when Discord says it was sent
 
 
 async def test_typing_shows_while_the_turn_runs(world: World, start: Start) -> None:

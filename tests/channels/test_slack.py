@@ -95,6 +95,7 @@ async def test_mention_in_channel_gets_reply_in_its_thread(fake: FakeSlack) -> N
     assert inbound.text == "hello there"
     assert (inbound.channel, inbound.user_id, inbound.event_id) == ("slack", "U0ALICE", f"{GENERAL}:{ts}")
     assert inbound.metadata == {"team": fake.team_id, "channel": GENERAL, "ts": ts, "thread_ts": ts}
+    assert inbound.sent_at == float(ts)  # when it was sent, as Slack says: episodes carry it
     assert post["channel"] == GENERAL and thread_of(post) == ts
     assert post["text"] == f"[slack:{GENERAL}:{ts} #1] you said: hello there"
     assert ("slack", "stopped", None) == host.statuses[-1]

@@ -92,7 +92,9 @@ async def test_a_private_message_is_answered_in_the_same_chat(
         user_id=str(ALICE),
         event_id=f"{ALICE}:{message_id}",
         metadata={"chat_id": ALICE, "message_id": message_id, "topic": None},
+        sent_at=event.sent_at,
     )
+    assert event.sent_at is not None and abs(event.sent_at - time.time()) < 60  # the message's own date
     assert statuses(host) == ["starting", "running", "stopped"]
     assert fake.calls_to("deleteWebhook"), "polling starts by removing any webhook"
 
@@ -154,6 +156,7 @@ async def test_private_chats_are_per_person_and_groups_per_user_when_asked(
         "bob in a topic": f"telegram:{GROUP}:topic:3:user:{BOB}",
     }
     assert {e.user_id for e in host.events} == {str(ALICE), str(BOB)}
+    assert all(e.sent_at is not None and abs(e.sent_at - time.time()) < 60 for e in host.events)
 
 
 async def test_in_groups_only_mentions_and_replies_to_the_bot_are_answered(
