@@ -426,3 +426,23 @@ async def test_audit_verify_on_a_database(
     export = tmp_path / "trail.jsonl"
     assert await cli(tmp_path, "audit", "export", "-o", str(export)) == 0
     assert (await verify_offline(export)).returncode == 0
+
+
+async def test_a_chain_not_sealed_yet_is_reported_not_verified(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A file an earlier agentd wrote, not opened since the upgrade (a daemon opens an agent's file at its
+    first use): verify, which only reads, says so and does not pass it."""
+    import sqlite3
+
+    from agentd.store.sqlite.migrations import MIGRATIONS, migrate
+
+    (tmp_path / "agents").mkdir()
+    (tmp_path / "data").mkdir()
+    conn = sqlite3.connect(tmp_path / "data" / "old.sqlite", isolation_level=None)
+    migrate(conn, MIGRATIONS[:5])
+    conn.execute("INSERT INTO audit (ts, agent, kind, action) VALUES (1, 'old', 'config', 'loaded')")
+    conn.close()
+    assert await cli(tmp_path, "audit", "verify") == 1
+    out = capsys.readouterr().out
+    assert out.startswith("old: NOT VERIFIED: written by an earlier agentd and not opened since")

@@ -85,11 +85,6 @@ def audit_fields(event: Mapping[str, Any], user_id: str, theirs: Collection[str]
     return fields
 
 
-def may_name(text: str | None, user_id: str) -> bool:
-    """A cheap pre-filter over stored JSON text: could it name the person at all?"""
-    return text is not None and json.dumps(user_id)[1:-1] in text
-
-
 def subject_of(user_id: str) -> dict[str, Any]:
     """What an erasure records of whom it erased: a salted scrypt hash, never the id. Whoever holds an
     id can check it against the record (hashlib.scrypt(id, salt=…, n=…, r=…, p=…, dklen=…))."""
