@@ -15,6 +15,7 @@ class AgentDirectory(Protocol):
 
     token: str | None
     max_body_bytes: int
+    daemon_id: str  # this daemon's name where several share a store (host:pid:random); runs record it
 
     def agent(self, name: str) -> Agent | None: ...
 
