@@ -15,7 +15,11 @@ class AgentDirectory(Protocol):
 
     token: str | None
     max_body_bytes: int
-    daemon_id: str  # this daemon's name where several share a store (host:pid:random); runs record it
+
+    @property
+    def daemon_id(self) -> str:
+        """This daemon's name where several share a store (host:pid:random), as its runs record it."""
+        ...
 
     def agent(self, name: str) -> Agent | None: ...
 
