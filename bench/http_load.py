@@ -73,15 +73,19 @@ class Load:
         return self.turns / self.wall_s if self.wall_s else 0.0
 
 
-async def drive(ports: list[int], keys: list[str], seconds: float, rng: random.Random, agent: str) -> Load:
-    """Every conversation sends its messages one after another, each to a random daemon (no stickiness),
-    for `seconds`; all conversations at once. Any answer but 200 stops the benchmark."""
+async def drive(
+    ports: list[int], keys: list[str], seconds: float, rng: random.Random, agent: str, sticky: bool = False
+) -> Load:
+    """Every conversation sends its messages one after another, each to a random daemon (no stickiness;
+    `sticky`: always the same one, as a load balancer hashing the conversation would), for `seconds`;
+    all conversations at once. Any answer but 200 stops the benchmark."""
     load = Load()
     path = f"/agents/{agent}/messages"
     stop_at = time.monotonic() + seconds
 
     async def conversation(key: str) -> int:
         connections = {port: HttpConnection(port) for port in ports}
+        home = ports[keys.index(key) % len(ports)]
         sent = 0
         try:
             while time.monotonic() < stop_at:
@@ -90,7 +94,8 @@ async def drive(ports: list[int], keys: list[str], seconds: float, rng: random.R
                     "text": f"message {sent} of {key}: what would you say to this?",
                 }
                 began = time.perf_counter()
-                status, reply = await connections[rng.choice(ports)].post_json(path, body)
+                port = home if sticky else rng.choice(ports)
+                status, reply = await connections[port].post_json(path, body)
                 if status != 200:
                     raise RuntimeError(f"{key}: HTTP {status}: {reply[:300]!r}")
                 load.latencies_ms.append((time.perf_counter() - began) * 1e3)

@@ -14,6 +14,9 @@ synchronous commit on) serves the whole run:
    once the last was answered (no stickiness), for `--seconds` after a warm-up. turns/s, latency, and
    the CPU of every process (/proc) and of the machine; what PostgreSQL's backends were doing
    (pg_stat_activity, sampled); the database checked afterwards (2 messages and 1 run per turn).
+   With 2 and 3 daemons, the same again with each conversation always sent to the same daemon (as a
+   load balancer hashing the conversation would): what no stickiness costs. And bench/turns.py's 100
+   conversations in one process (zero-latency model, no HTTP), on SQLite and on PostgreSQL.
 3. **pgbench**: BEGIN; 2 INSERTs; COMMIT at 1 and 16 clients on the same server (bench/pg_drivers.py's
    script): the machine's limit for a turn's writes.
 
@@ -82,9 +85,10 @@ async def seq_rep(rep: int, args: argparse.Namespace) -> dict[str, dict[str, Any
 
 
 async def daemons_cell(
-    server: PostgresServer, count: int, args: argparse.Namespace, rng: random.Random
+    server: PostgresServer, count: int, args: argparse.Namespace, rng: random.Random, sticky: bool = False
 ) -> dict[str, Any]:
-    """`count` daemons on a fresh database, 100 conversations to random daemons; figures and CPU."""
+    """`count` daemons on a fresh database, 100 conversations to random daemons (`sticky`: each always
+    to the same one); figures and CPU."""
     database = f"daemons_{count}_{rng.randrange(1 << 30)}"
     url = server.create_database(database)
     roots = [Path(tempfile.mkdtemp(prefix="agentd-replicas-", dir=args.dir)) for _ in range(count)]
@@ -99,12 +103,12 @@ async def daemons_cell(
             run.start()
         ports = [run.port for run in runs]
         keys = [f"c{i}" for i in range(args.conversations)]
-        await drive(ports, keys, args.warmup, rng, "bench")  # every daemon loads the conversations it gets
+        await drive(ports, keys, args.warmup, rng, "bench", sticky)  # each daemon loads what it gets
         before = counts(server, database)
         pids = [run.proc.pid for run in runs if run.proc is not None]
         profiler = profile(pids[0], count, args) if args.profile else None
         with Meter(pids, server.pid) as meter, WaitSampler(url, database) as waits:
-            load = await drive(ports, keys, args.seconds, rng, "bench")
+            load = await drive(ports, keys, args.seconds, rng, "bench", sticky)
         if profiler is not None:
             profiler.wait()
         grown = tuple(a - b for a, b in zip(counts(server, database), before, strict=True))
@@ -199,6 +203,7 @@ async def throughput_round(
 ) -> dict[str, dict[str, Any]]:
     rng = random.Random(200 + round_no)
     cells: list[tuple[str, Any]] = [("daemons", n) for n in args.daemons]
+    cells += [("sticky", n) for n in args.daemons if n > 1 and args.sticky]
     cells += [("pgbench", c) for c in args.pgbench_clients] + [("inproc", b) for b in ("sqlite", "postgres")]
     rng.shuffle(cells)
     out: dict[str, dict[str, Any]] = {}
@@ -209,7 +214,7 @@ async def throughput_round(
         elif kind == "inproc":
             out[name] = await inproc_cell(server, n, args, rng)
         else:
-            out[name] = await daemons_cell(server, n, args, rng)
+            out[name] = await daemons_cell(server, n, args, rng, sticky=kind == "sticky")
         log(
             f"round {round_no + 1}: {name:<10} {out[name]['turns_per_s']:>8.0f}/s p50={out[name]['p50_ms']:.2f} ms"
         )
@@ -251,9 +256,9 @@ def seq_table(reps: list[dict[str, Any]], a: dict[str, Any]) -> list[str]:
     for kind in SEQ_KINDS:
         cells = []
         for L in lengths:
-            p50 = median([r[kind][L]["p50_us"] for r in reps])
-            p95 = median([r[kind][L]["p95_us"] for r in reps])
-            cells.append(f"{turns.fmt_us(p50)} / {turns.fmt_us(p95)}")
+            at_50 = median([r[kind][L]["p50_us"] for r in reps])
+            at_95 = median([r[kind][L]["p95_us"] for r in reps])
+            cells.append(f"{turns.fmt_us(at_50)} / {turns.fmt_us(at_95)}")
         lines.append(f"| {SEQ_LABELS[kind]} | " + " | ".join(cells) + " |")
     for over in ("agentd-zero", "base-pg"):
         ratios = [median([r["agentd-pg"][L]["p50_us"] / r[over][L]["p50_us"] for r in reps]) for L in lengths]
@@ -270,55 +275,55 @@ def seq_table(reps: list[dict[str, Any]], a: dict[str, Any]) -> list[str]:
 
 
 def throughput_tables(rounds: list[dict[str, Any]], a: dict[str, Any]) -> list[str]:
-    def cell(name: str, field: str) -> list[float]:
-        return [r[name][field] for r in rounds]
+    def med(name: str, field: str) -> float:
+        return median([r[name][field] for r in rounds])
 
+    def cpu(name: str, field: str, part: str) -> float:
+        """Medians over rounds of the daemons' sum (part "daemon") or of one part."""
+        return median([sum(v for k, v in r[name][field].items() if k.startswith(part)) for r in rounds])
+
+    rows = [(f"inproc {b}", f"in process, {b}, zero-latency model, no HTTP") for b in ("sqlite", "postgres")]
+    rows += [(f"daemons {n}", f"{n} `agentd run` process{'es' * (n > 1)} over HTTP") for n in a["daemons"]]
+    if a["sticky"]:
+        rows += [
+            (f"sticky {n}", f"{n} `agentd run` processes, each conversation always to the same one")
+            for n in a["daemons"]
+            if n > 1
+        ]
     lines = [
         "",
-        f"### 2. {a['conversations']} conversations over HTTP to random daemons ({a['seconds']:g} s per cell, "
-        "offline model), and pgbench on the same server",
+        f"### 2. {a['conversations']} conversations at once, each message to a random daemon "
+        f"({a['seconds']:g} s per HTTP cell, offline model), and pgbench on the same server",
         "",
-        "| | turns/s (median, range) | p50 | p95 | cores busy: daemons / postgres / load generator / others |",
+        "| | turns/s, median (range) | p50 / p95 | CPU µs per turn: daemons + postgres + load generator "
+        "| cores busy: ours + others on the machine |",
         "|---|---|---|---|---|",
     ]
-    for n in a["daemons"]:
-        name = f"daemons {n}"
-        tps = cell(name, "turns_per_s")
-        busy = [r[name]["cores_busy"] for r in rounds]
-        daemons = median([sum(v for k, v in b.items() if k.startswith("daemon")) for b in busy])
-        parts = [daemons] + [
-            median([b[k] for b in busy]) for k in ("postgres", "load generator", "others on the machine")
-        ]
+    for name, label in rows:
+        tps = [r[name]["turns_per_s"] for r in rounds]
+        spent = [cpu(name, "cpu_us_per_turn", part) for part in ("daemon", "postgres", "load generator")]
+        ours = median(
+            [sum(v for k, v in r[name]["cores_busy"].items() if k != "others on the machine") for r in rounds]
+        )
+        others = cpu(name, "cores_busy", "others")
         lines.append(
-            f"| {n} daemon{'s' * (n > 1)} | {median(tps):,.0f} ({min(tps):,.0f}–{max(tps):,.0f}) | "
-            f"{median(cell(name, 'p50_ms')):.2f} ms | {median(cell(name, 'p95_ms')):.2f} ms | "
-            + " / ".join(f"{x:.2f}" for x in parts)
-            + " |"
+            f"| {label} | {median(tps):,.0f} ({min(tps):,.0f}–{max(tps):,.0f}) | "
+            f"{med(name, 'p50_ms'):.1f} / {med(name, 'p95_ms'):.1f} ms | "
+            f"{spent[0]:,.0f} + {spent[1]:,.0f} + {spent[2]:,.0f} = {sum(spent):,.0f} | {ours:.2f} + {others:.2f} |"
         )
     for c in a["pgbench_clients"]:
         name = f"pgbench {c}"
-        tps = cell(name, "turns_per_s")
+        tps = [r[name]["turns_per_s"] for r in rounds]
         lines.append(
             f"| pgbench, BEGIN; 2 INSERTs; COMMIT, {c} client{'s' * (c > 1)} | {median(tps):,.0f} "
-            f"({min(tps):,.0f}–{max(tps):,.0f}) | {median(cell(name, 'p50_ms')):.2f} ms | "
-            f"{median(cell(name, 'p95_ms')):.2f} ms | |"
+            f"({min(tps):,.0f}–{max(tps):,.0f}) | {med(name, 'p50_ms'):.2f} / {med(name, 'p95_ms'):.2f} ms | | |"
         )
-    lines += [
-        "",
-        "CPU per turn (µs, medians over rounds) and what PostgreSQL's backends were doing (mean count per sample):",
-        "",
-    ]
-    lines += ["| | per daemon process | postgres | load generator | backends |", "|---|---|---|---|---|"]
+    lines += ["", "What PostgreSQL's backends were doing (mean number per sample, the median round):", ""]
     for n in a["daemons"]:
         name = f"daemons {n}"
-        per = [r[name]["cpu_us_per_turn"] for r in rounds]
-        daemons = median([sum(v for k, v in p.items() if k.startswith("daemon")) for p in per])
-        states = rounds[len(rounds) // 2][name]["backends"]
-        shown = ", ".join(f"{k} {v:.2f}" for k, v in list(states.items())[:4])
-        lines.append(
-            f"| {n} daemon{'s' * (n > 1)} | {daemons:,.0f} (all daemons) | {median([p['postgres'] for p in per]):,.0f} | "
-            f"{median([p['load generator'] for p in per]):,.0f} | {shown} |"
-        )
+        ordered = sorted(rounds, key=lambda r: r[name]["turns_per_s"])
+        states = ordered[len(ordered) // 2][name]["backends"]
+        lines.append(f"- {n} daemon{'s' * (n > 1)}: " + ", ".join(f"{k} {v:.2f}" for k, v in states.items()))
     return lines
 
 
@@ -334,6 +339,9 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--lengths", type=lambda s: [int(x) for x in s.split(",")], default=[10, 1000, 10000])
     ap.add_argument("--daemons", type=lambda s: [int(x) for x in s.split(",")], default=[1, 2, 3])
     ap.add_argument("--conversations", type=int, default=100)
+    ap.add_argument(
+        "--no-sticky", dest="sticky", action="store_false", help="skip the cells that pin each conversation"
+    )
     ap.add_argument("--seconds", type=float, help="timed seconds per daemons cell (8; quick 3)")
     ap.add_argument("--warmup", type=float, default=1.5, help="untimed seconds of load first")
     ap.add_argument("--pgbench-clients", type=lambda s: [int(x) for x in s.split(",")], default=[1, 16])
