@@ -272,6 +272,10 @@ class Daemon:
 
     # -- AgentDirectory (for the HTTP layer) ------------------------------------------------------
 
+    @property
+    def daemon_id(self) -> str:
+        return self.resources.daemon_id
+
     def agent(self, name: str) -> Agent | None:
         return self.fleet.agent(name)
 

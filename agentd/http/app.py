@@ -60,10 +60,13 @@ def create_app(directory: AgentDirectory) -> FastAPI:
     async def root() -> Response:
         return RedirectResponse("/ui/", status_code=307)
 
-    @app.get("/healthz", tags=["daemon"], summary="Liveness (never needs the token)")
+    @app.get(
+        "/healthz", tags=["daemon"], summary="Liveness, and which daemon answered (never needs the token)"
+    )
     async def healthz() -> dict[str, Any]:
         agents = directory.describe_agents()
-        return {"ok": True, "agents": {a["name"]: a["status"] for a in agents}}
+        # `daemon`: behind a load balancer over several daemons, which one this was
+        return {"ok": True, "daemon": directory.daemon_id, "agents": {a["name"]: a["status"] for a in agents}}
 
     @app.get(
         "/metrics",

@@ -16,6 +16,11 @@ class AgentDirectory(Protocol):
     token: str | None
     max_body_bytes: int
 
+    @property
+    def daemon_id(self) -> str:
+        """This daemon's name where several share a store (host:pid:random), as its runs record it."""
+        ...
+
     def agent(self, name: str) -> Agent | None: ...
 
     def agent_problem(self, name: str) -> str | None:

@@ -33,6 +33,7 @@ RUN_KEYS = (
     "duration_ms",
     "error",
     "parent_run_id",
+    "daemon",
 )
 
 

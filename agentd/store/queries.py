@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from agentd.store.claims import Claim
 from agentd.store.records import (
     ApprovalRecord,
     Episode,
@@ -38,6 +39,15 @@ class Query(Generic[T]):
 @dataclass(frozen=True, slots=True)
 class ThreadHeader(Query[StoredThread]):
     """The active thread's row and latest summary, without its messages (load those by page)."""
+
+    conversation_key: str
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationMark(Query[Claim]):
+    """Where the conversation's active thread and the agent's memories stand, as a claim reports them,
+    without taking the conversation (no token): what a read outside a turn (the inspector, /status)
+    checks a cached copy against on a shared store. Empty on a single-owner store: nothing else writes."""
 
     conversation_key: str
 
