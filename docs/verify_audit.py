@@ -19,9 +19,17 @@ def commit(e, field, value):  # salted by the field's nonce; an erased field kee
 
 def event_hash(e, prev):
     names = set(e["data"]) | {f[5:] for f in e["erased"] if f.startswith("data.")}
-    body = {"v": 1, "ts": float(e["ts"]), "agent": e["agent"], "kind": e["kind"], "action": e["action"],
-            "run_id": e["run_id"], "daemon": e["daemon"], "conversation_key": commit(e, "conversation_key", e["conversation_key"]),
-            "data": {k: commit(e, "data." + k, e["data"].get(k)) for k in names}}
+    body = {
+        "v": 1,
+        "ts": float(e["ts"]),
+        "agent": e["agent"],
+        "kind": e["kind"],
+        "action": e["action"],
+        "run_id": e["run_id"],
+        "daemon": e["daemon"],
+        "conversation_key": commit(e, "conversation_key", e["conversation_key"]),
+        "data": {k: commit(e, "data." + k, e["data"].get(k)) for k in names},
+    }
     return H(bytes.fromhex(prev) + e["seq"].to_bytes(8, "big") + H(canon(body)).digest()).hexdigest()
 
 
