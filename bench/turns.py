@@ -442,13 +442,21 @@ async def seq_cell(kind: str, L: int, args: argparse.Namespace, rng: random.Rand
 # -- 2. 100 concurrent conversations ---------------------------------------------------------
 
 
-async def conc_agentd(layout: str, args: argparse.Namespace, rng: random.Random):
+async def conc_agentd(
+    layout: str,
+    args: argparse.Namespace,
+    rng: random.Random,
+    store_url: str | None = None,
+    meter: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext,
+):
+    """`store_url`: every agent in that PostgreSQL database instead; `meter`: see conc_run
+    (both for bench/replicas.py)."""
     C, L = args.convs, args.conc_length
     root = Path(tempfile.mkdtemp(prefix="agentd-bench-", dir=args.dir))
     seed = seed_messages(rng, L)
     keys = [f"webhook:conv{i}" for i in range(C)]
     runtimes: list[Agent] = []
-    shared = await resources("zero", root).__aenter__()  # one store thread for every file
+    shared = await resources("zero", root, store_url).__aenter__()  # one store thread for every file
     try:
         if layout == "one-file":
             rt = await shared.open_agent(bench_spec("bench"))
@@ -466,7 +474,7 @@ async def conc_agentd(layout: str, args: argparse.Namespace, rng: random.Random)
             if reply.text != ZERO_REPLY:
                 raise AssertionError(f"unexpected reply {reply}")
 
-        r = await conc_run(turn, args, rng)
+        r = await conc_run(turn, args, rng, meter)
         for rt in runtimes:
             mine = [k for k, owner in zip(keys, per_conv, strict=True) if owner is rt]
             await check_agentd(rt.state.store, mine, L, len(mine) * (args.conc_turns + 1))
@@ -516,8 +524,12 @@ async def conc_base(layout: str, args: argparse.Namespace, rng: random.Random):
 
 
 async def conc_run(
-    turn: Callable[[int, str], Awaitable[None]], args: argparse.Namespace, rng: random.Random
+    turn: Callable[[int, str], Awaitable[None]],
+    args: argparse.Namespace,
+    rng: random.Random,
+    meter: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext,
 ) -> dict[str, Any]:
+    """`meter`: a context manager around the timed turns (bench/replicas.py reads CPU with it)."""
     C, T = args.convs, args.conc_turns
     users = [[text(rng) for _ in range(T + 1)] for _ in range(C)]
     samples: list[int] = []
@@ -532,12 +544,15 @@ async def conc_run(
     # one untimed turn each: agentd loads the thread into memory here, once per conversation
     await asyncio.gather(*(conv(i, users[i][:1], False) for i in range(C)))
     after_setup(args)
-    t0 = time.perf_counter()
-    await asyncio.gather(*(conv(i, users[i][1:], True) for i in range(C)))
+    cpu, t0 = time.process_time(), time.perf_counter()
+    with meter():
+        await asyncio.gather(*(conv(i, users[i][1:], True) for i in range(C)))
     wall = time.perf_counter() - t0
+    cpu = time.process_time() - cpu
     end_cell(args)
     r = lat(samples)
     r["tps"] = round(C * T / wall, 1)
+    r["cpu_us_per_turn"] = round(1e6 * cpu / (C * T), 1)
     r["wall_s"] = round(wall, 3)
     return r
 

@@ -84,6 +84,22 @@ async def test_each_turn_sees_every_earlier_turn_whichever_daemon_took_it(shared
     assert len(daemons) == 2  # every run records the daemon that ran it
 
 
+async def test_what_a_daemon_shows_of_a_conversation_includes_the_other_daemons_turns(
+    shared: Harness,
+) -> None:
+    """The inspector, /status and the conversation route take no claim, yet never show a stale cached copy."""
+    (a, _), (b, _) = await daemon(shared), await daemon(shared)
+    await say(a, "one")  # a holds the thread in memory from here
+    await say(b, "two")
+    await b.state.memory.remember("city", "Lisbon", conversation_key=KEY, run_id=None)
+    shown = await a.next_prompt(KEY)
+    assert [m["parts"][0]["text"] for m in shown["messages"]][-2:] == ["two", "default reply to: two"]
+    assert "- city" in shown["system"]
+    assert (await a.status_of(KEY))["memory_keys"] == ["city"]
+    await say(b, "/new")
+    assert (await a.next_prompt(KEY))["messages"] == []
+
+
 async def test_a_new_thread_on_one_daemon_is_the_others_too(shared: Harness) -> None:
     (a, _), (b, model_b) = await daemon(shared), await daemon(shared)
     await say(a, "before")

@@ -25,6 +25,8 @@ from agentd.store.queries import (
     ActiveThread,
     ApprovalById,
     AuditEvents,
+    AuditHead,
+    AuditTrail,
     ConversationPartitions,
     Conversations,
     DeliverySeen,
@@ -43,6 +45,7 @@ from agentd.store.queries import (
     NeighbourEpisodes,
     OpenApprovals,
     PendingEpisodes,
+    PersonConversations,
     Query,
     Runs,
     RunTotals,
@@ -67,6 +70,7 @@ from agentd.store.writes import (
     DeleteTranscript,
     Delivery,
     EnsureIdentity,
+    ErasePerson,
     InsertApproval,
     InsertEpisodes,
     InsertRun,
@@ -680,3 +684,58 @@ async def test_two_agents_never_see_each_others_rows(stores: OpenStore) -> None:
         assert await a.read(EpisodesById([their_episode.id])) == {}
     assert await a.write(PruneDeliveries(T0 + 10)) == [1]
     assert await b.read(DeliverySeen("d", "e1"))  # pruning one agent's deliveries left the other's
+
+
+# -- the audit chain and a person's data ---------------------------------------------------------
+
+
+async def test_the_audit_trail_pages_in_seq_order_from_a_time_and_names_its_head(store: Store) -> None:
+    assert await store.read(AuditHead()) is None
+    records = [AuditRecord("memory", f"a{i}", KEY, None, {"i": i}) for i in range(5)]
+    for i, record in enumerate(records):
+        await store.write(AppendAudit("bot", [record], T0 + i))
+    trail = await store.read(AuditTrail())
+    assert [(e["seq"], e["action"], e["ts"]) for e in trail] == [(i + 1, f"a{i}", T0 + i) for i in range(5)]
+    assert trail[0]["prev_hash"] == "0" * 64 and trail[1]["prev_hash"] == trail[0]["hash"]
+    assert set(trail[0]["salts"]) == {"conversation_key", "data.i"} and trail[0]["erased"] == {}
+    assert [e["seq"] for e in await store.read(AuditTrail(after_seq=2, limit=2))] == [3, 4]
+    assert [e["seq"] for e in await store.read(AuditTrail(since=T0 + 3))] == [4, 5]
+    assert await store.read(AuditHead()) == (5, trail[-1]["hash"])
+    shown = await store.read(AuditEvents())
+    assert [(e["seq"], e["hash"], e["prev_hash"]) for e in shown] == [
+        (e["seq"], e["hash"], e["prev_hash"]) for e in trail
+    ]
+
+
+async def test_a_persons_conversations_theirs_shared_and_named_by_key(store: Store) -> None:
+    def by(user: str, seq: int, key: str, thread_id: int | None = None) -> CommitTurn:
+        message = StoredMessage(seq, Message.user(f"{user} speaks", user), f"r-{user}-{key}-{seq}")
+        return CommitTurn(key, thread_id, [message], run(f"r-{user}-{key}-{seq}", key), None, None, T0 + seq)
+
+    await one(store, by("ana", 1, "discord:dm:ana"))
+    room = await one(store, by("ana", 1, "discord:room"))
+    await one(store, by("bob", 2, "discord:room", room))
+    await one(
+        store,
+        CommitTurn("telegram:dm:ana", None, [], run("r-nothing-kept", "telegram:dm:ana"), None, None, T0),
+    )
+    await one(store, by("bob", 1, "webhook:ana"))  # a key that happens to end in her id: not hers
+    found = await store.read(PersonConversations("ana"))
+    assert found == {"theirs": ["discord:dm:ana", "telegram:dm:ana"], "shared": ["discord:room"]}
+    assert await store.read(PersonConversations("nobody")) == {"theirs": [], "shared": []}
+
+
+async def test_an_erasure_keeps_to_the_conversations_named_and_records_one_event(store: Store) -> None:
+    for key in ("webhook:one", "webhook:two"):
+        await one(store, CommitTurn(key, None, [said(1, "I am ana")], run(f"r-{key}", key), None, None, T0))
+    await one(store, UpsertMemory("user:u1", "city", "Porto", None, T0))
+    subject = {"scrypt": "00", "salt": "00", "n": 2, "r": 1, "p": 1}
+    erase = ErasePerson("bot", "u1", subject, "test", T0 + 5, conversations=["webhook:one"])
+    counts = await one(store, erase)
+    assert counts == {"conversations": 1, "messages": 1, "threads": 1, "runs": 1, "memories": 1}
+    assert (await store.read(ThreadHeader("webhook:one"))).id is None
+    assert (await store.read(ThreadHeader("webhook:two"))).id is not None  # not held: left
+    [event] = await store.read(AuditEvents(kind="person"))
+    assert event["data"] == {"subject": subject, "counts": counts, "by": "test"} and event["daemon"] == "d1"
+    assert await one(store, ErasePerson("bot", "nobody", subject, "test", T0)) == {}
+    assert len(await store.read(AuditEvents(kind="person"))) == 1  # nothing went: no event

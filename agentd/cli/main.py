@@ -9,10 +9,12 @@ import sys
 from pathlib import Path
 
 from agentd import __version__
+from agentd.cli.audit import cmd_audit_export, cmd_audit_verify
 from agentd.cli.chat import cmd_chat
 from agentd.cli.init import cmd_init
 from agentd.cli.local import cmd_forget_episodes, cmd_inspect
 from agentd.cli.logs import LOG_FORMATS, LOG_LEVELS, configure_logging
+from agentd.cli.people import cmd_person_erase, cmd_person_export
 from agentd.cli.reports import cmd_audit, cmd_memories, cmd_runs
 from agentd.cli.store import add_store_parser
 from agentd.cli.tools import cmd_tools
@@ -96,13 +98,24 @@ def build_parser() -> argparse.ArgumentParser:
     schema.add_argument("which", nargs="?", choices=["agent", "daemon"], default="agent")
     schema.set_defaults(func=cmd_schema)
 
-    audit = sub.add_parser("audit", help="print an agent's audit trail")
-    audit.add_argument("agent")
-    audit.add_argument("--kind", default=None)
-    audit.add_argument("--limit", type=int, default=50)
+    audit = sub.add_parser(
+        "audit",
+        help="print an agent's audit trail (audit AGENT), verify the hash chains (audit verify [AGENT]) "
+        "or export them as JSON lines (audit export [--since T] [--agent A] [-o FILE])",
+    )
+    audit.add_argument("what", metavar="AGENT | verify | export")
+    audit.add_argument(
+        "name", nargs="?", default=None, help="verify: only this agent's chain (_daemon: the daemon's)"
+    )
+    audit.add_argument("--kind", default=None, help="AGENT: only events of this kind")
+    audit.add_argument("--limit", type=int, default=50, help="AGENT: the newest this many")
     audit.add_argument("--json", action="store_true")
+    audit.add_argument("--since", default=None, help="export: from the first event at or after this time")
+    audit.add_argument("--agent", default=None, help="export: only this agent's chain")
+    audit.add_argument("-o", "--output", type=Path, default=None, help="export: write here (default: stdout)")
     common(audit)
-    audit.set_defaults(func=cmd_audit)
+    audit.add_argument("--config", type=Path, default=None)
+    audit.set_defaults(func=cmd_audit_any)
 
     runs = sub.add_parser("runs", help="print an agent's runs")
     runs.add_argument("agent")
@@ -135,6 +148,19 @@ def build_parser() -> argparse.ArgumentParser:
     tools.add_argument("--config", type=Path, default=None)
     tools.set_defaults(func=cmd_tools)
 
+    person = sub.add_parser(
+        "person",
+        help="a data-subject request across every agent: export USER (one JSON document) or erase USER",
+    )
+    person.add_argument("action", choices=["export", "erase"])
+    person.add_argument("user_id", help="the person's user id, as the channels give it")
+    person.add_argument(
+        "-o", "--output", type=Path, default=None, help="export: write here (default: stdout)"
+    )
+    common(person)
+    person.add_argument("--config", type=Path, default=None)
+    person.set_defaults(func=lambda a: (cmd_person_export if a.action == "export" else cmd_person_erase)(a))
+
     forget = sub.add_parser(
         "forget-episodes", help="delete every episode of one person (audited, for data-subject requests)"
     )
@@ -145,6 +171,21 @@ def build_parser() -> argparse.ArgumentParser:
     forget.set_defaults(func=cmd_forget_episodes)
     add_store_parser(sub)
     return p
+
+
+def cmd_audit_any(args: argparse.Namespace) -> int:
+    """`audit verify` and `audit export` are commands; any other word is an agent whose trail is printed
+    (`agentd audit show verify` prints an agent named verify)."""
+    if args.what == "verify":
+        return cmd_audit_verify(args)
+    if args.what == "export":
+        return cmd_audit_export(args)
+    if args.what == "show":
+        if args.name is None:
+            raise AgentdError("audit show: name the agent")
+        args.what = args.name
+    args.agent = args.what
+    return cmd_audit(args)
 
 
 def cmd_run(args: argparse.Namespace) -> int:

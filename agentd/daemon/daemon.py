@@ -29,6 +29,7 @@ from agentd.config.models import DaemonSpec, is_loopback
 from agentd.daemon.fleet import Fleet, log_startup
 from agentd.daemon.metrics import Metrics
 from agentd.daemon.observe import DaemonObserver
+from agentd.daemon.people import erase_person, export_person
 from agentd.daemon.periodic import (
     CLOSE_IDLE_FILES_EVERY,
     GC_FREEZE_EVERY,
@@ -271,6 +272,10 @@ class Daemon:
 
     # -- AgentDirectory (for the HTTP layer) ------------------------------------------------------
 
+    @property
+    def daemon_id(self) -> str:
+        return self.resources.daemon_id
+
     def agent(self, name: str) -> Agent | None:
         return self.fleet.agent(name)
 
@@ -298,15 +303,27 @@ class Daemon:
     ) -> list[dict[str, Any]]:
         assert self.daemon_store is not None
         query = AuditEvents(agent, kind, since, limit, tool)
-        merged = [{**r, "id": f"daemon:{r['id']}"} for r in await self.daemon_store.read(query)]
+        # each event names its chain (the store it is in) and its place there: seq, prev_hash, hash
+        merged = [
+            {**r, "id": f"daemon:{r['id']}", "chain": DAEMON_STORE}
+            for r in await self.daemon_store.read(query)
+        ]
         for name, entry in self.fleet.entries.items():
             if entry.agent is not None and agent in (None, name):
                 merged += [
-                    {**r, "id": f"{name}:{r['id']}"}
+                    {**r, "id": f"{name}:{r['id']}", "chain": name}
                     for r in await entry.agent.audit_events(kind, since, limit, tool)
                 ]
         merged.sort(key=lambda r: r["ts"])
         return merged[-limit:]
+
+    async def export_person(self, user_id: str) -> dict[str, Any]:
+        """Everything held about one person, across every agent (agentd.daemon.people)."""
+        return await export_person(self.resources, self.fleet.agent, self.daemon_store, user_id)
+
+    async def erase_person(self, user_id: str, by: str) -> dict[str, Any]:
+        """Erase one person everywhere, hot caches included (agentd.daemon.people)."""
+        return await erase_person(self.resources, self.fleet.agent, self.daemon_store, user_id, by)
 
     async def audit_auth_failure(self, path: str, reason: str, client: str | None) -> None:
         await self.daemon_audit("auth", "denied", None, {"path": path, "reason": reason, "client": client})

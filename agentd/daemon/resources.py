@@ -158,6 +158,13 @@ class Resources:
             )
         return store if self.observer is None else ObservedStore(store, name, self.observer)
 
+    async def stored_names(self) -> list[str]:
+        """Every store holding data, sorted: each agent's that ever stored anything (its file still there
+        or not) and the daemon's own (`_daemon`)."""
+        if self.postgres is not None:
+            return await self.postgres.agent_names()
+        return sorted(path.stem for path in self.data_dir.glob("*.sqlite"))
+
     def agent_resources(self, peers: Peers | None = None) -> AgentResources:
         assert self.providers is not None, "Resources used outside `async with`"
         return AgentResources(

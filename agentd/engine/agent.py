@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agentd.config.models import AgentSpec
@@ -20,10 +20,11 @@ from agentd.engine.deletions import delete_conversation, forget_memory
 from agentd.engine.handling import EventHandler
 from agentd.engine.inspect import inspect_conversation, next_prompt
 from agentd.engine.lifecycle import Lifecycle
+from agentd.engine.people import erase_person, person_data
 from agentd.engine.state import AgentResources, AgentState
 from agentd.engine.stateless import run_stateless
 from agentd.engine.status import status_facts, tools_report
-from agentd.errors import NewerSchema
+from agentd.errors import NewerSchema, StoreError
 from agentd.events import InboundEvent, Reply, ReplySink
 from agentd.memory.episode_writes import forget_partition
 from agentd.memory.persistent import persistent_scope
@@ -121,11 +122,15 @@ class Agent:
         self._data = "failed"
         await self.lifecycle.fail(str(error))
 
-    def _nothing_to_read(self) -> bool:
+    def _nothing_to_read(self, *, because_failed: bool = False) -> bool:
         """Whether a background read (the daemon-wide audit trail, retention) should skip this agent:
-        its data failed, or it was never written (reading would create its file)."""
+        its data failed, or it was never written (reading would create its file). With
+        `because_failed`, data that failed is an error (StoreError) instead: a person's data must not
+        be reported absent when it only could not be read."""
         store = self.state.store
         if self._data == "failed":
+            if because_failed:
+                raise StoreError(f"agent {self.name}'s data cannot be used: {self.lifecycle.last_error}")
             return True
         return self._data == "unopened" and isinstance(store, KnowsIfAbsent) and store.absent()
 
@@ -295,6 +300,23 @@ class Agent:
         asked; returns how many. Runs in flight finish first, so none stores an exchange afterwards."""
         await self.drain(30)
         return await forget_partition(self.state.store, self.name, f"user:{user_id}", time.time(), by)
+
+    async def person_data(self, user_id: str) -> dict[str, Any] | None:
+        """Everything this agent holds about one person (agentd.store.queries.PersonData); None when the
+        agent never stored anything (nothing is created to find that out)."""
+        if self._nothing_to_read(because_failed=True):
+            return None
+        await self.ready()
+        return await person_data(self.state, user_id)
+
+    async def erase_person(self, user_id: str, subject: Mapping[str, Any], by: str) -> dict[str, int]:
+        """Erase one person from this agent, hot copies included (agentd.engine.people); the counts of
+        what went, per kind (empty: it held nothing of theirs)."""
+        if self._nothing_to_read(because_failed=True):
+            return {}
+        await self.ready()
+        with self.lifecycle.busy():
+            return await erase_person(self.state, self._handler.approvals, user_id, subject, by)
 
     async def delete_conversation(self, conversation_key: str, by: str) -> dict[str, int]:
         """Delete the conversation's threads (archived ones too), audited with counts and who asked."""

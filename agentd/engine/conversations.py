@@ -243,6 +243,11 @@ class HotThreads:
         self._threads.pop(key, None)
         self._partial.discard(key)
 
+    def forget(self, key: str) -> None:
+        """Drop the thread and its bytes from the budget: its next use reads it from the store."""
+        self._budget.release(self, key)
+        self.drop(key)
+
     def close(self) -> None:
         """Forget every thread (the agent is closing) and give their bytes back to the budget."""
         for key in list(self._threads):

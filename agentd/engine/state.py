@@ -26,6 +26,7 @@ from agentd.providers.base import Embedder
 from agentd.providers.registry import ProviderRegistry
 from agentd.store.base import Store
 from agentd.store.claims import Claim
+from agentd.store.queries import ConversationMark
 from agentd.store.records import ApprovalRecord, StoredThread
 from agentd.tools.mcp_servers import McpServers
 
@@ -97,10 +98,17 @@ class AgentState:
         return memory
 
     async def thread(
-        self, conversation_key: str, memory: Memory, ctx: MemoryContext, claim: Claim = NO_CLAIM
+        self, conversation_key: str, memory: Memory, ctx: MemoryContext, claim: Claim | None = None
     ) -> StoredThread:
         """The conversation's hot thread, holding what `memory` reads (checked against the claim's
-        mark on a shared store), or an empty one when the memory keeps no transcript."""
+        mark on a shared store), or an empty one when the memory keeps no transcript.
+
+        Without a claim (a view: the inspector, /status, the conversation route) nothing is taken,
+        but on a shared store the cached copy is still checked against where the store stands now:
+        other daemons may have answered the conversation since this one last did."""
+        if claim is None:
+            shared = self.store.shared
+            claim = await self.store.read(ConversationMark(conversation_key)) if shared else NO_CLAIM
         if claim.memories_version is not None:
             await self.memory.sync(claim.memories_version)
         if not memory.keeps_transcript:

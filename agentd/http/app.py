@@ -35,6 +35,7 @@ from agentd.http.docs import add_docs_routes
 from agentd.http.errors import ApiError, errors, install_error_handlers
 from agentd.http.lookup import running_agent
 from agentd.http.openai_api import add_openai_routes, is_openai_path, openai_error
+from agentd.http.people import add_people_routes
 from agentd.http.reads import add_read_routes
 from agentd.http.streaming import TurnStream, reply_events
 from agentd.http.tools_routes import add_tool_routes
@@ -59,10 +60,13 @@ def create_app(directory: AgentDirectory) -> FastAPI:
     async def root() -> Response:
         return RedirectResponse("/ui/", status_code=307)
 
-    @app.get("/healthz", tags=["daemon"], summary="Liveness (never needs the token)")
+    @app.get(
+        "/healthz", tags=["daemon"], summary="Liveness, and which daemon answered (never needs the token)"
+    )
     async def healthz() -> dict[str, Any]:
         agents = directory.describe_agents()
-        return {"ok": True, "agents": {a["name"]: a["status"] for a in agents}}
+        # `daemon`: behind a load balancer over several daemons, which one this was
+        return {"ok": True, "daemon": directory.daemon_id, "agents": {a["name"]: a["status"] for a in agents}}
 
     @app.get(
         "/metrics",
@@ -135,6 +139,7 @@ def create_app(directory: AgentDirectory) -> FastAPI:
 
     add_read_routes(app, directory, protected)
     add_delete_routes(app, directory, protected)
+    add_people_routes(app, directory, protected)
 
     async def platform(request: Request) -> Any:
         handler = directory.platform_endpoint(request.url.path)

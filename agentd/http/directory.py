@@ -16,6 +16,11 @@ class AgentDirectory(Protocol):
     token: str | None
     max_body_bytes: int
 
+    @property
+    def daemon_id(self) -> str:
+        """This daemon's name where several share a store (host:pid:random), as its runs record it."""
+        ...
+
     def agent(self, name: str) -> Agent | None: ...
 
     def agent_problem(self, name: str) -> str | None:
@@ -38,6 +43,14 @@ class AgentDirectory(Protocol):
     async def query_audit(
         self, agent: str | None, kind: str | None, since: float | None, limit: int, tool: str | None = None
     ) -> list[dict[str, Any]]: ...
+
+    async def export_person(self, user_id: str) -> dict[str, Any]:
+        """Everything held about one person across every agent: {user_id, exported_at, agents, failed}."""
+        ...
+
+    async def erase_person(self, user_id: str, by: str) -> dict[str, Any]:
+        """Erase one person everywhere: {user_id, subject, erased (counts per agent), failed}."""
+        ...
 
     async def audit_auth_failure(self, path: str, reason: str, client: str | None) -> None: ...
 

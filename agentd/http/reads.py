@@ -33,6 +33,7 @@ RUN_KEYS = (
     "duration_ms",
     "error",
     "parent_run_id",
+    "daemon",
 )
 
 
@@ -67,7 +68,9 @@ def add_read_routes(app: FastAPI, directory: AgentDirectory, protected: list[Dep
             default=None, description="only events about this tool (e.g. files__write_file)"
         ),
     ) -> dict[str, Any]:
-        """Audit events, newest last: the agents' own and the daemon's (config, auth)."""
+        """Audit events, newest last: the agents' own and the daemon's (config, auth). Each names its
+        hash chain (`chain`: the agent, or `_daemon`), its place there (`seq`), its `hash` and the hash
+        of the event before it in that chain (`prev_hash`): consecutive events of a chain link up."""
         agent, kind, tool = agent or None, kind or None, tool or None  # `?agent=` filters nothing
         events = await directory.query_audit(agent, kind, parse_since(since), limit, tool)
         if agent is not None and not events and not await _known(directory, agent):

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from agentd.store.claims import Claim
 from agentd.store.records import (
     ApprovalRecord,
     Episode,
@@ -38,6 +39,15 @@ class Query(Generic[T]):
 @dataclass(frozen=True, slots=True)
 class ThreadHeader(Query[StoredThread]):
     """The active thread's row and latest summary, without its messages (load those by page)."""
+
+    conversation_key: str
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationMark(Query[Claim]):
+    """Where the conversation's active thread and the agent's memories stand, as a claim reports them,
+    without taking the conversation (no token): what a read outside a turn (the inspector, /status)
+    checks a cached copy against on a shared store. Empty on a single-owner store: nothing else writes."""
 
     conversation_key: str
 
@@ -107,6 +117,47 @@ class AuditEvents(Query[list[dict[str, Any]]]):
     since: float | None = None
     limit: int = 100
     tool: str | None = None
+
+    def conditions(self) -> list[tuple[str, str, Any]]:
+        """The column filters asked for, as (column, operator, value); `tool` is each backend's own."""
+        wanted = (("agent", "=", self.agent), ("kind", "=", self.kind), ("ts", ">=", self.since))
+        return [(column, op, value) for column, op, value in wanted if value is not None]
+
+
+@dataclass(frozen=True, slots=True)
+class AuditTrail(Query[list[dict[str, Any]]]):
+    """The store's audit chain in seq order with all that verifying it needs (values, nonces, erased
+    commitments, hashes): the events after `after_seq`, at most `limit`; with `since`, only from the
+    first event at or after that time on (a chain has no holes: later events all follow)."""
+
+    after_seq: int = 0
+    limit: int = 1000
+    since: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AuditHead(Query[tuple[int, str] | None]):
+    """The chain head the store records: the last event's seq and hash (hex); None before any event."""
+
+
+# -- a person's data ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PersonConversations(Query[dict[str, list[str]]]):
+    """The conversations a person spoke in, sorted: `theirs` (nobody else spoke there) and `shared`."""
+
+    user_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class PersonData(Query[dict[str, Any]]):
+    """Everything the store holds about one person (agentd/store/people.py), JSON-ready, each item with
+    its conversation: their conversations whole, their exchanges in shared ones, their persistent
+    memories, facts and episodes, the runs of their turns, approvals they asked for, audit events
+    naming them. Empty lists when it holds nothing of theirs."""
+
+    user_id: str
 
 
 # -- approvals ---------------------------------------------------------------------------

@@ -91,7 +91,9 @@ def stamped(ops: Sequence[Write[Any]], daemon: str | None) -> list[Write[Any]]:
         return list(ops)
     out: list[Write[Any]] = []
     for op in ops:
-        if isinstance(op, AppendAudit | PruneEpisodes | DeletePartitionEpisodes | DeleteConversation):
+        if isinstance(
+            op, AppendAudit | PruneEpisodes | DeletePartitionEpisodes | DeleteConversation | ErasePerson
+        ):
             op = replace(op, daemon=daemon)
         elif isinstance(op, InsertRun | CommitTurn):
             op.run.daemon = daemon
@@ -276,4 +278,35 @@ class DeletePartitionEpisodes(Write[int]):
     partition: str
     by: str
     ts: float
+    daemon: str | None = None  # stamped on its audit row by the store that writes it
+
+
+# -- a person's data -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ErasePerson(Write[dict[str, int]]):
+    """Erase one person (agentd/store/people.py): their own conversations whole (threads, messages,
+    summaries, memory state, runs, delivery ids, approvals), their exchanges in shared conversations
+    as tombstones, their persistent memories, facts and episodes (keyword index and vectors with them),
+    and every audit field naming them (the chain still verifies). In a shared thread they spoke in,
+    what was derived from everyone's messages is rebuilt without them: compaction summaries go (the
+    messages they covered are shown again, and compacted anew), layer states holding any of
+    `rebuild_layers_holding` go (the layer starts over from the thread), and `drop_layer_keys` are
+    removed from the others. One audit event of `agent` records the counts per kind and `subject` (a
+    salted hash of the id, never the id), plus `record` when given (then it is written even when
+    nothing was erased). The result is the counts.
+
+    `conversations`: erase only in these (the ones the caller holds, so no hot copy of them outlives
+    the erasure); None: in every conversation."""
+
+    agent: str
+    user_id: str
+    subject: Mapping[str, Any]
+    by: str
+    ts: float
+    conversations: Sequence[str] | None = None
+    rebuild_layers_holding: Sequence[str] = ()
+    drop_layer_keys: Sequence[str] = ()
+    record: Mapping[str, Any] | None = None
     daemon: str | None = None  # stamped on its audit row by the store that writes it

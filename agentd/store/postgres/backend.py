@@ -18,7 +18,7 @@ from agentd.store.postgres.claims import ClaimQueue
 from agentd.store.postgres.connection import label_of
 from agentd.store.postgres.executor import DEFAULT_THREADS, PgExecutor
 from agentd.store.postgres.leases import Leases
-from agentd.store.postgres.migrations import MIGRATIONS, migrate
+from agentd.store.postgres.migrations import MIGRATIONS, Migrations, migrate
 from agentd.store.postgres.store import PostgresStore
 from agentd.store.postgres.wakeups import Wakeups
 
@@ -36,7 +36,7 @@ class PostgresBackend:
         lease_s: float = DEFAULT_LEASE_S,
         heartbeat_s: float | None = None,
         threads: int = DEFAULT_THREADS,
-        migrations: list[tuple[str, tuple[str, ...]]] = MIGRATIONS,
+        migrations: Migrations = MIGRATIONS,
     ):
         """`daemon` is recorded on every run and audit event and names this process's claims;
         `heartbeat_s` (default: a third of `lease_s`) is how often held leases are renewed."""
@@ -85,6 +85,14 @@ class PostgresBackend:
     def store(self, agent: str, *, readonly: bool = False) -> PostgresStore:
         """The store of the agent (or `_daemon`) `agent`; not opened yet."""
         return PostgresStore(self, agent, readonly=readonly)
+
+    async def agent_names(self) -> list[str]:
+        """Every agent with a row (anything ever opened in the database, `_daemon` included), sorted."""
+
+        def job(conn: psycopg.Connection[Any]) -> list[str]:
+            return [row[0] for row in conn.execute('SELECT name FROM agents ORDER BY name COLLATE "C"')]
+
+        return await self.executor.call(job, idempotent=True)
 
     async def agent_id(self, name: str, *, create: bool) -> int:
         """The agent's id in the database (its row made on first use, unless `create` is False)."""

@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from agentd.store.postgres.audit import insert_audit
 from agentd.store.postgres.dispatch import Cx, Later, handles
-from agentd.store.postgres.runs import insert_audit
 from agentd.store.queries import VectorChanges, Vectors
 from agentd.store.records import AuditRecord, Pruned, StoredVector, VectorDelta
 from agentd.store.writes import (
@@ -135,7 +135,8 @@ def vector_changes(cx: Cx, q: VectorChanges) -> Later[VectorDelta]:
         rows, gone = sorted(added.fetchall()), [row[0] for row in removed.fetchall()]  # (rows: in id order)
         if q.since == 0:
             return VectorDelta(change, _vectors(rows), [])
-        if q.since < horizon:
+        # behind the horizon, or ahead of the counter (the partition was erased, and maybe begun again)
+        if q.since < horizon or q.since > change:
             return VectorDelta(change, [], [], complete=False)
         return VectorDelta(change, _vectors(rows), gone)
 
@@ -193,19 +194,33 @@ def prune_episodes(cx: Cx, op: PruneEpisodes) -> Pruned:
     return Pruned(aged + extra, len(aged), len(extra))
 
 
-@handles(DeletePartitionEpisodes, reads_midway=lambda op: True)
-def delete_partition(cx: Cx, op: DeletePartitionEpisodes) -> int:
-    """Every episode of one partition; an index of it from before reloads (the horizon moves past it)."""
-    scope = (cx.agent_id, op.partition)
-    cx.run(_BUMP, scope)
+def _delete_all(cx: Cx, partition: str) -> int:
+    """Every episode of the partition, and the listing of its deletions; returns how many went."""
+    scope = (cx.agent_id, partition)
     found = cx.run(
         "WITH gone AS (DELETE FROM episodes WHERE agent_id = %s AND partition = %s RETURNING 1)"
         " SELECT count(*) FROM gone",
         scope,
     ).fetchone()
-    deleted = int(found[0]) if found is not None else 0
-    cx.run("UPDATE episode_partitions SET horizon = change WHERE agent_id = %s AND partition = %s", scope)
     cx.run("DELETE FROM episode_deletions WHERE agent_id = %s AND partition = %s", scope)
+    return int(found[0]) if found is not None else 0
+
+
+def erase_partition(cx: Cx, partition: str) -> int:
+    """A person's partition gone whole, its counter row too (it names them): an index of it that another
+    daemon holds asks for changes past a counter the store no longer has, and reloads (vector_changes)."""
+    deleted = _delete_all(cx, partition)
+    cx.run("DELETE FROM episode_partitions WHERE agent_id = %s AND partition = %s", (cx.agent_id, partition))
+    return deleted
+
+
+@handles(DeletePartitionEpisodes, reads_midway=lambda op: True)
+def delete_partition(cx: Cx, op: DeletePartitionEpisodes) -> int:
+    """Every episode of one partition; an index of it from before reloads (the horizon moves past it)."""
+    scope = (cx.agent_id, op.partition)
+    cx.run(_BUMP, scope)
+    deleted = _delete_all(cx, op.partition)
+    cx.run("UPDATE episode_partitions SET horizon = change WHERE agent_id = %s AND partition = %s", scope)
     data = {"partition": op.partition, "deleted": deleted, "by": op.by}
     insert_audit(
         cx,

@@ -10,14 +10,18 @@ database's own collation. JSON is stored as text, exactly as written (jsonb woul
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
 
 from agentd.errors import NewerSchema
+from agentd.store.postgres.audit import seal_unchained
 from agentd.store.postgres.claim_sql import CLAIM_STATEMENTS
 from agentd.store.postgres.connection import SCHEMA
 
+Step = str | Callable[[psycopg.Connection[Any]], None]  # a statement, or what SQL alone cannot do
+Migrations = list[tuple[str, tuple[Step, ...]]]
 MIGRATION_LOCK = 0x61_67_65_6E_74_64  # pg_advisory_lock key: "agentd"
 C = 'COLLATE "C"'
 
@@ -217,7 +221,27 @@ APPROVALS: tuple[str, ...] = (
     "CREATE INDEX approvals_open ON approvals (agent_id, created_at, id) WHERE state IS NOT NULL",
 )
 
-COPIED_ROWS: tuple[str, ...] = (
+AUDIT_CHAIN: tuple[Step, ...] = (
+    # The hash chain (agentd/store/audit_chain.py): each event's place in its agent's chain, the nonces
+    # of its fields, the commitments of fields erased since, the hash before it and its own.
+    "ALTER TABLE audit ADD COLUMN seq bigint, ADD COLUMN salts text, ADD COLUMN erased text,"
+    " ADD COLUMN prev_hash bytea, ADD COLUMN hash bytea",
+    # Per agent, the chain's head: appending moves it, so appends to one chain are serialized by its
+    # row lock whichever daemon makes them (agentd/store/postgres/audit.py), and a trail cut short
+    # (its last events deleted) no longer matches it.
+    """CREATE TABLE audit_chains (
+        agent_id bigint PRIMARY KEY REFERENCES agents (id),
+        seq bigint NOT NULL,
+        head bytea NOT NULL,
+        prev bytea NOT NULL
+    )""",
+    seal_unchained,  # the events written before this version, chained in the order they were written
+    "CREATE UNIQUE INDEX audit_by_seq ON audit (agent_id, seq)",
+    # a person's messages, found at once when their data is exported or erased
+    "CREATE INDEX messages_by_user ON messages (agent_id, user_id) WHERE user_id IS NOT NULL",
+)
+
+COPIED_ROWS: tuple[Step, ...] = (
     # What `agentd store copy` brought here from each agent's SQLite file (agentd/store/copy_plan.py):
     # a row's key there (its id in the file, or its natural key), for a row the file numbered itself
     # the id it got here, and a fingerprint of the row as copied. Copying again compares instead of
@@ -232,11 +256,12 @@ COPIED_ROWS: tuple[str, ...] = (
     )""",
 )
 
-MIGRATIONS: list[tuple[str, tuple[str, ...]]] = [
+MIGRATIONS: Migrations = [
     ("0001_initial", INITIAL),
     ("0002_claims", CLAIM_STATEMENTS),
     ("0003_approvals", APPROVALS),
-    ("0004_copied_rows", COPIED_ROWS),
+    ("0004_audit_chain", AUDIT_CHAIN),
+    ("0005_copied_rows", COPIED_ROWS),
 ]
 
 
@@ -249,9 +274,7 @@ def applied(conn: psycopg.Connection[Any]) -> list[str]:
     return [row[0] for row in conn.execute(f"SELECT name FROM {SCHEMA}.schema_migrations ORDER BY n")]
 
 
-def migrate(
-    conn: psycopg.Connection[Any], migrations: list[tuple[str, tuple[str, ...]]] = MIGRATIONS
-) -> list[str]:
+def migrate(conn: psycopg.Connection[Any], migrations: Migrations = MIGRATIONS) -> list[str]:
     """Apply every migration not yet applied, in order, under the migration lock; returns the names
     applied now. `conn` is in autocommit mode and not in a pipeline."""
     conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK,))
@@ -268,8 +291,11 @@ def migrate(
             if name in done:
                 continue
             with conn.transaction():
-                for statement in statements:
-                    conn.execute(statement)  # type: ignore[arg-type]  # (literal DDL)
+                for step in statements:
+                    if isinstance(step, str):
+                        conn.execute(step)  # type: ignore[arg-type]  # (literal DDL)
+                    else:
+                        step(conn)
                 conn.execute(
                     "INSERT INTO schema_migrations (name, applied_at) VALUES (%s, %s)", (name, time.time())
                 )

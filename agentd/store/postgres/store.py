@@ -17,12 +17,14 @@ from agentd.errors import StoreError
 from agentd.store.claims import Claim, current_fence
 from agentd.store.postgres import (  # noqa: F401  (importing the SQL modules registers their handlers)
     approvals,
+    audit,
     deliveries,
     episode_reads,
     episodes,
     facts,
     memories,
     memory_state,
+    people,
     runs,
     transcripts,
 )

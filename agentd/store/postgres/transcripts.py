@@ -12,10 +12,19 @@ from collections.abc import Sequence
 from typing import Any
 
 from agentd.messages import dump_message, load_message
+from agentd.store.claims import Claim, ThreadMark
+from agentd.store.postgres.audit import insert_audit
 from agentd.store.postgres.deliveries import record_delivery
 from agentd.store.postgres.dispatch import Cx, Later, handles, rowcount
-from agentd.store.postgres.runs import insert_audit, insert_run
-from agentd.store.queries import ActiveThread, Conversations, MessageCounts, MessagesPage, ThreadHeader
+from agentd.store.postgres.runs import insert_run
+from agentd.store.queries import (
+    ActiveThread,
+    ConversationMark,
+    Conversations,
+    MessageCounts,
+    MessagesPage,
+    ThreadHeader,
+)
 from agentd.store.records import AuditRecord, StoredMessage, StoredThread
 from agentd.store.writes import (
     AppendAudit,
@@ -31,6 +40,12 @@ _HEADER = (
     " (SELECT s.text FROM summaries s WHERE s.thread_id = t.id ORDER BY s.id DESC LIMIT 1),"
     " (SELECT max(m.seq) FROM messages m WHERE m.thread_id = t.id)"
     " FROM threads t WHERE t.agent_id = %s AND t.conversation_key = %s AND t.status = 'active'"
+)
+# what agentd_claim reads under a granted lease (claim_sql.py), read here without one
+_MARK = (
+    "SELECT th.id, th.version, COALESCE((SELECT max(m.seq) FROM messages m WHERE m.thread_id = th.id), 0) + 1,"
+    " th.layers_version, a.memories_version FROM agents a LEFT JOIN threads th"
+    " ON th.agent_id = a.id AND th.conversation_key = %s AND th.status = 'active' WHERE a.id = %s"
 )
 _PAGE = (
     "SELECT seq, body, run_id FROM messages WHERE thread_id = %s AND agent_id = %s AND NOT compacted"
@@ -64,6 +79,19 @@ def _messages(found: list[tuple[Any, ...]]) -> list[StoredMessage]:
 def load_thread_header(cx: Cx, q: ThreadHeader) -> Later[StoredThread]:
     cur = cx.run(_HEADER, (cx.agent_id, q.conversation_key))
     return Later(lambda: _thread(q.conversation_key, cur.fetchone()))
+
+
+@handles(ConversationMark)
+def conversation_mark(cx: Cx, q: ConversationMark) -> Later[Claim]:
+    cur = cx.run(_MARK, (q.conversation_key, cx.agent_id))
+
+    def read() -> Claim:
+        row = cur.fetchone()
+        assert row is not None  # (the agent's own row)
+        thread_id, version, next_seq, layers, memories = row
+        return Claim(None, ThreadMark(thread_id, version or 0, next_seq, layers or 0), memories)
+
+    return Later(read)
 
 
 @handles(ActiveThread, statements=2)

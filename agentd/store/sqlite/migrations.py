@@ -1,17 +1,24 @@
 """Append-only, named schema migrations. A shipped migration is never edited: add a new one.
 
 Each migration is applied in one transaction together with its row in
-`schema_migrations`, so a crash mid-migration leaves the file as it was.
+`schema_migrations`, so a crash mid-migration leaves the file as it was. A step
+is a statement, or a function of the connection for what SQL alone cannot do
+(sealing the audit rows written before the chain existed).
 """
 
 from __future__ import annotations
 
 import sqlite3
 import time
+from collections.abc import Callable
 
 from agentd.errors import NewerSchema
+from agentd.store.sqlite.audit import seal_unchained
 
-MIGRATIONS: list[tuple[str, tuple[str, ...]]] = [
+Step = str | Callable[[sqlite3.Connection], None]
+Migrations = list[tuple[str, tuple[Step, ...]]]
+
+MIGRATIONS: Migrations = [
     (
         "0001_initial",
         (
@@ -198,6 +205,30 @@ MIGRATIONS: list[tuple[str, tuple[str, ...]]] = [
             "CREATE INDEX approvals_open ON approvals(created_at) WHERE state IS NOT NULL",
         ),
     ),
+    (
+        "0006_audit_chain",
+        (
+            # The hash chain (agentd/store/audit_chain.py): each event's place, the nonces of its
+            # fields, the commitments of fields erased since, the hash before it and its own.
+            "ALTER TABLE audit ADD COLUMN seq INTEGER",
+            "ALTER TABLE audit ADD COLUMN salts TEXT",
+            "ALTER TABLE audit ADD COLUMN erased TEXT",
+            "ALTER TABLE audit ADD COLUMN prev_hash BLOB",
+            "ALTER TABLE audit ADD COLUMN hash BLOB",
+            # The chain's head: the last seq and hash, so an append needs no scan and a trail cut
+            # short (its last events deleted) no longer matches it.
+            """CREATE TABLE audit_chain (
+                id INTEGER PRIMARY KEY CHECK (id = 1),
+                seq INTEGER NOT NULL,
+                head BLOB NOT NULL
+            )""",
+            # events written before this version are sealed now, in the order they were written
+            seal_unchained,
+            "CREATE UNIQUE INDEX audit_by_seq ON audit(seq)",
+            # a person's messages, found at once when their data is exported or erased
+            "CREATE INDEX messages_by_user ON messages(user_id) WHERE user_id IS NOT NULL",
+        ),
+    ),
 ]
 
 
@@ -208,9 +239,7 @@ def applied(conn: sqlite3.Connection) -> list[str]:
     return [row[0] for row in conn.execute("SELECT name FROM schema_migrations ORDER BY rowid")]
 
 
-def migrate(
-    conn: sqlite3.Connection, migrations: list[tuple[str, tuple[str, ...]]] = MIGRATIONS
-) -> list[str]:
+def migrate(conn: sqlite3.Connection, migrations: Migrations = MIGRATIONS) -> list[str]:
     """Apply every migration not yet applied, in order; returns the names applied now.
 
     The connection must be in autocommit mode (isolation_level=None) so that
@@ -230,8 +259,11 @@ def migrate(
             continue
         conn.execute("BEGIN IMMEDIATE")
         try:
-            for statement in statements:
-                conn.execute(statement)
+            for step in statements:
+                if isinstance(step, str):
+                    conn.execute(step)
+                else:
+                    step(conn)
             conn.execute(
                 "INSERT INTO schema_migrations (name, applied_at) VALUES (?, ?)", (name, time.time())
             )

@@ -24,18 +24,22 @@ from agentd.store.sqlite import (
     inbound,
     memories,
     memory_state,
+    people,
     runs,
     transcripts,
 )
 from agentd.store.sqlite.dispatch import apply
 from agentd.store.sqlite.executor import Outcome, StoreExecutor
 from agentd.store.sqlite.migrations import migrate
-from agentd.store.writes import Write, stamped
+from agentd.store.writes import ErasePerson, Write, stamped
 
 T = TypeVar("T")
 Batch = Sequence[Write[Any]]
 NO_CLAIM = Claim()
-_SQL_MODULES = (audit, episodes, facts, identity, inbound, memories, memory_state, runs, transcripts)
+_SQL_MODULES = (audit, episodes, facts, identity, inbound, memories, memory_state, people, runs, transcripts)
+# writes after whose commit the log is checkpointed and truncated: no page image of what they
+# deleted stays in the WAL file
+_SCRUBBING = (ErasePerson,)
 
 
 def connect(path: Path, synchronous: str = "normal", *, readonly: bool = False) -> sqlite3.Connection:
@@ -57,6 +61,9 @@ def connect(path: Path, synchronous: str = "normal", *, readonly: bool = False) 
     conn.execute(f"PRAGMA synchronous={'FULL' if synchronous == 'full' else 'NORMAL'}")
     conn.execute("PRAGMA busy_timeout=5000")
     conn.execute("PRAGMA foreign_keys=ON")
+    # deleted means gone: what a delete or an update frees is overwritten with zeros, not left in free
+    # pages (a person's data erased on request, a conversation deleted, episodes past retention)
+    conn.execute("PRAGMA secure_delete=ON")
     for suffix in ("-wal", "-shm"):
         side = path.with_name(path.name + suffix)
         if side.exists():
@@ -200,6 +207,8 @@ class SqliteStore:
             self._rollback()
             err = _as_store_error(self.path, e)
             outcomes = [(future, None, err) for _, future in batch]
+        else:
+            self._scrub_log(conn, [op for ops, _ in batch for op in ops])
         return outcomes
 
     def _commit_one(self, ops: Batch, future: asyncio.Future[Any]) -> Outcome:
@@ -209,10 +218,21 @@ class SqliteStore:
             conn.execute("BEGIN IMMEDIATE")
             result = [apply(conn, op) for op in ops]
             conn.execute("COMMIT")
-            return (future, result, None)
         except Exception as e:
             self._rollback()
             return (future, None, _as_store_error(self.path, e))
+        self._scrub_log(conn, ops)
+        return (future, result, None)
+
+    def _scrub_log(self, conn: sqlite3.Connection, ops: Batch) -> None:
+        """After an erasure: checkpoint the WAL into the file and truncate it, so the erased rows'
+        old page images do not linger in the log. A reader holding an old snapshot can keep the
+        checkpoint from finishing; the next one (SQLite's own, or the next erasure) does."""
+        if any(isinstance(op, _SCRUBBING) for op in ops):
+            try:
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            except sqlite3.Error:
+                pass  # committed already: the erasure stands whatever the checkpoint does
 
     def _rollback(self) -> None:
         if self._conn is not None and self._conn.in_transaction:

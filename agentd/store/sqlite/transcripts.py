@@ -6,7 +6,15 @@ import sqlite3
 from typing import Any
 
 from agentd.messages import dump_message, load_message
-from agentd.store.queries import ActiveThread, Conversations, MessageCounts, MessagesPage, ThreadHeader
+from agentd.store.claims import Claim
+from agentd.store.queries import (
+    ActiveThread,
+    ConversationMark,
+    Conversations,
+    MessageCounts,
+    MessagesPage,
+    ThreadHeader,
+)
 from agentd.store.records import AuditRecord, StoredMessage, StoredThread
 from agentd.store.sqlite.audit import insert_audit
 from agentd.store.sqlite.dispatch import handles
@@ -51,6 +59,11 @@ def load_thread_header(conn: sqlite3.Connection, q: ThreadHeader) -> StoredThrea
     thread.next_seq = (last or 0) + 1
     thread.chars = len(thread.summary or "")
     return thread
+
+
+@handles(ConversationMark)
+def conversation_mark(conn: sqlite3.Connection, q: ConversationMark) -> Claim:
+    return Claim()  # this daemon owns the file (its folder lock): its cached copies are never stale
 
 
 @handles(MessagesPage)
