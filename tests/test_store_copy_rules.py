@@ -263,6 +263,9 @@ def test_files_that_cannot_be_copied_are_reported_and_the_others_copied(
     old.execute(
         "INSERT INTO memories (scope, key, value, created_at, updated_at) VALUES ('', 'k', 'v', 1, 1)"
     )
+    old.execute(  # an event from before the chain: sealed when the file is migrated, then copied so
+        "INSERT INTO audit (ts, agent, kind, action, data) VALUES (1, 'old', 'memory', 'write', '{\"key\": \"k\"}')"
+    )
     old.close()
 
     assert copy(data, postgres_url) == 1
@@ -271,10 +274,11 @@ def test_files_that_cannot_be_copied_are_reported_and_the_others_copied(
     assert "junk: refused, nothing of it copied: cannot read " in out
     assert "future: refused, nothing of it copied: " in out and "9999_from_the_future are unknown" in out
     assert (
-        "old: copied 1 rows, 0 already there; every table verified (row counts and sha256 of the rows) "
+        "old: copied 2 rows, 0 already there; every table verified (row counts and sha256 of the rows) "
         in out
     )
-    assert "(its file migrated first: 0004_daemon_columns, 0005_approvals)" in out
+    assert "(its file migrated first: 0004_daemon_columns, 0005_approvals, 0006_audit_chain)" in out
+    assert "old: audit events 1..1 chained as in the file; head 1 " in out
     assert "2 of 4 agent(s) into postgresql://" in out
     assert memories(postgres_url, "old") == [("k", "v")]
 

@@ -15,6 +15,7 @@ from typing import Any
 from agentd.cli.settings import settings_of
 from agentd.daemon.resources import STORE_URL_ENV
 from agentd.errors import OperatorError
+from agentd.store.copy_chain import ChainCopy
 from agentd.store.folder_lock import probe
 
 
@@ -94,6 +95,20 @@ def cmd_store_copy(args: argparse.Namespace) -> int:
             )
         else:
             print(f"{r.agent}: nothing new: all {r.already} rows already there, verified{migrated}")
+        if r.chain is not None:
+            print(f"{r.agent}: {chain_note(r.chain)}")
     copied = sum(r.copied for r in results)
     print(f"{len(results) - refused} of {len(results)} agent(s) into {where}: {copied} rows copied")
     return 1 if refused else 0
+
+
+def chain_note(chain: ChainCopy) -> str:
+    """Where the file's audit events went in the agent's chain in the database (agentd/store/copy_chain.py):
+    as they were, or re-linked after the database's own events, with both heads to tie the two."""
+    (last, file_hash), (seq, head) = chain.file_head, chain.head
+    if chain.kept:
+        return f"audit events {chain.file_first}..{last} chained as in the file; head {seq} {head}"
+    return (
+        f"audit events {chain.file_first}..{last} of the file (its head: {last} {file_hash}) follow the "
+        f"database's event {chain.after}, re-linked as events {chain.after + 1}..{seq}; head {seq} {head}"
+    )

@@ -4,7 +4,8 @@
 as agent `name` (`_daemon.sqlite`, the daemon's own trail, as `_daemon`), one transaction per agent:
 agentd/store/copy_tables.py says what is copied and how ids and what refers to them are carried
 over, agentd/store/copy_plan.py why a second run copies nothing twice and how each table is
-verified. An agent that cannot be copied (a row differs, its file is unreadable or from a newer
+verified, agentd/store/copy_chain.py how the audit chain is carried over. An agent that cannot be
+copied (a row differs, its audit chain does not verify, its file is unreadable or from a newer
 agentd) is reported and changes nothing; the others are copied all the same.
 """
 
@@ -17,6 +18,7 @@ from pathlib import Path
 import psycopg
 
 from agentd.errors import AgentdError, OperatorError
+from agentd.store.copy_chain import ChainCopy
 from agentd.store.copy_plan import TableCopy
 from agentd.store.postgres.connection import as_store_error, connect, label_of
 from agentd.store.postgres.copy_in import copy_agent
@@ -44,6 +46,11 @@ class AgentCopy:
     @property
     def already(self) -> int:
         return sum(t.already for t in self.tables)
+
+    @property
+    def chain(self) -> ChainCopy | None:
+        """Where the file's audit events went in the database's chain, when any were copied now."""
+        return next((t.chain for t in self.tables if t.chain is not None), None)
 
 
 def agent_files(data_dir: Path, names: Sequence[str] = ()) -> list[tuple[str, Path]]:
@@ -94,6 +101,13 @@ def _copy_one(
     try:
         with AgentFile(path) as source:
             result.migrated = source.migrated
+            verdict = source.audit_verdict(agent)
+            if not verdict.ok:
+                result.refused = (
+                    f"its audit trail does not verify: event {verdict.broken}: {verdict.reason} "
+                    "(copied, it would be chained anew and verify)"
+                )
+                return result
             result.tables = copy_agent(conn, agent, source.rows, told)
     except psycopg.Error as e:
         result.refused = str(as_store_error(label, e))

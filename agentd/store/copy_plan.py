@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentd.errors import OperatorError
+from agentd.store.copy_chain import ChainCopy
 from agentd.store.copy_tables import EPISODES, THREADS, Refs, Row, Table
 
 Allocate = Callable[[Sequence[int]], dict[int, int]]  # the file's ids -> new ids, order and distances kept
@@ -48,6 +49,7 @@ class Placed:
     source_id: int | None  # a numbered row's id in the file
     row: Row  # the table's stored columns
     key: Row  # a natural key as the database holds it (thread ids rewritten); () for numbered rows
+    links: Row = ()  # an audit event's place in the file's chain (seq, prev_hash, hash)
 
 
 def key_text(values: Iterable[Any]) -> str:
@@ -72,7 +74,8 @@ def place(table: Table, values: Row, refs: Refs) -> Placed | None:
         table.rewrite(row, refs)
     source_id = row["id"] if table.numbered else None
     key = () if table.numbered else tuple(row[c] for c in table.key)
-    return Placed(source_key, source_id, tuple(row[c] for c in table.stored), key)
+    links = tuple(row[c] for c in table.linked)
+    return Placed(source_key, source_id, tuple(row[c] for c in table.stored), key, links)
 
 
 def describe_key(table: Table, source_key: str) -> str:
@@ -131,6 +134,7 @@ class TableCopy:
     deleted_since: int = 0  # copied before, deleted in the database since: left deleted
     verified: int = 0  # read back after writing, equal to what the file says
     digest: str = ""  # SHA-256 of the verified rows (the same on both sides, or the copy fails)
+    chain: ChainCopy | None = None  # the audit events appended to the database's chain (audit only)
 
 
 @dataclass

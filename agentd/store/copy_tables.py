@@ -7,10 +7,16 @@ those ids come from sequences every agent shares, so each such row gets a new id
 sequence, in the file's order and at the file's distances (an episode's neighbours are the episodes
 of its conversation a few ids away), and the sequences are then past every copied id. Whatever refers
 to such a row is rewritten to its new id: messages, summaries, memory_state and runs name a thread, a
-paused run's state (approvals.state) too, /reset's audit event names the thread it emptied, and an
-episodic layer's last recall (memory_state.data) names episodes. A reference to a row that is no
-longer in the file (the thread of a deleted conversation, in a run) becomes null. What is not a
-number of the file's own stays as it is: run ids, approval ids, message seqs, keys and times.
+paused run's state (approvals.state) too, and an episodic layer's last recall (memory_state.data)
+names episodes. A reference to a row that is no longer in the file (the thread of a deleted
+conversation, in a run) becomes null. What is not a number of the file's own stays as it is: run
+ids, approval ids, message seqs, keys and times.
+
+**The audit trail** is never rewritten: the hash chain commits to every top-level key of an event's
+`data` and to its conversation key (agentd/store/audit_chain.py), so an event is copied as written —
+/reset's event keeps the file's number of the thread it emptied (historical, as its time is). Only
+its place in the database's chain (`seq`, `prev_hash`, `hash`: the `linked` columns) is decided when
+it is written, agentd/store/copy_chain.py says how.
 """
 
 from __future__ import annotations
@@ -56,11 +62,14 @@ class Table:
     flags: tuple[str, ...] = ()  # booleans (0 and 1 in SQLite)
     rewrite: Rewrite | None = None  # JSON columns that name ids of the file
     order: tuple[str, ...] = ()  # the file's order of rows, when not its key's (rowid: insert order)
+    linked: tuple[str, ...] = ()  # a row's place in a hash chain: the database's, given at writing
 
     @property
     def stored(self) -> tuple[str, ...]:
-        """The columns written and compared: all but a numbered table's id, which the database makes."""
-        return self.columns[1:] if self.numbered else self.columns
+        """The columns compared (and written): all but a numbered table's id, which the database makes,
+        and the chain's links, which verifying the chain checks instead."""
+        kept = self.columns[1:] if self.numbered else self.columns
+        return tuple(c for c in kept if c not in self.linked)
 
     @property
     def reading_order(self) -> tuple[str, ...]:
@@ -77,16 +86,6 @@ def _recalled_episodes(row: dict[str, Any], refs: Refs) -> None:
         if isinstance(episode, dict) and "id" in episode:
             episode["id"] = refs.episodes.get(episode["id"])
     row["data"] = json.dumps(data, separators=(",", ":"))  # (as the store writes it)
-
-
-def _reset_thread(row: dict[str, Any], refs: Refs) -> None:
-    """/reset's audit event names the thread whose transcript it deleted."""
-    if (row["kind"], row["action"]) != ("command", "reset"):
-        return
-    data = json.loads(row["data"])
-    if isinstance(data, dict) and "thread" in data:
-        data["thread"] = refs.thread(data["thread"])
-        row["data"] = json.dumps(data, separators=(",", ":"))
 
 
 def _paused_run_thread(row: dict[str, Any], refs: Refs) -> None:
@@ -110,6 +109,13 @@ EPISODES = Table(
     "episodes",
     _columns("id partition conversation_key text importance created_at run_id embedder vector"),
     numbered=True,
+)
+AUDIT = Table(
+    "audit",
+    _columns("id ts agent kind action conversation_key run_id data daemon salts erased seq prev_hash hash"),
+    numbered=True,
+    linked=("seq", "prev_hash", "hash"),
+    order=("seq",),
 )
 # In copying order: a table comes after those its rows refer to.
 TABLES: tuple[Table, ...] = (
@@ -137,12 +143,6 @@ TABLES: tuple[Table, ...] = (
         rewrite=_recalled_episodes,
     ),
     Table("runs", RUN_COLUMNS, threads=("thread_id",), flags=("tokens_estimated",), order=("rowid",)),
-    Table(
-        "audit",
-        ("id", "ts", "agent", "kind", "action", "conversation_key", "run_id", "data", "daemon"),
-        numbered=True,
-        rewrite=_reset_thread,
-    ),
     Table("memories", ("scope", "key", "value", "created_at", "updated_at", "run_id"), key=("scope", "key")),
     Table(
         "facts",
@@ -160,4 +160,5 @@ TABLES: tuple[Table, ...] = (
         rewrite=_paused_run_thread,
         order=("rowid",),
     ),
+    AUDIT,  # last: its chain head is the last lock a copy takes, as in a daemon's batch
 )

@@ -7,7 +7,9 @@ database numbers them as the file did (runs.n too). The daemons sharing the data
 copy as of any other write: the agent's memories_version moves when memories were written, each
 partition's episode counter when episodes were (the copied rows carry its new value, so every
 daemon's vector index takes them in), and a thread that got rows moves its versions, so a daemon
-holding it in memory reads it again at its next claim.
+holding it in memory reads it again at its next claim. The agent's audit events are appended to its
+chain after the head (`audit_chains`, agentd/store/copy_chain.py), and the chain is walked from there
+to its new head before the transaction commits.
 """
 
 from __future__ import annotations
@@ -19,8 +21,10 @@ from typing import Any
 import psycopg
 
 from agentd.errors import StoreError
+from agentd.store.audit_chain import GENESIS, TRAIL_COLUMNS, ChainWalk, hex_of, stored_event
+from agentd.store.copy_chain import relink
 from agentd.store.copy_plan import Copied, TableCopy, TablePlan, digest, plan_table
-from agentd.store.copy_tables import EPISODES, TABLES, Refs, Row, Table
+from agentd.store.copy_tables import AUDIT, EPISODES, TABLES, Refs, Row, Table
 
 COPY_LOCK = 0x636F7079  # "copy": pg_advisory_xact_lock(COPY_LOCK, hashtext(agent name))
 THREAD_PARTS = ("messages", "summaries", "memory_state")  # what a daemon's cached thread holds
@@ -39,6 +43,8 @@ def copy_agent(
         refs = Refs()
         touched: set[int] = set()
         for table in TABLES:
+            if table is AUDIT:  # (the last table: what it locks, it locks last, as a daemon's batch)
+                _moved_threads(conn, agent_id, touched)
             copied = _copied(conn, agent_id, table)
             plan = plan_table(
                 table,
@@ -48,7 +54,8 @@ def copy_agent(
                 _existing(conn, agent_id, table),
                 partial(_allocate, conn, table),
             )
-            _write(conn, agent_id, plan)
+            links = _append_to_chain(conn, agent_id, plan) if table.linked and plan.inserts else []
+            _write(conn, agent_id, plan, links)
             _record(conn, agent_id, plan, copied)
             if table.name in THREAD_PARTS:
                 touched.update(p.row[table.stored.index("thread_id")] for _, p in plan.inserts)
@@ -57,15 +64,66 @@ def copy_agent(
                     "UPDATE agents SET memories_version = memories_version + 1 WHERE id = %s", (agent_id,)
                 )
             _verify(conn, agent_id, plan, agent)
+            if plan.counts.chain is not None:
+                _verify_chain(conn, agent_id, agent, plan.counts.chain.after)
             on_table(plan.counts)
             done.append(plan.counts)
-        if touched:
-            conn.execute(
-                "UPDATE threads SET version = version + 1, layers_version = layers_version + 1"
-                " WHERE agent_id = %s AND id = ANY(%s)",
-                (agent_id, sorted(touched)),
-            )
     return done
+
+
+def _moved_threads(conn: psycopg.Connection[Any], agent_id: int, touched: set[int]) -> None:
+    """A thread that got rows moves its versions: a daemon holding it in memory reads it again."""
+    if touched:
+        conn.execute(
+            "UPDATE threads SET version = version + 1, layers_version = layers_version + 1"
+            " WHERE agent_id = %s AND id = ANY(%s)",
+            (agent_id, sorted(touched)),
+        )
+
+
+def _append_to_chain(conn: psycopg.Connection[Any], agent_id: int, plan: TablePlan) -> list[Row]:
+    """Place the file's new audit events after the agent's chain head in the database, holding the
+    head's row lock to the commit (a daemon appending meanwhile waits, then links after them), and
+    move the head past them; the links (seq, prev_hash, hash) of each, in insert order."""
+    conn.execute(
+        "INSERT INTO audit_chains (agent_id, seq, head, prev) VALUES (%s, 0, %s, %s)"
+        " ON CONFLICT (agent_id) DO NOTHING",
+        (agent_id, GENESIS, GENESIS),
+    )
+    row = conn.execute(
+        "SELECT seq, head FROM audit_chains WHERE agent_id = %s FOR UPDATE", (agent_id,)
+    ).fetchone()
+    assert row is not None
+    links, chain = relink(
+        plan.table, (int(row[0]), bytes(row[1])), [(p.row, p.links) for _, p in plan.inserts]
+    )
+    last_seq, last_prev, last_hash = links[-1]
+    conn.execute(
+        "UPDATE audit_chains SET seq = %s, head = %s, prev = %s WHERE agent_id = %s",
+        (last_seq, last_hash, last_prev, agent_id),
+    )
+    plan.counts.chain = chain
+    return links
+
+
+def _verify_chain(conn: psycopg.Connection[Any], agent_id: int, agent: str, after: int) -> None:
+    """Walk the agent's chain in the database from the event the copy appended after (from the first
+    event when there was none) to its head, with `agentd audit verify`'s walk."""
+    walk = ChainWalk(agent, from_start=after == 0)
+    found = conn.execute(
+        f"SELECT {TRAIL_COLUMNS} FROM audit WHERE agent_id = %s AND seq >= %s ORDER BY seq",  # type: ignore[arg-type]
+        (agent_id, after),
+    )
+    for row in found:
+        if not walk.feed(stored_event(row)):
+            break
+    head = conn.execute("SELECT seq, head FROM audit_chains WHERE agent_id = %s", (agent_id,)).fetchone()
+    verdict = walk.end(None if head is None else (int(head[0]), hex_of(head[1])))
+    if not verdict.ok:
+        raise StoreError(
+            f"agent {agent}: audit: the chain read back does not verify at event {verdict.broken}: "
+            f"{verdict.reason}; nothing of this agent was copied"
+        )
 
 
 def _agent_id(conn: psycopg.Connection[Any], agent: str) -> int:
@@ -115,11 +173,14 @@ def _allocate(conn: psycopg.Connection[Any], table: Table, ids: Sequence[int]) -
     return {i: numbers[i - low] for i in ids}
 
 
-def _write(conn: psycopg.Connection[Any], agent_id: int, plan: TablePlan) -> None:
+def _write(conn: psycopg.Connection[Any], agent_id: int, plan: TablePlan, links: Sequence[Row]) -> None:
     table = plan.table
     if plan.inserts:
         columns = ["agent_id", *table.stored]
         rows: list[Row] = [(agent_id, *p.row) for _, p in plan.inserts]
+        if links:
+            columns.extend(table.linked)
+            rows = [(*row, *linked) for row, linked in zip(rows, links, strict=True)]
         if table.numbered:
             columns.insert(0, "id")
             rows = [(target, *row) for (target, _), row in zip(plan.inserts, rows, strict=True)]

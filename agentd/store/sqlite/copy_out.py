@@ -4,7 +4,7 @@ the file's order, from one snapshot.
 The file is read through a read-only connection inside one read transaction, so a daemon still
 writing it cannot make the tables disagree with each other (what it writes later is not copied). A
 file from an older agentd is first migrated, as `agentd run` would at its first use; one from a
-newer agentd is refused.
+newer agentd is refused. Its audit chain is verified in that snapshot before anything is copied.
 """
 
 from __future__ import annotations
@@ -14,7 +14,10 @@ from pathlib import Path
 from types import TracebackType
 
 from agentd.errors import NewerSchema, StoreError
+from agentd.store.audit_chain import Verdict, verify_chain
 from agentd.store.copy_tables import Row, Table
+from agentd.store.queries import AuditHead, AuditTrail
+from agentd.store.sqlite.audit import audit_head, audit_trail
 from agentd.store.sqlite.migrations import MIGRATIONS, migrate
 from agentd.store.sqlite.store import connect
 
@@ -64,6 +67,18 @@ class AgentFile:
             return migrate(conn)
         finally:
             conn.close()
+
+    def audit_verdict(self, chain: str) -> Verdict:
+        """The file's audit chain walked from its first event to its head, as `agentd audit verify`
+        walks it (in the snapshot the rows are read from)."""
+        if self._conn is None:
+            raise StoreError(f"{self.path} is not open")
+        try:
+            events = audit_trail(self._conn, AuditTrail(0, -1))  # (LIMIT -1: all of them)
+            head = audit_head(self._conn, AuditHead())
+        except sqlite3.Error as e:
+            raise StoreError(f"{self.path}: reading audit: {e}") from e
+        return verify_chain(chain, events, head)
 
     def rows(self, table: Table) -> list[Row]:
         """Every row of `table`: its columns in the plan's order, in the file's order."""
