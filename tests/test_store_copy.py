@@ -221,7 +221,9 @@ async def test_a_folder_moves_to_postgresql_and_a_daemon_there_serves_it_all(
         # but an audit event is never rewritten (its hash covers its data): /reset's names the file's
         # thread, as it was written, and every event keeps its seq and hashes (the views above compared them)
         [reset] = [e for e in after["full"]["audit"] if e["action"] == "reset"]
-        assert reset == next(e for e in before["full"]["audit"] if e["action"] == "reset") | {"id": reset["id"]}
+        assert reset == next(e for e in before["full"]["audit"] if e["action"] == "reset") | {
+            "id": reset["id"]
+        }
         assert reset["seq"] and reset["hash"]
 
         # recall works on the copy, from the database's own index and full-text search

@@ -118,15 +118,24 @@ def test_after_a_copy_audit_verify_passes_on_the_database_with_the_files_chain_b
         [sys.executable, "-I", str(VERIFIER), str(export)], capture_output=True, text=True, check=False
     )
     assert offline.returncode == 0, offline.stderr
-    assert f"bot: verified up to event {before['bot'][-1][0]}, head {before['bot'][-1][2].hex()}" in offline.stdout
+    assert (
+        f"bot: verified up to event {before['bot'][-1][0]}, head {before['bot'][-1][2].hex()}"
+        in offline.stdout
+    )
 
 
 @pytest.mark.parametrize(
     ("tamper", "reason"),
     [
-        ("UPDATE audit SET action = 'forged' WHERE seq = 2", "event 2: event 2's content does not match its hash"),
+        (
+            "UPDATE audit SET action = 'forged' WHERE seq = 2",
+            "event 2: event 2's content does not match its hash",
+        ),
         ("DELETE FROM audit WHERE seq = 2", "event 2: event 2 is missing (the next stored is 3)"),
-        ("UPDATE audit_chain SET seq = seq + 1", "event {n}: the chain head records {n} events; the trail ends"),
+        (
+            "UPDATE audit_chain SET seq = seq + 1",
+            "event {n}: the chain head records {n} events; the trail ends",
+        ),
     ],
 )
 def test_a_tampered_audit_trail_refuses_the_agent_at_that_event_and_the_others_are_copied(
@@ -166,7 +175,9 @@ def test_an_agent_that_started_in_the_database_gets_the_files_events_re_linked_a
         f"database's event {len(there)}, re-linked as events {len(there) + 1}..{head[0]}; head {head[0]} "
         f"{head[2].hex()}"
     ) in out
-    assert f"bot: ok, {head[0]} events; head {head[0]} {head[2].hex()}" in verified(tmp_path, postgres_url, capsys)
+    assert f"bot: ok, {head[0]} events; head {head[0]} {head[2].hex()}" in verified(
+        tmp_path, postgres_url, capsys
+    )
 
     # a daemon on the database appends after them
     talk(tmp_path / "elsewhere", "bot", [("c2", "bob", "remember pet: dog")], url=postgres_url)
@@ -210,13 +221,17 @@ def test_a_person_erased_in_the_file_before_copying_copies_and_verifies(
     talk(data, "bot", [("c1", "ana", "remember city: Lisbon"), ("c2", "bob", "remember pet: cat")])
     assert on_files(data, "person", "erase", "ana") == 0
     with sqlite3.connect(data / "bot.sqlite") as conn:
-        erased = conn.execute("SELECT seq, erased FROM audit WHERE erased IS NOT NULL ORDER BY seq").fetchall()
+        erased = conn.execute(
+            "SELECT seq, erased FROM audit WHERE erased IS NOT NULL ORDER BY seq"
+        ).fetchall()
     assert erased  # (the events naming ana keep only their commitments)
     code, out, _ = copied(data, postgres_url, capsys)
     assert code == 0, out
     with connect(postgres_url) as conn:
         assert (
-            conn.execute("SELECT seq, erased FROM agentd.audit WHERE erased IS NOT NULL ORDER BY seq").fetchall()
+            conn.execute(
+                "SELECT seq, erased FROM agentd.audit WHERE erased IS NOT NULL ORDER BY seq"
+            ).fetchall()
             == erased
         )
     assert database_chain(postgres_url, "bot") == file_chain(data, "bot")
@@ -242,4 +257,11 @@ def test_a_persons_data_on_a_copied_agent_is_exported_and_erased(
         ).fetchone()
         kept = conn.execute("SELECT count(*) FROM agentd.messages WHERE user_id = 'bob'").fetchone()
     assert left == (0,) and kept == (1,)
+    verified(tmp_path, postgres_url, capsys)
+
+    # copying again brings nothing of them back: what the erasure changed or deleted stays so
+    code, out, _ = copied(data, postgres_url, capsys)
+    assert code == 0 and "bot: nothing new: " in out, out
+    with connect(postgres_url) as conn:
+        assert conn.execute("SELECT count(*) FROM agentd.messages WHERE user_id = 'ana'").fetchone() == (0,)
     verified(tmp_path, postgres_url, capsys)
