@@ -13,8 +13,9 @@ from pydantic import ValidationError
 from agentd.cli import main
 from agentd.config.base import Spec
 from agentd.config.folder import check_agents, find_agent_file
-from agentd.config.loader import _problems, _to_python, parse_agent, parse_daemon
+from agentd.config.loader import _problems, parse_agent, parse_daemon
 from agentd.config.refs import BUILTIN_PROVIDERS, OFFLINE_MODEL
+from agentd.config.yaml_nodes import to_python
 from agentd.daemon import Daemon
 from agentd.errors import AgentdError, ConfigError
 from agentd.providers.registry import BUILTIN_NAMES
@@ -93,7 +94,7 @@ def test_a_value_every_member_of_a_union_refuses_is_one_error() -> None:
     class Either(Spec):
         size: int | Literal["auto"]
 
-    located = _to_python("x.yaml", "size: big\n", {})
+    located = to_python("x.yaml", "size: big\n", {})
     with pytest.raises(ValidationError) as info:
         Either.model_validate(located.data)
     assert [str(p) for p in _problems("x.yaml", located, info.value, Either)] == [

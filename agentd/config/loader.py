@@ -1,168 +1,31 @@
 """Read YAML into specs, keeping every value's line and column for error messages.
 
-The YAML is composed into nodes (which carry marks), turned into plain Python
-while recording where each path came from, `${VAR}` / `${VAR:-default}` are
-replaced from the environment, and the result is validated by pydantic. Every
-problem is reported as file:line:column plus what was expected.
+The YAML is turned into plain Python with every path's line and column and
+`${VAR}` / `${VAR:-default}` replaced from the environment (yaml_nodes.py), then
+validated by pydantic. Every problem is reported as file:line:column plus what
+was expected.
 """
 
 from __future__ import annotations
 
 import difflib
 import os
-import re
 import types
 import typing
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
 from agentd.config.models import AgentSpec, DaemonSpec, ProviderSpec
 from agentd.config.refs import EMBEDDER_CHECK, PROVIDERS, provider_names
+from agentd.config.yaml_nodes import Loc, Located, to_python
 from agentd.errors import ConfigError, ConfigProblem
 
-_ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
-Loc = tuple[str | int, ...]
 AGENT_SUFFIXES = (".yaml", ".yml")  # <name>.yaml or <name>.yml; both for one name is an error
 EMPTY_AGENT = "the file is empty: an agent needs at least its purpose, e.g. `purpose: You answer questions.`"
-
-
-@dataclass
-class _Located:
-    data: Any
-    marks: dict[Loc, tuple[int, int]]  # path -> (line, column), 1-based
-    key_marks: dict[Loc, tuple[int, int]]
-    unset: dict[Loc, str] = field(default_factory=dict)  # deferred values whose variable is not set
-
-
-def _mark(node: yaml.Node) -> tuple[int, int]:
-    return node.start_mark.line + 1, node.start_mark.column + 1
-
-
-def _interpolate(
-    text: str,
-    file: str,
-    mark: tuple[int, int],
-    env: Mapping[str, str],
-    on_unset: Callable[[str], None] | None = None,
-) -> str:
-    """`${VAR}` and `${VAR:-default}` replaced; an unset VAR without a default is an error, unless
-    `on_unset` takes it (then it reads as empty)."""
-
-    def sub(m: re.Match[str]) -> str:
-        var, default = m.group(1), m.group(2)
-        if var in env:
-            return env[var]
-        if default is not None:
-            return default
-        if on_unset is not None:
-            on_unset(var)
-            return ""
-        raise ConfigError(
-            [
-                ConfigProblem(
-                    file,
-                    *mark,
-                    f"environment variable {var} is not set (set it, or write ${{{var}:-default}})",
-                )
-            ]
-        )
-
-    return _ENV_RE.sub(sub, text)
-
-
-# libyaml's parser composes the same nodes with the same marks ~15x faster (18 µs for a small agent
-# file instead of 280: most of a 10,000-agent start). Its error messages differ from the pure-Python
-# parser's, so a file it refuses is parsed again by the pure one, whose message is the one reported.
-_FAST_LOADER: Any = getattr(yaml, "CSafeLoader", None)
-
-
-def _compose(text: str) -> yaml.Node | None:
-    if _FAST_LOADER is not None:
-        try:
-            return yaml.compose(text, Loader=_FAST_LOADER)
-        except yaml.YAMLError:
-            pass
-    return yaml.compose(text, Loader=yaml.SafeLoader)
-
-
-def _to_python(
-    file: str, text: str, env: Mapping[str, str], deferred: Callable[[Loc], bool] | None = None
-) -> _Located:
-    """`deferred(loc)`: whether an unset variable in the value at `loc` is recorded in `unset` (the
-    value reads as empty) instead of being an error."""
-    try:
-        root = _compose(text)
-    except yaml.MarkedYAMLError as e:
-        mark = e.problem_mark or e.context_mark
-        line, col = (mark.line + 1, mark.column + 1) if mark else (None, None)
-        what = " ".join(x for x in (e.context, e.problem) if x)
-        raise ConfigError([ConfigProblem(file, line, col, f"invalid YAML: {what}")]) from None
-    except yaml.YAMLError as e:
-        raise ConfigError([ConfigProblem(file, None, None, f"invalid YAML: {e}")]) from None
-
-    walker = _Walker(file, env, deferred)
-    data = {} if root is None else walker.walk(root, ())
-    return _Located(data, walker.marks, walker.key_marks, walker.unset)
-
-
-class _Walker:
-    """Nodes to plain Python, recording each path's line and column.
-
-    A class, not a recursive closure: a closure that refers to itself is a cycle
-    holding the whole node tree until a full collection, and 10,000 agent files
-    at a start made the cyclic collector ~40% of the load.
-    """
-
-    def __init__(self, file: str, env: Mapping[str, str], deferred: Callable[[Loc], bool] | None = None):
-        self.file = file
-        self.env = env
-        self.deferred = deferred
-        self.unset: dict[Loc, str] = {}
-        self.constructor = yaml.constructor.SafeConstructor()
-        self.marks: dict[Loc, tuple[int, int]] = {}
-        self.key_marks: dict[Loc, tuple[int, int]] = {}
-
-    def walk(self, node: yaml.Node, loc: Loc) -> Any:
-        file = self.file
-        self.marks[loc] = _mark(node)
-        if isinstance(node, yaml.MappingNode):
-            out: dict[str, Any] = {}
-            for key_node, value_node in node.value:
-                key = self.constructor.construct_object(key_node, deep=True)
-                if not isinstance(key, str):
-                    raise ConfigError(
-                        [ConfigProblem(file, *_mark(key_node), f"expected a text key, got {key!r}")]
-                    )
-                if key in out:
-                    raise ConfigError([ConfigProblem(file, *_mark(key_node), f"duplicate key {key!r}")])
-                self.key_marks[(*loc, key)] = _mark(key_node)
-                out[key] = self.walk(value_node, (*loc, key))
-            return out
-        if isinstance(node, yaml.SequenceNode):
-            return [self.walk(child, (*loc, i)) for i, child in enumerate(node.value)]
-        value = self.constructor.construct_object(node, deep=True)
-        if isinstance(value, str) and "${" in value:
-            on_unset = None
-            if self.deferred is not None and self.deferred(loc):
-                line, col = self.marks[loc]
-                where = f"{file}:{line}:{col}: {'.'.join(map(str, loc))}"
-
-                def on_unset(var: str, where: str = where, loc: Loc = loc) -> None:
-                    self.unset.setdefault(loc, f"{where}: environment variable {var} is not set")
-
-            value = _interpolate(value, file, self.marks[loc], self.env, on_unset)
-            # An unquoted `${PORT}` should behave as if the number had been written.
-            # (a plain scalar's style is None from the pure-Python parser, '' from libyaml's)
-            if not getattr(node, "style", None) and value != "":
-                resolved = yaml.safe_load(value)
-                if isinstance(resolved, int | float | bool):
-                    value = resolved
-        return value
 
 
 def _fields_at(model: type[BaseModel], loc: Loc, data: Any) -> list[str]:
@@ -222,7 +85,7 @@ def _unwrap_model(annotation: Any, node: Any = None) -> Any:
 
 def _problems(
     file: str,
-    located: _Located,
+    located: Located,
     error: ValidationError,
     model: type[BaseModel],
     not_keys: Collection[str] = (),
@@ -258,7 +121,7 @@ def _problems(
     return sorted(problems, key=lambda p: (p.line or 0, p.column or 0))
 
 
-def _trim_to_data(located: _Located, loc: Loc) -> Loc:
+def _trim_to_data(located: Located, loc: Loc) -> Loc:
     out: list[str | int] = []
     node: Any = located.data
     for part in loc:
@@ -277,7 +140,7 @@ def _trim_to_data(located: _Located, loc: Loc) -> Loc:
     return tuple(out)
 
 
-def _nearest_mark(located: _Located, loc: Loc) -> tuple[int | None, int | None]:
+def _nearest_mark(located: Located, loc: Loc) -> tuple[int | None, int | None]:
     for i in range(len(loc), -1, -1):
         if loc[:i] in located.marks:
             return located.marks[loc[:i]]
@@ -323,7 +186,7 @@ def parse_agent(
             [ConfigProblem(file, None, None, f"{twins[0]} defines agent {path.stem!r} too: keep one of them")]
         )
     text = path.read_text(encoding="utf-8") if text is None else text
-    located = _to_python(file, text, os.environ if env is None else env)
+    located = to_python(file, text, os.environ if env is None else env)
     if not isinstance(located.data, dict):
         raise ConfigError(
             [ConfigProblem(file, 1, 1, "expected a mapping of keys (purpose, model, memory, ...)")]
@@ -382,7 +245,7 @@ def parse_daemon(
         return DaemonSpec()
     file = str(path)
     text = path.read_text(encoding="utf-8")
-    located = _to_python(file, text, os.environ if env is None else env, deferred=_provider_setting)
+    located = to_python(file, text, os.environ if env is None else env, deferred=_provider_setting)
     if not isinstance(located.data, dict):
         raise ConfigError([ConfigProblem(file, 1, 1, "expected a mapping of keys (providers, http, ...)")])
     declared = located.data.get("providers")
