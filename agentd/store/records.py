@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentd.messages import Message
+from agentd.messages import Message, load_messages
 
 
 @dataclass(slots=True)
@@ -76,6 +76,14 @@ class StoredMessage:
     seq: int
     message: Message
     run_id: str | None = None
+
+
+def stored_messages(rows: Sequence[tuple[int, str, str | None]]) -> list[StoredMessage]:
+    """(seq, stored body, run id) rows, as both backends read a page of a transcript."""
+    messages = load_messages([body for _, body, _ in rows])
+    return [
+        StoredMessage(seq, message, run_id) for (seq, _, run_id), message in zip(rows, messages, strict=True)
+    ]
 
 
 @dataclass(slots=True)

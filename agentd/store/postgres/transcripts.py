@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from agentd.messages import dump_message, load_message
+from agentd.messages import dump_message
 from agentd.store.claims import Claim, ThreadMark
 from agentd.store.postgres.audit import insert_audit
 from agentd.store.postgres.deliveries import record_delivery
@@ -25,7 +25,7 @@ from agentd.store.queries import (
     MessagesPage,
     ThreadHeader,
 )
-from agentd.store.records import AuditRecord, StoredMessage, StoredThread
+from agentd.store.records import AuditRecord, StoredMessage, StoredThread, stored_messages
 from agentd.store.writes import (
     AppendAudit,
     ApplyCompaction,
@@ -72,7 +72,7 @@ def _thread(conversation_key: str, row: tuple[Any, ...] | None) -> StoredThread:
 
 
 def _messages(found: list[tuple[Any, ...]]) -> list[StoredMessage]:
-    return [StoredMessage(seq, load_message(body), run_id) for seq, body, run_id in found]
+    return stored_messages(found)
 
 
 @handles(ThreadHeader)

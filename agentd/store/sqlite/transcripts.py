@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
-from agentd.messages import dump_message, load_message
+from agentd.messages import dump_message
 from agentd.store.claims import Claim
 from agentd.store.queries import (
     ActiveThread,
@@ -15,7 +15,7 @@ from agentd.store.queries import (
     MessagesPage,
     ThreadHeader,
 )
-from agentd.store.records import AuditRecord, StoredMessage, StoredThread
+from agentd.store.records import AuditRecord, StoredMessage, StoredThread, stored_messages
 from agentd.store.sqlite.audit import insert_audit
 from agentd.store.sqlite.dispatch import handles
 from agentd.store.sqlite.inbound import record_delivery
@@ -68,14 +68,13 @@ def conversation_mark(conn: sqlite3.Connection, q: ConversationMark) -> Claim:
 
 @handles(MessagesPage)
 def load_messages_page(conn: sqlite3.Connection, q: MessagesPage) -> list[StoredMessage]:
-    return [
-        StoredMessage(seq, load_message(body), run_id)
-        for seq, body, run_id in conn.execute(
+    return stored_messages(
+        conn.execute(
             "SELECT seq, body, run_id FROM messages WHERE thread_id = ? AND compacted = 0 AND seq > ?"
             " ORDER BY seq LIMIT ?",
             (q.thread_id, q.after_seq, -1 if q.limit is None else q.limit),
-        )
-    ]
+        ).fetchall()
+    )
 
 
 @handles(CommitTurn)
