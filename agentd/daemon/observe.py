@@ -17,7 +17,7 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol, TypeVar
 
 from agentd.store.base import KnowsIfAbsent, Store
-from agentd.store.claims import Claim
+from agentd.store.claims import Claim, KnownThread
 from agentd.store.queries import Query
 from agentd.store.records import RunRecord
 from agentd.store.writes import CommitTurn, InsertRun, Write
@@ -70,8 +70,10 @@ class ObservedStore:
             self._observer.run_committed(self._agent, run)
         return results
 
-    def claim(self, conversation_key: str, purpose: str = "turn") -> AbstractAsyncContextManager[Claim]:
-        return self._inner.claim(conversation_key, purpose)
+    def claim(
+        self, conversation_key: str, purpose: str = "turn", known: KnownThread | None = None
+    ) -> AbstractAsyncContextManager[Claim]:
+        return self._inner.claim(conversation_key, purpose, known)
 
     # Optional capabilities (checked by type, with isinstance) are named here: isinstance looks the
     # class up, never __getattr__ (Python 3.12+).

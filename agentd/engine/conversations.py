@@ -17,7 +17,7 @@ from contextlib import asynccontextmanager
 from agentd.engine.collector import collector_paused, loaded
 from agentd.engine.hot_cache import HotBudget
 from agentd.store.base import Store
-from agentd.store.claims import ThreadMark
+from agentd.store.claims import KnownThread, ThreadMark, ThreadTail
 from agentd.store.queries import MessagesPage, ThreadHeader
 from agentd.store.records import StoredThread
 
@@ -115,11 +115,18 @@ class HotThreads:
         self._partial: set[str] = set()  # threads holding only a tail: older messages are in the store
         self._loading: dict[str, asyncio.Future[StoredThread]] = {}
 
-    async def get(self, key: str, tail: Tail | None = None, mark: ThreadMark | None = None) -> StoredThread:
+    async def get(
+        self,
+        key: str,
+        tail: Tail | None = None,
+        mark: ThreadMark | None = None,
+        missed: ThreadTail | None = None,
+    ) -> StoredThread:
         """The conversation's hot thread, holding at least what `tail` says (None: every message);
-        with `mark` (a shared store's claim), never a stale copy."""
+        with `mark` (a shared store's claim), never a stale copy; `missed`, what the claim brought of
+        the messages the copy lacked (see `known`)."""
         thread = self._threads.get(key)
-        if thread is not None and mark is not None and not await self._catch_up(thread, mark):
+        if thread is not None and mark is not None and not await self._catch_up(thread, mark, missed):
             self._budget.release(self, key)
             self.drop(key)
             thread = None
@@ -204,28 +211,45 @@ class HotThreads:
         thread.messages = messages[cut:]  # a new list, as above
         self._partial.add(key)
 
-    async def _catch_up(self, thread: StoredThread, mark: ThreadMark) -> bool:
+    async def _catch_up(self, thread: StoredThread, mark: ThreadMark, missed: ThreadTail | None) -> bool:
         """Bring a cached thread up to where the store stands: its missing tail, fresh layer states.
-        False when only a reload can (another thread is active, or it was compacted or reset)."""
+        False when only a reload can (another thread is active, or it was compacted or reset).
+
+        The missing tail is the claim's (`missed`) when it starts where this copy ends; else (none
+        sent, too long to send, or the copy moved since it was told) it is read here."""
         if thread.id != mark.thread_id or thread.version != mark.version:
             return False
         if thread.layers_version != mark.layers_version:
             thread.layers.clear()  # read again from the store by each layer on its next use
             thread.layers_version = mark.layers_version
         if thread.id is not None and thread.next_seq < mark.next_seq:
-            header, tail = await self._store.read_many(
-                ThreadHeader(thread.conversation_key), MessagesPage(thread.id, thread.next_seq - 1, None)
-            )
-            thread.append(tail)  # (a turn of this process may have added some meanwhile)
-            thread.next_seq = max(thread.next_seq, header.next_seq)
-            thread.last_input_tokens, thread.last_tokens_estimated = (
-                header.last_input_tokens,
-                header.last_tokens_estimated,
-            )
+            if missed is None or missed.from_seq != thread.next_seq:
+                missed = await self._read_missed(thread, thread.id)
+            thread.append(missed.messages)  # (a turn of this process may have added some meanwhile)
+            thread.next_seq = max(thread.next_seq, mark.next_seq)
+            thread.last_input_tokens = missed.last_input_tokens
+            thread.last_tokens_estimated = missed.last_tokens_estimated
         return True
+
+    async def _read_missed(self, thread: StoredThread, thread_id: int) -> ThreadTail:
+        """What a cached copy misses, read from the store (one round trip, one snapshot)."""
+        header, page = await self._store.read_many(
+            ThreadHeader(thread.conversation_key), MessagesPage(thread_id, thread.next_seq - 1, None)
+        )
+        return ThreadTail(
+            thread.next_seq, tuple(page), header.last_input_tokens, header.last_tokens_estimated
+        )
 
     def peek(self, key: str) -> StoredThread | None:
         return self._threads.get(key)
+
+    def known(self, key: str) -> KnownThread | None:
+        """Where the cached copy of the conversation's thread stands, for a claim to bring what it
+        misses (None: no copy, or a thread not stored yet)."""
+        thread = self._threads.get(key)
+        if thread is None or thread.id is None:
+            return None
+        return KnownThread(thread.id, thread.version, thread.next_seq)
 
     def put(self, thread: StoredThread) -> None:
         """A thread that replaces the conversation's (a fresh one after /new)."""

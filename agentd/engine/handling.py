@@ -79,7 +79,7 @@ class EventHandler:
             release = await self._take(key)
             paused = False
             try:
-                async with state.store.claim(key) as claim:
+                async with state.store.claim(key, known=state.threads.known(key)) as claim:
                     if state.store.shared and event.event_id is not None:
                         # another daemon may have answered this delivery while we waited for the claim
                         if await state.store.read(DeliverySeen(event.channel, event.event_id)):
@@ -137,7 +137,7 @@ class EventHandler:
         memory = state.memory_of(spec, key)
         # after a restart the MCP servers may still be connecting: an approved call needs its tool
         await state.tool_servers.wait_ready(RESUME_WAIT_S)
-        async with state.store.claim(key) as claim:
+        async with state.store.claim(key, known=state.threads.known(key)) as claim:
             thread = await state.thread(key, memory, self._ctx, claim)
             result = await run_turn(
                 state, self._ctx, spec, memory, thread, progress.event, resume=(progress, decision)
@@ -204,7 +204,7 @@ class EventHandler:
             # once it has the store's claim too (a round trip on a shared store), and work that
             # comes meanwhile may be past what it reads.
             self._waiting.discard(key)
-            async with state.store.claim(key, purpose=purpose) as claim:
+            async with state.store.claim(key, purpose, state.threads.known(key)) as claim:
                 if state.store.shared:
                     thread: StoredThread | None = await state.thread(key, memory, self._ctx, claim)
                 else:

@@ -113,7 +113,8 @@ class AgentState:
             await self.memory.sync(claim.memories_version)
         if not memory.keeps_transcript:
             return StoredThread(conversation_key)
-        return await self.threads.get(conversation_key, lambda t: memory.tail_from(ctx, t), claim.thread)
+        reads = memory.tail_from
+        return await self.threads.get(conversation_key, lambda t: reads(ctx, t), claim.thread, claim.tail)
 
     async def trim(self, conversation_key: str, memory: Memory, ctx: MemoryContext) -> None:
         """After a turn or after-run work: the hot thread keeps only what `memory` reads."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from agentd.store.claims import Claim
+from agentd.store.claims import Claim, KnownThread
 from agentd.store.queries import Query
 from agentd.store.writes import Write
 
@@ -57,12 +57,16 @@ class Store(Protocol):
         """
         ...
 
-    def claim(self, conversation_key: str, purpose: str = "turn") -> AbstractAsyncContextManager[Claim]:
+    def claim(
+        self, conversation_key: str, purpose: str = "turn", known: KnownThread | None = None
+    ) -> AbstractAsyncContextManager[Claim]:
         """Take the conversation for one event (see agentd.store.claims); the engine holds its own
         per-conversation lock first, so a process has at most one claim per conversation at a time.
 
         `purpose` "memory" is a separate claim on the same conversation for after-run memory work
-        that runs beside the turns (one at a time, across daemons too).
+        that runs beside the turns (one at a time, across daemons too). `known`: where this process's
+        cached copy of the active thread stands; a shared store may then bring in the claim what that
+        copy misses (`Claim.tail`), and a single-owner store ignores it.
         """
         ...
 

@@ -5,7 +5,9 @@ per-conversation lock is all the exclusion there is, and a claim is empty. On a
 store several daemons share (PostgreSQL), claiming a conversation takes a
 lease on it (in arrival order, with an expiry so a killed daemon's
 conversations continue elsewhere) and reads what the daemon needs to trust its
-caches: the active thread's mark and the persistent memories' version. Every
+caches: the active thread's mark and the persistent memories' version, and, told
+where the daemon's cached copy of the thread stands (`KnownThread`), the few
+messages that copy misses (`ThreadTail`), so catching up needs no read. Every
 write made while the claim is held carries its fencing token (`current_fence`),
 so a daemon that lost its lease while stalled cannot write.
 """
@@ -14,6 +16,8 @@ from __future__ import annotations
 
 from contextvars import ContextVar
 from dataclasses import dataclass
+
+from agentd.store.records import StoredMessage
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,12 +37,34 @@ class ThreadMark:
 
 
 @dataclass(frozen=True, slots=True)
+class KnownThread:
+    """Where the claiming daemon's cached copy of the active thread stands (told to the claim)."""
+
+    thread_id: int
+    version: int
+    next_seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadTail:
+    """The messages a cached copy missed, from its next_seq (`from_seq`) to the mark's, with the thread
+    header fields that moved with them: all a copy of the same thread and version needs to catch up."""
+
+    from_seq: int
+    messages: tuple[StoredMessage, ...]
+    last_input_tokens: int | None
+    last_tokens_estimated: bool
+
+
+@dataclass(frozen=True, slots=True)
 class Claim:
     """What claiming a conversation gave. Empty (all None) on a single-owner store."""
 
     token: int | None = None  # the fencing token of the lease
     thread: ThreadMark | None = None
     memories_version: int | None = None
+    # what the known copy misses, when the store sent it (a shared store, a short tail); else None
+    tail: ThreadTail | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,9 @@
 """Claiming a conversation across daemons: a ticket, a wait in arrival order, a lease kept alive.
 
 `ClaimQueue.claim` takes a ticket in one round trip that also tries for the lease and, when it is
-granted, reads the thread mark and memories version under it (agentd_claim, claim_sql.py). While
+granted, reads the thread mark and memories version under it (agentd_claim, claim_sql.py), and the
+messages the caller's cached copy of the thread misses when it said where that copy stands and they
+are at most TAIL_CAP. While
 not granted it waits for a release to be notified (wakeups.py), for the holder's lease to run out
 (a killed holder), or for its poll, then tries again with the same ticket. Held, it sets
 `current_fence`, so every write batch of the agent made in this context checks the lease first; the
@@ -26,13 +28,19 @@ from typing import Any
 
 import psycopg
 
-from agentd.store.claims import Claim, Fence, ThreadMark, current_fence
+from agentd.store.claims import Claim, Fence, KnownThread, ThreadMark, ThreadTail, current_fence
 from agentd.store.postgres.claim_sql import CLAIM, RELEASE, RENEW, queue_digest
 from agentd.store.postgres.executor import PgExecutor
 from agentd.store.postgres.wakeups import Wakeups, stopped
+from agentd.store.records import stored_messages
 
 log = logging.getLogger(__name__)
 MAX_POLL_S = 1.0  # a waiting claim tries again at least this often (a lost notification costs this)
+# The most messages a grant brings for a cached copy that is behind. Random routing over a few daemons
+# leaves a copy a turn or a few behind (2 messages a turn); a copy further behind (its daemon served
+# none of the conversation's last 32 turns) reads what it misses in pages, as a cold load does,
+# rather than make a claim's answer (and the advisory lock held while it is read) long.
+TAIL_CAP = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,12 +51,17 @@ class Grant:
     claim: Claim
 
 
-def _grant(row: tuple[Any, ...]) -> Grant:
-    ticket, granted, retry_s, thread_id, version, next_seq, layers, memories = row
+def _grant(row: tuple[Any, ...], known: KnownThread | None) -> Grant:
+    ticket, granted, retry_s, thread_id, version, next_seq, layers, memories = row[:8]
     if not granted:
         return Grant(ticket, False, retry_s, Claim())
     mark = ThreadMark(thread_id, version or 0, next_seq, layers or 0)
-    return Grant(ticket, True, 0.0, Claim(ticket, mark, memories))
+    seqs, bodies, runs, input_tokens, estimated = row[8:]
+    tail = None
+    if known is not None and seqs is not None:  # (NULL when not sent: none known, not the same, too long)
+        messages = stored_messages(list(zip(seqs, bodies, runs, strict=True)))
+        tail = ThreadTail(known.next_seq, tuple(messages), input_tokens, estimated)
+    return Grant(ticket, True, 0.0, Claim(ticket, mark, memories, tail))
 
 
 class ClaimQueue:
@@ -79,7 +92,9 @@ class ClaimQueue:
             await asyncio.wait([future for future, _ in self._releasing.values()])
 
     @contextlib.asynccontextmanager
-    async def claim(self, agent_id: int, agent: str, key: str, purpose: str) -> AsyncIterator[Claim]:
+    async def claim(
+        self, agent_id: int, agent: str, key: str, purpose: str, known: KnownThread | None = None
+    ) -> AsyncIterator[Claim]:
         digest = queue_digest(agent_id, purpose, key)
         # this process's last ticket of the conversation, if its release may still be on its way
         releasing = self._releasing.get(digest)
@@ -87,14 +102,14 @@ class ClaimQueue:
         woken = self._wakeups.watch(digest)
         ticket: int | None = None
         try:
-            grant = await self._try(agent_id, key, purpose, None, last)
+            grant = await self._try(agent_id, key, purpose, known, None, last)
             ticket = grant.ticket
             while not grant.granted:
                 # until the holder's lease would run out (then it is taken over), a release, or the poll
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(woken.wait(), min(max(grant.retry_s, 0.0) + 0.01, self.poll_s))
                 woken.clear()
-                grant = await self._try(agent_id, key, purpose, ticket)
+                grant = await self._try(agent_id, key, purpose, known, ticket)
                 ticket = grant.ticket  # (a new one if this one expired while we stalled)
             fence = current_fence.set(Fence(agent, key, grant.ticket))
             self._held.add(grant.ticket)
@@ -115,17 +130,24 @@ class ClaimQueue:
         return ticket in self._held
 
     async def _try(
-        self, agent_id: int, key: str, purpose: str, ticket: int | None, release: int | None = None
+        self,
+        agent_id: int,
+        key: str,
+        purpose: str,
+        known: KnownThread | None,
+        ticket: int | None,
+        release: int | None = None,
     ) -> Grant:
         """One try for the lease (giving `release` back first); the ticket joins the heartbeat as
         soon as the thread has it, and a try cancelled mid-way gives its ticket back once the
         database has answered."""
-        args = (agent_id, key, purpose, self.daemon, self.lease_s, ticket, release)
+        at = (known.thread_id, known.version, known.next_seq) if known is not None else (None, None, None)
+        args = (agent_id, key, purpose, self.daemon, self.lease_s, ticket, release, *at, TAIL_CAP)
 
         def job(conn: psycopg.Connection[Any]) -> Grant:
             row = conn.execute(CLAIM, args).fetchone()
             assert row is not None
-            return _grant(row)
+            return _grant(row, known)
 
         future = self._executor.submit(job)
         try:

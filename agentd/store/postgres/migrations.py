@@ -17,7 +17,7 @@ import psycopg
 
 from agentd.errors import NewerSchema
 from agentd.store.postgres.audit import seal_unchained
-from agentd.store.postgres.claim_sql import CLAIM_STATEMENTS
+from agentd.store.postgres.claim_sql import CLAIM_STATEMENTS, CLAIM_TAIL_STATEMENTS
 from agentd.store.postgres.connection import SCHEMA
 
 Step = str | Callable[[psycopg.Connection[Any]], None]  # a statement, or what SQL alone cannot do
@@ -262,6 +262,7 @@ MIGRATIONS: Migrations = [
     ("0003_approvals", APPROVALS),
     ("0004_audit_chain", AUDIT_CHAIN),
     ("0005_copied_rows", COPIED_ROWS),
+    ("0006_claim_tail", CLAIM_TAIL_STATEMENTS),
 ]
 
 

@@ -14,7 +14,7 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol, TypeVar
 
 from agentd.errors import StoreError
-from agentd.store.claims import Claim, current_fence
+from agentd.store.claims import Claim, KnownThread, current_fence
 from agentd.store.postgres import (  # noqa: F401  (importing the SQL modules registers their handlers)
     approvals,
     audit,
@@ -100,8 +100,10 @@ class PostgresStore:
         batch = stamped(ops, self.daemon)
         return await self._executor.commit(lambda conn: write_batch(conn, agent_id, batch, fence))
 
-    def claim(self, conversation_key: str, purpose: str = "turn") -> AbstractAsyncContextManager[Claim]:
-        return self._backend.claims.claim(self._require(), self.agent, conversation_key, purpose)
+    def claim(
+        self, conversation_key: str, purpose: str = "turn", known: KnownThread | None = None
+    ) -> AbstractAsyncContextManager[Claim]:
+        return self._backend.claims.claim(self._require(), self.agent, conversation_key, purpose, known)
 
     async def sql(self, job: Callable[[SqliteShaped], T]) -> T:
         """Raw SQL over this agent's rows as SQLite would show them: for tests and tools, never the product."""

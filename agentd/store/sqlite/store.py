@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from agentd.errors import NotStored, StoreError
-from agentd.store.claims import Claim
+from agentd.store.claims import Claim, KnownThread
 from agentd.store.queries import Query
 
 # Importing the SQL modules registers their handlers.
@@ -110,7 +110,9 @@ class SqliteStore:
     # process's own per-conversation lock is the whole claim and the caches need no check.
     shared = False
 
-    def claim(self, conversation_key: str, purpose: str = "turn") -> AbstractAsyncContextManager[Claim]:
+    def claim(
+        self, conversation_key: str, purpose: str = "turn", known: KnownThread | None = None
+    ) -> AbstractAsyncContextManager[Claim]:
         return nullcontext(NO_CLAIM)
 
     def absent(self) -> bool:
