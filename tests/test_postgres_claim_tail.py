@@ -11,16 +11,13 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from agentd.store.claims import KnownThread
 from agentd.store.postgres.claims import TAIL_CAP
 from agentd.store.queries import ActiveThread
 from agentd.testing.postgres import PostgresServer
 from tests.support import Harness
-from tests.test_postgres_claims import Daemons, daemon  # noqa: F401  (the fixture)
 from tests.test_postgres_daemons import KEY, say, texts
 from tests.test_postgres_daemons import daemon as serving
 from tests.test_store_contract import turn
@@ -119,50 +116,3 @@ async def test_a_compacted_thread_is_reloaded(shared: Harness) -> None:
         *("two", "default reply to: two", "three", "default reply to: three"),
         *("four", "default reply to: four", "five"),
     ]
-
-
-# -- the claim itself ----------------------------------------------------------------------------------
-
-
-async def test_a_claim_brings_exactly_what_the_known_copy_misses(daemon: Daemons) -> None:  # noqa: F811
-    a = await daemon("a")
-    async with a.claim(KEY) as first:
-        assert first.tail is None  # nothing known
-        [thread_id] = await a.write(turn(None, 1, "hi", "hello", usage=(123, True)))
-    known = KnownThread(thread_id, 0, 2)
-    async with a.claim(KEY, known=known) as claim:
-        assert claim.tail is not None and claim.tail.from_seq == 2
-        assert [(m.seq, m.message.text) for m in claim.tail.messages] == [(2, "hello")]
-        assert (claim.tail.last_input_tokens, claim.tail.last_tokens_estimated) == (123, True)
-    async with a.claim(KEY, known=KnownThread(thread_id, 0, 3)) as current:
-        assert current.tail is None  # the copy misses nothing
-
-
-async def test_a_tail_of_the_cap_is_sent_and_a_longer_one_is_not(daemon: Daemons) -> None:  # noqa: F811
-    a = await daemon("a")
-    async with a.claim(KEY):
-        [thread_id] = await a.write(turn(None, 1, *[f"m{i}" for i in range(TAIL_CAP + 1)]))
-    async with a.claim(KEY, known=KnownThread(thread_id, 0, 2)) as claim:
-        assert claim.tail is not None and [m.seq for m in claim.tail.messages] == list(range(2, TAIL_CAP + 2))
-    async with a.claim(KEY, known=KnownThread(thread_id, 0, 1)) as claim:
-        assert claim.thread is not None and claim.thread.next_seq == TAIL_CAP + 2
-        assert claim.tail is None
-
-
-@pytest.mark.parametrize(
-    "known",
-    [
-        pytest.param(lambda thread_id: KnownThread(thread_id, 1, 2), id="another-version"),
-        pytest.param(lambda thread_id: KnownThread(thread_id + 1, 0, 2), id="another-thread"),
-    ],
-)
-async def test_a_claim_sends_no_tail_for_a_copy_of_another_thread_or_version(
-    daemon: Daemons,  # noqa: F811
-    known: Any,
-) -> None:
-    a = await daemon("a")
-    async with a.claim(KEY):
-        [thread_id] = await a.write(turn(None, 1, "hi", "hello", "more"))
-    async with a.claim(KEY, known=known(thread_id)) as claim:
-        assert claim.thread is not None and claim.thread.next_seq == 4
-        assert claim.tail is None

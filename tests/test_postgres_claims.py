@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 
 from agentd.errors import LeaseLost
-from agentd.store.claims import Claim, current_fence
+from agentd.store.claims import Claim, KnownThread, current_fence
 from agentd.store.postgres import PostgresBackend, PostgresStore
+from agentd.store.postgres.claims import TAIL_CAP
 from agentd.store.queries import MemoryKeys, Runs
 from agentd.store.records import RunRecord
 from agentd.store.writes import CommitTurn, InsertRun, UpsertMemory
@@ -288,3 +289,49 @@ async def test_named_leases_one_holder_until_released_or_lapsed(postgres_url: st
         assert await two.leases.holder("discord:bot") == "b"
         await two.leases.release("discord:bot", "b", taken)
         assert await one.leases.acquire("discord:bot", "a", ttl_s=5) is not None
+
+
+# -- what a grant brings for a cached copy of the thread (the engine's side: test_postgres_claim_tail.py)
+
+
+async def test_a_claim_brings_exactly_what_the_known_copy_misses(daemon: Daemons) -> None:
+    a = await daemon("a")
+    async with a.claim(KEY) as first:
+        assert first.tail is None  # nothing known
+        [thread_id] = await a.write(turn(None, 1, "hi", "hello", usage=(123, True)))
+    known = KnownThread(thread_id, 0, 2)
+    async with a.claim(KEY, known=known) as claim:
+        assert claim.tail is not None and claim.tail.from_seq == 2
+        assert [(m.seq, m.message.text) for m in claim.tail.messages] == [(2, "hello")]
+        assert (claim.tail.last_input_tokens, claim.tail.last_tokens_estimated) == (123, True)
+    async with a.claim(KEY, known=KnownThread(thread_id, 0, 3)) as current:
+        assert current.tail is None  # the copy misses nothing
+
+
+async def test_a_tail_of_the_cap_is_sent_and_a_longer_one_is_not(daemon: Daemons) -> None:
+    a = await daemon("a")
+    async with a.claim(KEY):
+        [thread_id] = await a.write(turn(None, 1, *[f"m{i}" for i in range(TAIL_CAP + 1)]))
+    async with a.claim(KEY, known=KnownThread(thread_id, 0, 2)) as claim:
+        assert claim.tail is not None and [m.seq for m in claim.tail.messages] == list(range(2, TAIL_CAP + 2))
+    async with a.claim(KEY, known=KnownThread(thread_id, 0, 1)) as claim:
+        assert claim.thread is not None and claim.thread.next_seq == TAIL_CAP + 2
+        assert claim.tail is None
+
+
+@pytest.mark.parametrize(
+    "known",
+    [
+        pytest.param(lambda thread_id: KnownThread(thread_id, 1, 2), id="another-version"),
+        pytest.param(lambda thread_id: KnownThread(thread_id + 1, 0, 2), id="another-thread"),
+    ],
+)
+async def test_a_claim_sends_no_tail_for_a_copy_of_another_thread_or_version(
+    daemon: Daemons, known: Any
+) -> None:
+    a = await daemon("a")
+    async with a.claim(KEY):
+        [thread_id] = await a.write(turn(None, 1, "hi", "hello", "more"))
+    async with a.claim(KEY, known=known(thread_id)) as claim:
+        assert claim.thread is not None and claim.thread.next_seq == 4
+        assert claim.tail is None
