@@ -19,6 +19,7 @@ from agentd.errors import LeaseLost
 from agentd.store.claims import Claim, KnownThread, current_fence
 from agentd.store.postgres import PostgresBackend, PostgresStore
 from agentd.store.postgres.claims import TAIL_CAP
+from agentd.store.postgres.connection import connect
 from agentd.store.queries import MemoryKeys, Runs
 from agentd.store.records import RunRecord
 from agentd.store.writes import CommitTurn, InsertRun, UpsertMemory
@@ -335,3 +336,30 @@ async def test_a_claim_sends_no_tail_for_a_copy_of_another_thread_or_version(
     async with a.claim(KEY, known=known(thread_id)) as claim:
         assert claim.thread is not None and claim.thread.next_seq == 4
         assert claim.tail is None
+
+
+async def test_a_daemon_of_the_version_before_still_claims_in_turn_during_a_rolling_upgrade(
+    daemon: Daemons, postgres_url: str
+) -> None:
+    """Migration 0006 adds the claim that brings a missing tail beside the one before it: a daemon not
+    yet upgraded (its 7-argument call, sent here by hand) keeps its place in the same queue."""
+    new = await daemon("new")
+    async with new.claim(KEY):
+        pass  # (the agent's row exists now)
+    agent_id = new._require()  # type: ignore[attr-defined]
+    old_version_claim = (
+        "SELECT ticket_id, is_granted FROM agentd_claim(%s, %s, 'turn', 'old', 15, NULL, NULL)"
+    )
+    with connect(postgres_url) as old:
+        ticket, granted = old.execute(old_version_claim, (agent_id, KEY)).fetchone()  # type: ignore[misc]
+        assert granted
+        order: list[str] = []
+        waiter = asyncio.create_task(hold(new, order, "new", asyncio.Event()))
+        await wait_until(lambda: queued(new) == 1, "the upgraded daemon to take its ticket", 10)
+        await asyncio.sleep(0.3)
+        assert order == []  # behind the old daemon's ticket
+        old.execute("SELECT agentd_release(%s)", (ticket,))
+        await wait_until(lambda: order == ["new"], "the upgraded daemon to have it next", 10)
+        waiter.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await waiter

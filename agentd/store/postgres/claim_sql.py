@@ -127,7 +127,7 @@ CLAIM_STATEMENTS: tuple[str, ...] = (
     # thread mark and the agent's memories version, read under the lease in the same statement.
     # p_release: this daemon's last ticket of the conversation, if its release may not have run yet
     # (the next message of a burst): given back here first, the others woken as a release would.
-    # (replaced by migration 0006: CLAIM_TAIL_STATEMENTS)
+    # (migration 0006 adds an overload that also brings a cached copy's missing tail: CLAIM_TAIL_STATEMENTS)
     _claim_function(
         "p_release bigint", "mark_layers bigint, memories bigint", "NULL::bigint, NULL::bigint", _GRANTED
     ),
@@ -196,7 +196,9 @@ _GRANTED_WITH_TAIL = """            SELECT p_ticket, true, 0::double precision, 
              WHERE a.id = p_agent;"""
 
 CLAIM_TAIL_STATEMENTS: tuple[str, ...] = (
-    "DROP FUNCTION agentd_claim(bigint, text, text, text, double precision, bigint, bigint)",
+    # A new overload, not a replacement: a daemon of the version before, still running during a rolling
+    # upgrade, keeps claiming with the 7-argument one (same tickets, same rules; it reads a missing tail
+    # itself), so upgrading one daemon at a time never fails another's claims.
     _claim_function(
         "p_release bigint, p_known_thread bigint, p_known_version bigint, p_known_next_seq integer,\n"
         "        p_tail_cap integer",

@@ -71,10 +71,6 @@ def _thread(conversation_key: str, row: tuple[Any, ...] | None) -> StoredThread:
     return thread
 
 
-def _messages(found: list[tuple[Any, ...]]) -> list[StoredMessage]:
-    return stored_messages(found)
-
-
 @handles(ThreadHeader)
 def load_thread_header(cx: Cx, q: ThreadHeader) -> Later[StoredThread]:
     cur = cx.run(_HEADER, (cx.agent_id, q.conversation_key))
@@ -101,7 +97,7 @@ def load_active_thread(cx: Cx, q: ActiveThread) -> Later[StoredThread]:
 
     def read() -> StoredThread:
         thread = _thread(q.conversation_key, header.fetchone())
-        thread.messages = _messages(messages.fetchall())
+        thread.messages = stored_messages(messages.fetchall())
         thread.recount()
         return thread
 
@@ -111,7 +107,7 @@ def load_active_thread(cx: Cx, q: ActiveThread) -> Later[StoredThread]:
 @handles(MessagesPage)
 def load_messages_page(cx: Cx, q: MessagesPage) -> Later[list[StoredMessage]]:
     cur = cx.run(_PAGE, (q.thread_id, cx.agent_id, q.after_seq, q.limit))
-    return Later(lambda: _messages(cur.fetchall()))
+    return Later(lambda: stored_messages(cur.fetchall()))
 
 
 @handles(CommitTurn, reads_midway=lambda op: op.thread_id is None and bool(op.messages))
