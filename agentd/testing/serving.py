@@ -23,7 +23,10 @@ class _Server(uvicorn.Server):
 async def serve_on_loopback(app: Any, lifespan: Literal["on", "off"] = "off") -> AsyncIterator[str]:
     """Serve `app` with uvicorn on a free loopback port until the block ends; yields its base URL
     (`lifespan="on"` for an app that starts things in its lifespan, as an MCP server does)."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY on accepted connections only for a socket whose
+    # protocol says TCP, and without it every small answer waited ~40 ms for a delayed ACK (the
+    # daemon's own socket had the same fix, agentd/daemon/server.py)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     server = _Server(
