@@ -114,9 +114,12 @@ def load_messages(raws: Sequence[str]) -> list[Message]:
     return _MESSAGES_ADAPTER.validate_json("[" + ",".join(raws) + "]")
 
 
+CHARS_PER_TOKEN = 4  # the estimate used wherever tokens are counted without a tokenizer
+
+
 def estimate_tokens(chars: int) -> int:
     """The estimate used when a provider reports no usage: about four characters a token."""
-    return (chars + 3) // 4
+    return (chars + CHARS_PER_TOKEN - 1) // CHARS_PER_TOKEN
 
 
 class MessageSequence(Sequence[Message]):

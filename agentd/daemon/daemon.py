@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 import os
 import signal
@@ -44,6 +43,7 @@ from agentd.daemon.server import EmbeddedServer, bind, url
 from agentd.daemon.watcher import FolderWatcher
 from agentd.engine.agent import Agent
 from agentd.engine.breakers import Breakers
+from agentd.engine.collector import collector_paused
 from agentd.errors import OperatorError
 from agentd.http.app import create_app
 from agentd.providers.base import Embedder, ModelProvider
@@ -150,12 +150,8 @@ class Daemon:
             # The first load builds every agent (10,000 at most starts): the cyclic collector would
             # walk that growing heap again and again (~40% of the load) and find nothing, since
             # loading leaves no cyclic garbage; so it stays off until the load is frozen out of reach.
-            gc.disable()
-            try:
+            with collector_paused(freeze_after=True):
                 await self.sync_agents()
-            finally:
-                gc.freeze()
-                gc.enable()
             warn_unused_providers(self.settings, [e.spec for e in self.fleet.entries.values() if e.spec])
             self.spawn(every(self.reload_interval, self.sync_agents, "reloading agents"))
             self.spawn(every(GC_FREEZE_EVERY, freeze_gc, "freezing the GC"))

@@ -6,9 +6,9 @@ sets off full collections that walk everything already in memory (every hot
 thread, every loaded agent): the cold load of a 10,000-message thread took
 ~160 ms instead of ~40 (bench/turns.py). Loads leave no cyclic garbage, so
 the collector is paused while any load runs, and what a long load brought in
-is then frozen out of its reach, as the daemon freezes what it loads at start
-(agentd.daemon.daemon). Frozen objects are still freed by refcounting when a
-thread is evicted.
+is then frozen out of its reach. The daemon's start, which builds every agent,
+is paused and frozen the same way. Frozen objects are still freed by
+refcounting when a thread is evicted.
 """
 
 from __future__ import annotations
@@ -27,13 +27,17 @@ class _Loads:
 
 
 @contextmanager
-def collector_paused() -> Iterator[None]:
-    """Pause the collector around a load; call `loaded(n)` with the messages it brought in."""
+def collector_paused(freeze_after: bool = False) -> Iterator[None]:
+    """Pause the collector around a load; call `loaded(n)` with the messages it brought in.
+    `freeze_after`: what this load brings in is long-lived whatever its size (the agents built at
+    start), so it is frozen out of the collector's reach when the loads end."""
     if _Loads.running == 0:
         _Loads.paused = gc.isenabled()
         _Loads.long = False
         gc.disable()
     _Loads.running += 1
+    if freeze_after:
+        _Loads.long = True
     try:
         yield
     finally:

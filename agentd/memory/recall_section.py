@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from agentd.memory.recall import Recalled
+from agentd.messages import CHARS_PER_TOKEN
 from agentd.providers.remembered import remembered_block
 from agentd.store.base import Store
 from agentd.store.queries import NeighbourEpisodes
@@ -38,7 +39,6 @@ from agentd.store.records import Episode
 HEADING = "Relevant earlier exchanges (recalled from memory, most relevant first; dates are UTC)."
 SOURCE = "episodes"
 SHOWN_CHARS = 1200  # of one episode
-CHARS_PER_TOKEN = 4  # the estimate used everywhere tokens are counted without a tokenizer
 
 
 @dataclass(frozen=True, slots=True)
