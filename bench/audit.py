@@ -49,6 +49,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import _common  # noqa: F401  (bench/_common.py: puts the repository root, and so testkit/, on the path)
 import numpy as np
 import psycopg
 
@@ -76,7 +77,7 @@ from agentd.store.writes import (
     UpsertMemory,
     Write,
 )
-from agentd.testing.postgres import PostgresServer
+from testkit.postgres import PostgresServer
 
 RESULTS = Path(__file__).resolve().parent / "results"
 VERIFIER = Path(__file__).resolve().parent.parent / "docs" / "verify_audit.py"
@@ -535,7 +536,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp, contextlib.ExitStack() as stack:
         root = Path(tmp)
         backends = [Backend("SQLite", root / "sqlite")]
-        if args.postgres:  # (started here, in the main thread, which outlives it: agentd/testing/postgres.py)
+        if args.postgres:  # (started here, in the main thread, which outlives it: testkit/postgres.py)
             server = stack.enter_context(PostgresServer(settings={}))
             backends.append(Backend("PostgreSQL", root / "postgres", server))
         for backend in backends:

@@ -10,7 +10,7 @@ Conversational Memory of LLM Agents", ACL 2024; snap-research/locomo), read from
 
 For each embedder a real `agentd.daemon.Daemon` is started in process on a free
 loopback port with one agent (`write: tool` episodic memory) whose model is the
-fake OpenAI-compatible server `agentd.testing.fake_llm.FakeLLM`, also on loopback.
+fake OpenAI-compatible server `testkit.fake_llm.FakeLLM`, also on loopback.
 Each conversation is fed turn by turn over the webhook as one person
 (`user_id: locomo-<id>`), the turn's text prefixed with its speaker ("Caroline: ...",
 a shared photo rendered as "[shares a photo: <caption>]"), with `sent_at` = the
@@ -49,6 +49,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import _common  # noqa: F401  (bench/_common.py: puts the repository root, and so testkit/, on the path)
 import httpx
 import numpy as np
 from turns import free_port  # bench/turns.py: this script runs from bench/
@@ -56,7 +57,7 @@ from turns import free_port  # bench/turns.py: this script runs from bench/
 from agentd.daemon import Daemon
 from agentd.memory.recall_section import HEADING
 from agentd.messages import estimate_tokens
-from agentd.testing.fake_llm import FakeLLM
+from testkit.fake_llm import FakeLLM
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT.parent / "shared" / "data" / "locomo-dev"

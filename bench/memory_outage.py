@@ -29,13 +29,15 @@ import tempfile
 import time
 from pathlib import Path
 
+import _common  # noqa: F401  (bench/_common.py: puts the repository root, and so testkit/, on the path)
+
 from agentd.config.loader import parse_agent
 from agentd.config.models import DaemonSpec
 from agentd.daemon import Resources
 from agentd.events import InboundEvent
 from agentd.messages import Message
 from agentd.providers.base import Completion, CompletionRequest, Usage
-from agentd.testing.fake_llm import FakeLLM
+from testkit.fake_llm import FakeLLM
 
 RESULTS = Path(__file__).resolve().parent / "results"
 AGENT = """\

@@ -3,7 +3,7 @@
     python bench/pg_drivers.py            # full run (~2-3 min on 2 cores)
     python bench/pg_drivers.py --quick    # smoke run (~30 s)
 
-Starts a throwaway PostgreSQL server with PostgreSQL's default settings (agentd.testing.postgres),
+Starts a throwaway PostgreSQL server with PostgreSQL's default settings (testkit.postgres),
 creates a schema shaped like the turn path's and measures one turn (bench/pg_turn.py says exactly what
 it is) per driver: sequential per-turn p50/p95, and turns/s with 100 concurrent conversations. pgbench
 runs the same turn, and performance.md's plain two-insert transaction, against the same server in the
@@ -38,10 +38,11 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
+import _common  # noqa: F401  (bench/_common.py: puts the repository root, and so testkit/, on the path)
 import psycopg
 from pg_turn import DRIVERS, SCHEMA, Conversation, Driver, Turn, body, open_driver
 
-from agentd.testing.postgres import PostgresServer
+from testkit.postgres import PostgresServer
 
 RESULTS = Path(__file__).resolve().parent / "results"
 CONVERSATIONS = 100  # threads 1..100: the concurrent cells' conversations

@@ -55,6 +55,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import _common  # noqa: F401  (bench/_common.py: puts the repository root, and so testkit/, on the path)
 import numpy as np
 
 from agentd.memory.keywords import keyword_terms
@@ -67,7 +68,7 @@ from agentd.store.queries import EpisodesById, KeywordSearch
 from agentd.store.records import NewEpisode
 from agentd.store.sqlite import SqliteStore, StoreExecutor
 from agentd.store.writes import InsertEpisodes
-from agentd.testing.postgres import PostgresServer
+from testkit.postgres import PostgresServer
 
 RESULTS = Path(__file__).resolve().parent / "results"
 PARTITION = "user:bench"
@@ -421,7 +422,7 @@ def main() -> None:
     )
     args = ap.parse_args()
     with contextlib.ExitStack() as stack:
-        # (started here, in the main thread, which outlives it: agentd/testing/postgres.py)
+        # (started here, in the main thread, which outlives it: testkit/postgres.py)
         postgres = stack.enter_context(PostgresServer()) if args.postgres else None
         results = asyncio.run(run(args, postgres))
     print(table(results))

@@ -3,7 +3,7 @@
     nice python bench/replicas.py            # full run (~6-8 min on 2 cores)
     nice python bench/replicas.py --quick    # smoke run (~2 min)
 
-One throwaway PostgreSQL server (agentd.testing.postgres, PostgreSQL's *default* settings: fsync and
+One throwaway PostgreSQL server (testkit.postgres, PostgreSQL's *default* settings: fsync and
 synchronous commit on) serves the whole run:
 
 1. **The turn**: per-turn p50/p95 of `Agent.handle` with a zero-latency model at L = 10 / 1,000 / 10,000
@@ -40,12 +40,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import _common  # noqa: F401  (bench/_common.py: puts the repository root, and so testkit/, on the path)
 import turns  # (bench/ is on the path: the benchmark scripts' folder)
 from http_load import Load, Meter, WaitSampler, drive
 from pg_drivers import Database, Samples, pgbench_round
 
-from agentd.testing.postgres import PostgresServer
 from agents import DaemonRun
+from testkit.postgres import PostgresServer
 
 RESULTS = Path(__file__).resolve().parent / "results"
 HERE = Path(__file__).resolve().parent.parent

@@ -32,6 +32,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import _common  # noqa: F401  (bench/_common.py: puts the repository root, and so testkit/, on the path)
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
@@ -41,7 +42,7 @@ from agentd.daemon import Resources
 from agentd.events import InboundEvent
 from agentd.messages import Message, ToolCallPart
 from agentd.providers.base import Completion, CompletionRequest, Usage
-from agentd.testing.fake_mcp import serve_http, stdio_command
+from testkit.fake_mcp import serve_http, stdio_command
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

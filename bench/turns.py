@@ -39,6 +39,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import _common  # noqa: F401  (bench/_common.py: puts the repository root, and so testkit/, on the path)
 import aiosqlite
 import httpx
 import pg_turn  # (bench/: the benchmark scripts' folder is on the path)
@@ -56,7 +57,7 @@ from agentd.store.base import Store
 from agentd.store.queries import MessageCounts, RunTotals
 from agentd.store.records import RunRecord, StoredMessage
 from agentd.store.writes import CommitTurn
-from agentd.testing.postgres import PostgresServer
+from testkit.postgres import PostgresServer
 
 RESULTS = Path(__file__).resolve().parent / "results"
 WARM = 3  # untimed turns before each sequential cell
@@ -148,7 +149,7 @@ def resources(model: str, root: Path, store_url: str | None = None) -> Resources
 
 
 # The throwaway PostgreSQL server of a --postgres run: started once in the main thread (it must outlive
-# the server; agentd/testing/postgres.py), with PostgreSQL's default settings (fsync and synchronous
+# the server; testkit/postgres.py), with PostgreSQL's default settings (fsync and synchronous
 # commit on, as performance.md's pgbench figures); each cell gets a database of its own.
 POSTGRES: PostgresServer | None = None
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from agentd.testing.fake_llm import FakeLLM
-from agentd.testing.postgres import PostgresServer
+from testkit.fake_llm import FakeLLM
+from testkit.postgres import PostgresServer
 from tests.support import Harness
 
 STORE_BACKENDS = ("sqlite", "postgres")
@@ -56,7 +56,7 @@ async def client() -> AsyncIterator[httpx.AsyncClient]:
 def postgres_server() -> Iterator[PostgresServer]:
     """One throwaway PostgreSQL server for the run, started the first time a test asks for it.
 
-    Sync on purpose: it starts in the main thread, which outlives the server (see agentd.testing.postgres).
+    Sync on purpose: it starts in the main thread, which outlives the server (see testkit.postgres).
     Without the binaries every test that asks errors with the install hint; none is skipped.
     """
     with PostgresServer() as server:

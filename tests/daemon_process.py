@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 
-from agentd.testing.waiting import wait_until
+from testkit.waiting import wait_until
 
 START_TIMEOUT = 20.0
 STOP_TIMEOUT = 20.0

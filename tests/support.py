@@ -19,7 +19,7 @@ from agentd.engine.peers import Peers
 from agentd.events import InboundEvent, Reply
 from agentd.http.app import create_app
 from agentd.providers.sse import ServerSentEvent, SSEDecoder
-from agentd.testing.serving import serve_on_loopback
+from testkit.serving import serve_on_loopback
 
 
 def make_spec(yaml_text: str, name: str = "bot") -> AgentSpec:

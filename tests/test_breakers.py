@@ -17,9 +17,9 @@ from agentd.events import InboundEvent
 from agentd.http.app import create_app
 from agentd.messages import Message
 from agentd.providers.base import Completion, CompletionRequest, Usage
-from agentd.testing.fake_llm import FakeLLM
-from agentd.testing.scripted import ScriptedProvider
-from agentd.testing.waiting import wait_until
+from testkit.fake_llm import FakeLLM
+from testkit.scripted import ScriptedProvider
+from testkit.waiting import wait_until
 from tests.support import make_spec
 
 STATE = """\

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from agentd.testing.fake_llm import FakeLLM
-from agentd.testing.waiting import wait_until
+from testkit.fake_llm import FakeLLM
+from testkit.waiting import wait_until
 from tests.daemon_process import DaemonProcess
 
 SLOW = "purpose: You help.\nmemory: {scope: thread}\nmodel: slow/m\n"

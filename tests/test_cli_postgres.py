@@ -17,7 +17,7 @@ from agentd.cli import main
 from agentd.daemon import Daemon
 from agentd.events import InboundEvent
 from agentd.store.queries import ActiveThread, EpisodeCounts, Memories
-from agentd.testing.postgres import PostgresServer
+from testkit.postgres import PostgresServer
 from tests.support import Harness
 
 ASSISTANT = (

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agentd.engine.agent import Agent
-from agentd.testing.scripted import ScriptedProvider
+from testkit.scripted import ScriptedProvider
 from tests.support import Harness, say
 
 pytestmark = pytest.mark.both_stores  # each test runs on SQLite files and on PostgreSQL

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from agentd.testing.waiting import wait_until
+from testkit.waiting import wait_until
 from tests.daemon_process import DaemonProcess
 
 pytestmark = pytest.mark.slow
@@ -212,7 +212,7 @@ def test_chat_builds_the_agent_as_the_daemon_does_embedder_and_extractor_model_i
     workdir: Path,
 ) -> None:
     """`agentd chat` once ignored agentd.yaml's embedder and memory_extractor_model (issue 7's defect)."""
-    from agentd.testing.fake_llm import FakeLLM
+    from testkit.fake_llm import FakeLLM
 
     with FakeLLM() as fake:
         (workdir / "agentd.yaml").write_text(

@@ -11,8 +11,8 @@ from agentd.events import InboundEvent
 from agentd.messages import Message
 from agentd.providers.base import Completion, CompletionRequest
 from agentd.store.queries import ActiveThread
-from agentd.testing.scripted import ScriptedProvider
-from agentd.testing.waiting import wait_until
+from testkit.scripted import ScriptedProvider
+from testkit.waiting import wait_until
 from tests.support import Harness, say
 
 pytestmark = pytest.mark.both_stores  # each test runs on SQLite files and on PostgreSQL

@@ -16,8 +16,8 @@ from agentd.memory.base import TurnInput
 from agentd.messages import Message
 from agentd.providers.base import Completion, CompletionRequest, Usage
 from agentd.store.queries import ActiveThread, MessagesPage
-from agentd.testing.scripted import ScriptedProvider
-from agentd.testing.waiting import wait_until
+from testkit.scripted import ScriptedProvider
+from testkit.waiting import wait_until
 from tests.support import Harness, make_spec, say
 
 KEY = "webhook:c1"

@@ -15,8 +15,8 @@ import httpx
 import pytest
 
 from agentd.daemon import Daemon
-from agentd.testing.fake_llm import FakeLLM
-from agentd.testing.waiting import wait_until
+from testkit.fake_llm import FakeLLM
+from testkit.waiting import wait_until
 from tests.support import daemon_on_loopback, sse_events
 
 AGENT = (

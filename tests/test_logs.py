@@ -17,7 +17,7 @@ from agentd.cli.logs import JSON_KEYS, configure_logging
 from agentd.daemon import Daemon
 from agentd.errors import ProviderError
 from agentd.http.app import create_app
-from agentd.testing.waiting import wait_until
+from testkit.waiting import wait_until
 from tests.daemon_process import DaemonProcess
 
 EPISODIC = "memory:\n  strategy: {kind: episodic}\nchannels: {webhook: {}}\n"

@@ -15,7 +15,7 @@ from agentd.daemon.host import AgentHost
 from agentd.engine.agent import Agent
 from agentd.events import InboundEvent
 from agentd.http.app import create_app
-from agentd.testing.waiting import wait_until
+from testkit.waiting import wait_until
 from tests.daemon_process import DaemonProcess
 from tests.support import Harness
 

@@ -12,8 +12,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from agentd.daemon import Daemon
 from agentd.http.app import create_app
-from agentd.testing.fake_llm import FakeLLM
-from agentd.testing.waiting import wait_until
+from testkit.fake_llm import FakeLLM
+from testkit.waiting import wait_until
 
 TOKEN = "s3cret"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

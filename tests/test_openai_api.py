@@ -18,7 +18,7 @@ import openai
 import pytest
 
 from agentd.daemon import Daemon
-from agentd.testing.fake_llm import FakeLLM
+from testkit.fake_llm import FakeLLM
 from tests.support import daemon_on_loopback
 
 ASSISTANT = "purpose: You help.\nmodel: fake/m\nmemory: {scope: thread}\nchannels: {webhook: {}}\n"

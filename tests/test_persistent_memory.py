@@ -10,7 +10,7 @@ from agentd.engine.agent import Agent
 from agentd.messages import Message
 from agentd.providers.base import CompletionRequest
 from agentd.providers.remembered import material_of
-from agentd.testing.scripted import ScriptedProvider
+from testkit.scripted import ScriptedProvider
 from tests.support import Harness, say
 
 pytestmark = pytest.mark.both_stores  # each test runs on SQLite files and on PostgreSQL

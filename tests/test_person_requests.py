@@ -19,7 +19,7 @@ from agentd.messages import Message, TextPart, ToolCallPart, ToolResultPart
 from agentd.providers.embedders import HashEmbedder
 from agentd.store.people import TOMBSTONE, audit_fields, is_subject, subject_of, tombstone
 from agentd.store.queries import PersonData
-from agentd.testing.scripted import ScriptedProvider
+from testkit.scripted import ScriptedProvider
 from tests.daemon_process import DaemonProcess
 from tests.support import Harness, say, send, serving
 

@@ -16,7 +16,7 @@ import pytest
 
 from agentd.store.postgres.claims import TAIL_CAP
 from agentd.store.queries import ActiveThread
-from agentd.testing.postgres import PostgresServer
+from testkit.postgres import PostgresServer
 from tests.support import Harness
 from tests.test_postgres_daemons import KEY, say, texts
 from tests.test_postgres_daemons import daemon as serving

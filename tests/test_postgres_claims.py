@@ -23,7 +23,7 @@ from agentd.store.postgres.connection import connect
 from agentd.store.queries import MemoryKeys, Runs
 from agentd.store.records import RunRecord
 from agentd.store.writes import CommitTurn, InsertRun, UpsertMemory
-from agentd.testing.waiting import wait_until
+from testkit.waiting import wait_until
 from tests.test_store_contract import T0, turn
 
 KEY = "webhook:c1"

@@ -23,8 +23,8 @@ from agentd.http.app import create_app
 from agentd.providers.base import Completion, CompletionRequest
 from agentd.providers.embedders import HashEmbedder
 from agentd.store.queries import ActiveThread, Runs
-from agentd.testing.postgres import PostgresServer
-from agentd.testing.scripted import ScriptedProvider
+from testkit.postgres import PostgresServer
+from testkit.scripted import ScriptedProvider
 from tests.memory.test_episodic import recalled_section
 from tests.support import Harness
 

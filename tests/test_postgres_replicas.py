@@ -31,9 +31,9 @@ import httpx
 import psycopg
 import pytest
 
-from agentd.testing.fake_llm import FakeLLM
-from agentd.testing.fake_telegram import FakeTelegram
-from agentd.testing.waiting import wait_until
+from testkit.fake_llm import FakeLLM
+from testkit.fake_telegram import FakeTelegram
+from testkit.waiting import wait_until
 from tests.daemon_process import DaemonProcess
 
 pytestmark = pytest.mark.slow

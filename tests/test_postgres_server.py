@@ -17,9 +17,9 @@ import asyncpg
 import psycopg
 import pytest
 
-from agentd.testing import postgres
-from agentd.testing.postgres import PostgresServer, PostgresUnavailable, find_bindir, sweep_stale_folders
-from agentd.testing.waiting import wait_until
+from testkit import postgres
+from testkit.postgres import PostgresServer, PostgresUnavailable, find_bindir, sweep_stale_folders
+from testkit.waiting import wait_until
 
 
 def running(pid: int) -> bool:
@@ -147,7 +147,7 @@ def test_missing_binaries_fail_with_the_install_hint(
 
 OWNER = """\
 import pathlib, sys, time
-from agentd.testing.postgres import PostgresServer
+from testkit.postgres import PostgresServer
 pg = PostgresServer(parent=pathlib.Path(sys.argv[1])).start()
 print(pg.pid, pg.folder, flush=True)
 time.sleep(120)

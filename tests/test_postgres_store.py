@@ -30,7 +30,7 @@ from agentd.store.writes import (
     SetVectors,
     UpsertMemory,
 )
-from agentd.testing.postgres import PostgresServer
+from testkit.postgres import PostgresServer
 
 VEC = b"\x00\x00\x80?" * 4
 T0 = 1_700_000_000.0

@@ -13,7 +13,7 @@ from agentd.engine.agent import Agent
 from agentd.providers.anthropic import AnthropicProvider
 from agentd.providers.openai import OpenAIProvider
 from agentd.store.queries import ActiveThread
-from agentd.testing.fake_llm import FakeLLM
+from testkit.fake_llm import FakeLLM
 from tests.support import Harness, say
 
 pytestmark = pytest.mark.both_stores  # each test runs on SQLite files and on PostgreSQL

@@ -13,7 +13,7 @@ import pytest
 from agentd.cli import main
 from agentd.daemon import Daemon
 from agentd.http.app import create_app
-from agentd.testing.fake_llm import FakeLLM
+from testkit.fake_llm import FakeLLM
 from tests.daemon_process import DaemonProcess
 
 ROOT = Path(__file__).parent.parent

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from agentd.store.folder_lock import probe
-from agentd.testing.waiting import wait_until
+from testkit.waiting import wait_until
 from tests.daemon_process import DaemonProcess, free_port
 
 ASSISTANT = "purpose: You help.\nmemory: {scope: thread, persistent: true}\nchannels: {webhook: {}}\n"

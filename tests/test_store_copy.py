@@ -28,7 +28,7 @@ from agentd.providers.offline import OfflineProvider
 from agentd.store.postgres.connection import connect
 from agentd.store.postgres.migrations import migrate
 from agentd.store.queries import ApprovalById, EpisodesById, Runs
-from agentd.testing.postgres import PostgresServer
+from testkit.postgres import PostgresServer
 
 MAIN = "model: main/m\nchannels: {webhook: {}}\n"
 AGENTS = {

@@ -23,7 +23,7 @@ from agentd.store.queries import ActiveThread, EpisodePartitions, Memories, Runs
 from agentd.store.records import NewEpisode
 from agentd.store.sqlite.migrations import MIGRATIONS, migrate
 from agentd.store.writes import DeleteConversation, DeleteMemory, InsertEpisodes
-from agentd.testing.postgres import PostgresServer, free_port
+from testkit.postgres import PostgresServer, free_port
 from tests.support import Harness, say
 
 REMEMBERS = "memory: {scope: thread, persistent: true}\n"

@@ -17,7 +17,7 @@ from agentd.events import InboundEvent
 from agentd.messages import Message
 from agentd.providers.openai import OpenAIProvider
 from agentd.store.queries import ActiveThread
-from agentd.testing.fake_llm import FakeLLM
+from testkit.fake_llm import FakeLLM
 from tests.support import Harness
 
 pytestmark = pytest.mark.both_stores  # each test runs on SQLite files and on PostgreSQL

@@ -9,7 +9,7 @@ import pytest
 from agentd.engine import subagents
 from agentd.engine.agent import Agent
 from agentd.providers.base import CompletionRequest
-from agentd.testing.scripted import ScriptedProvider
+from testkit.scripted import ScriptedProvider
 from tests.support import Harness, LocalPeers, say, strategy_of
 
 pytestmark = pytest.mark.both_stores  # each test runs on SQLite files and on PostgreSQL

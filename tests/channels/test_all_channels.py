@@ -31,10 +31,10 @@ import httpx
 import pytest
 
 from agentd.daemon import Daemon
-from agentd.testing.fake_discord import FakeDiscord
-from agentd.testing.fake_slack import FakeSlack
-from agentd.testing.fake_telegram import FakeTelegram
-from agentd.testing.waiting import wait_until
+from testkit.fake_discord import FakeDiscord
+from testkit.fake_slack import FakeSlack
+from testkit.fake_telegram import FakeTelegram
+from testkit.waiting import wait_until
 
 # PTB 22 warns whenever it builds a RetryAfter unless PTB_TIMEDELTA is set (in-process variant).
 pytestmark = pytest.mark.filterwarnings(

@@ -17,9 +17,9 @@ from agentd.channels.discord import DiscordChannel, DiscordRefused
 from agentd.channels.registry import build_channel
 from agentd.config.discord import DiscordSpec
 from agentd.events import InboundEvent, Reply
-from agentd.testing.channel_host import RecordingHost
-from agentd.testing.fake_discord import FakeDiscord
-from agentd.testing.waiting import wait_until
+from testkit.channel_host import RecordingHost
+from testkit.fake_discord import FakeDiscord
+from testkit.waiting import wait_until
 
 # Fast timings for a fake on loopback: no 2 s wait for guilds, quick retries and reconnects.
 FAST = {

@@ -17,10 +17,10 @@ from agentd.channels.base import Channel, HttpChannel
 from agentd.channels.slack import SlackChannel, SlackRefused, route_message
 from agentd.config.slack import SlackSpec
 from agentd.events import InboundEvent, Reply
-from agentd.testing.channel_host import RecordingHost
-from agentd.testing.fake_slack import FakeSlack
-from agentd.testing.serving import serve_on_loopback
-from agentd.testing.waiting import wait_until
+from testkit.channel_host import RecordingHost
+from testkit.fake_slack import FakeSlack
+from testkit.serving import serve_on_loopback
+from testkit.waiting import wait_until
 from tests.channels.support import assert_refused, errors_logged
 
 GENERAL = "C0GENERAL"

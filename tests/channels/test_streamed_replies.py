@@ -29,11 +29,11 @@ from agentd.config.loader import parse_agent
 from agentd.config.slack import SlackSpec
 from agentd.config.telegram import TelegramSpec
 from agentd.errors import ConfigError
-from agentd.testing.channel_host import RecordingHost
-from agentd.testing.fake_discord import FakeDiscord
-from agentd.testing.fake_slack import FakeSlack
-from agentd.testing.fake_telegram import FakeTelegram
-from agentd.testing.waiting import wait_until
+from testkit.channel_host import RecordingHost
+from testkit.fake_discord import FakeDiscord
+from testkit.fake_slack import FakeSlack
+from testkit.fake_telegram import FakeTelegram
+from testkit.waiting import wait_until
 
 EVERY = 0.05  # seconds between edits: quick, for a fake on loopback
 STREAMING = {"stream": True, "stream_edit_seconds": EVERY}

@@ -18,10 +18,10 @@ from agentd.channels.splitting import split_message
 from agentd.channels.telegram import MESSAGE_LIMIT, NETWORK_RETRIES, TelegramChannel
 from agentd.config.telegram import TelegramSpec
 from agentd.events import InboundEvent, Reply
-from agentd.testing.channel_host import RecordingHost
-from agentd.testing.fake_telegram import FakeTelegram
-from agentd.testing.serving import serve_on_loopback
-from agentd.testing.waiting import wait_until
+from testkit.channel_host import RecordingHost
+from testkit.fake_telegram import FakeTelegram
+from testkit.serving import serve_on_loopback
+from testkit.waiting import wait_until
 from tests.channels.support import assert_refused, errors_logged
 
 # PTB 22 warns whenever it builds a RetryAfter (a 429) unless PTB_TIMEDELTA is set; the channel handles both types.

@@ -17,7 +17,7 @@ from agentd.memory.window import WindowMemory
 from agentd.messages import Message
 from agentd.store.queries import LayerStateOf
 from agentd.store.records import StoredThread
-from agentd.testing.scripted import ScriptedProvider
+from testkit.scripted import ScriptedProvider
 from tests.support import Harness, say, strategy_of
 
 pytestmark = pytest.mark.both_stores  # each test runs on SQLite files and on PostgreSQL

@@ -28,7 +28,7 @@ from agentd.store.records import NewEpisode, StoredMessage
 from agentd.store.sqlite.episodes import fts_match, insert_episodes, keyword_search
 from agentd.store.sqlite.migrations import migrate
 from agentd.store.writes import InsertEpisodes
-from agentd.testing.scripted import ScriptedProvider
+from testkit.scripted import ScriptedProvider
 from tests.support import Harness, say
 
 pytestmark = pytest.mark.both_stores  # each test runs on SQLite files and on PostgreSQL

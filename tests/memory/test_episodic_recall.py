@@ -14,7 +14,7 @@ from agentd.memory.dates import mentioned_periods, within
 from agentd.memory.recall_section import HEADING
 from agentd.memory.vectors import IndexedVector, VectorIndex, as_blob
 from agentd.providers.embedders import HashEmbedder
-from agentd.testing.scripted import ScriptedProvider
+from testkit.scripted import ScriptedProvider
 from tests.memory.test_episodic import agent_yaml, episodes, last_recall, recalled_section
 from tests.support import Harness
 

@@ -8,7 +8,7 @@ import json
 from agentd.memory.state import StateMemory
 from agentd.memory.summarized import SUMMARY_HEADING
 from agentd.providers.remembered import NOTICE, remembered_block
-from agentd.testing.scripted import ScriptedProvider
+from testkit.scripted import ScriptedProvider
 from tests.support import Harness, say
 
 

@@ -14,7 +14,7 @@ from agentd.memory.semantic import SemanticMemory, parse_facts
 from agentd.store.queries import AuditEvents, Facts
 from agentd.store.sqlite import SqliteStore, StoreExecutor
 from agentd.store.writes import DeleteFact, UpsertFact
-from agentd.testing.scripted import ScriptedProvider
+from testkit.scripted import ScriptedProvider
 from tests.support import Harness, say, strategy_of
 
 pytestmark = pytest.mark.both_stores  # each test runs on SQLite files and on PostgreSQL

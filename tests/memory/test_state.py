@@ -23,7 +23,7 @@ from agentd.memory.patches import (
 from agentd.memory.state import StateMemory
 from agentd.providers.remembered import material_of
 from agentd.store.queries import AuditEvents
-from agentd.testing.scripted import ScriptedProvider
+from testkit.scripted import ScriptedProvider
 from tests.support import Harness, say, strategy_of
 
 pytestmark = pytest.mark.both_stores  # each test runs on SQLite files and on PostgreSQL

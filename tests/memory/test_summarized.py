@@ -13,7 +13,7 @@ from agentd.messages import Message, ToolCallPart, ToolResultPart
 from agentd.providers.remembered import remembered_block
 from agentd.store.queries import LayerStateOf
 from agentd.store.records import StoredMessage
-from agentd.testing.scripted import ScriptedProvider
+from testkit.scripted import ScriptedProvider
 from tests.support import Harness, say, strategy_of
 
 pytestmark = pytest.mark.both_stores  # each test runs on SQLite files and on PostgreSQL

@@ -9,7 +9,7 @@ from agentd.memory.base import AfterRun
 from agentd.memory.window import WindowMemory, window_start
 from agentd.messages import Message, ToolCallPart, ToolResultPart
 from agentd.store.records import StoredMessage
-from agentd.testing.scripted import ScriptedProvider
+from testkit.scripted import ScriptedProvider
 from tests.support import Harness, say, strategy_of
 
 pytestmark = pytest.mark.both_stores  # each test runs on SQLite files and on PostgreSQL

@@ -7,7 +7,7 @@ from agentd.errors import CredentialError, ProviderError
 from agentd.messages import Message, TextPart, ToolCallPart, ToolResultPart
 from agentd.providers.anthropic import AnthropicProvider
 from agentd.providers.base import CompletionRequest, ToolSpec, Usage
-from agentd.testing.fake_llm import FakeLLM
+from testkit.fake_llm import FakeLLM
 
 LOOKUP = ToolSpec(
     name="lookup",

@@ -15,7 +15,7 @@ from agentd.errors import CredentialError, OperatorError, ProviderError
 from agentd.providers.embedders import HashEmbedder, build_embedder
 from agentd.providers.local_embedder import LocalEmbedder
 from agentd.providers.remote_embedders import OllamaEmbedder, OpenAIEmbedder
-from agentd.testing.fake_llm import FakeLLM, fake_embedding
+from testkit.fake_llm import FakeLLM, fake_embedding
 
 DIM = 16  # FakeLLM's default embedding dimension
 

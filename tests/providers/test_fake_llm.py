@@ -8,7 +8,7 @@ import time
 import httpx
 import pytest
 
-from agentd.testing.fake_llm import FakeLLM, fake_embedding
+from testkit.fake_llm import FakeLLM, fake_embedding
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hello"}]}
 

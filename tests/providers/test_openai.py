@@ -9,7 +9,7 @@ from agentd.errors import CredentialError, OperatorError, ProviderError
 from agentd.messages import Message, TextPart, ToolCallPart, ToolResultPart
 from agentd.providers.base import CompletionRequest, ToolSpec, Usage
 from agentd.providers.openai import OpenAIProvider
-from agentd.testing.fake_llm import FakeLLM
+from testkit.fake_llm import FakeLLM
 
 LOOKUP = ToolSpec(
     name="lookup",

@@ -13,7 +13,7 @@ from agentd.providers.anthropic import AnthropicProvider
 from agentd.providers.base import CompletionRequest
 from agentd.providers.http import Endpoint, post_json
 from agentd.providers.openai import OpenAIProvider
-from agentd.testing.fake_llm import FakeLLM
+from testkit.fake_llm import FakeLLM
 
 REQUEST = CompletionRequest(model="gpt-test", system="", messages=[Message.user("hi")])
 

@@ -21,7 +21,7 @@ from agentd.providers.base import (
 )
 from agentd.providers.offline import OfflineProvider
 from agentd.providers.openai import OpenAIProvider
-from agentd.testing.fake_llm import FakeLLM
+from testkit.fake_llm import FakeLLM
 
 LOOKUP = ToolSpec("lookup", "Look a word up.", {"type": "object", "properties": {"q": {"type": "string"}}})
 REQUEST = CompletionRequest(model="m", system="Be terse.", messages=[Message.user("hi")], tools=[LOOKUP])

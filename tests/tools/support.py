@@ -13,8 +13,8 @@ from agentd.engine.agent import Agent
 from agentd.providers.anthropic import AnthropicProvider
 from agentd.providers.openai import OpenAIProvider
 from agentd.store.queries import AuditEvents
-from agentd.testing.fake_llm import FakeLLM
-from agentd.testing.fake_mcp import stdio_command
+from testkit.fake_llm import FakeLLM
+from testkit.fake_mcp import stdio_command
 from tests.support import Harness
 
 

@@ -15,8 +15,8 @@ from agentd.events import InboundEvent, Reply
 from agentd.store.queries import ActiveThread, AuditEvents
 from agentd.store.records import AuditRecord
 from agentd.store.writes import AppendAudit, DecideApproval, RowMissing
-from agentd.testing.fake_llm import FakeLLM
-from agentd.testing.waiting import wait_until
+from testkit.fake_llm import FakeLLM
+from testkit.waiting import wait_until
 from tests.support import Harness, open_api, say
 from tests.tools.support import agent_yaml, openai, stdio_server, tool_agent, tool_events, tool_results
 

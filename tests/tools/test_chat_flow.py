@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from agentd.daemon import Daemon
-from agentd.testing.fake_llm import FakeLLM
-from agentd.testing.fake_telegram import FakeTelegram
-from agentd.testing.waiting import wait_until
+from testkit.fake_llm import FakeLLM
+from testkit.fake_telegram import FakeTelegram
+from testkit.waiting import wait_until
 from tests.tools.support import stdio_server, tool_events
 
 ALICE, BOB = 1111, 2222

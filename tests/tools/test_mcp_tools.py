@@ -10,9 +10,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from agentd.testing.fake_llm import FakeLLM
-from agentd.testing.fake_mcp import serve_http
-from agentd.testing.waiting import wait_until
+from testkit.fake_llm import FakeLLM
+from testkit.fake_mcp import serve_http
+from testkit.waiting import wait_until
 from tests.support import Harness, say
 from tests.tools.support import (
     agent_yaml,

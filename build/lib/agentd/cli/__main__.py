@@ -1,0 +1,5 @@
+import sys
+
+from agentd.cli.main import main
+
+sys.exit(main())

@@ -1,0 +1,130 @@
+"""`agentd chat AGENT`: a conversation in this terminal (key repl:<session>).
+
+With no daemon on the data folder, the agent runs in this process, built as
+the daemon builds it. When a daemon owns the folder, the lines go to that
+daemon over its HTTP API, so what this conversation remembers is at once what
+the daemon sees (and two processes never write one SQLite file).
+
+The terminal: line editing and history (readline), `exit`/`quit` or Ctrl-D to
+leave, Ctrl-C leaves at once (also while waiting for the model), a spinner on
+stderr while the model is thinking, and the reply printed as it is written
+(terminal.py; through the daemon, its streaming REPL route). Printed to a pipe
+instead, each reply comes whole.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import concurrent.futures
+import contextlib
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from agentd.cli.local import local_agent
+from agentd.cli.remote import answer, running_daemon, streamed_answer
+from agentd.cli.terminal import Spinner, TerminalReply, main_thread_only
+from agentd.engine.agent import Agent
+from agentd.events import CONVERSATION_ID_RE, InboundEvent, ReplySink
+
+LEAVE = {"exit", "quit", ":q"}
+Say = Callable[[str, ReplySink | None], str]  # a line, and who hears the reply as it is written
+
+
+def cmd_chat(args: argparse.Namespace) -> int:
+    if not CONVERSATION_ID_RE.match(args.session):
+        print("agentd: --session must be 1-128 of [A-Za-z0-9_.:-]", file=sys.stderr)
+        return 2
+    with running_daemon(args) as client:
+        if client is None:
+            return _in_process(args)
+
+        def say(line: str, sink: ReplySink | None) -> str:
+            path, body = f"/agents/{args.agent}/repl", {"session": args.session, "text": line}
+            if sink is not None:
+                return str(streamed_answer(client, path, body, sink)["reply"])
+            return str(answer(client.post(path, json=body))["reply"])
+
+        where = f"{args.agent} on the daemon at {client.base_url}, conversation repl:{args.session}"
+        return _repl(where, say)
+
+
+def _in_process(args: argparse.Namespace) -> int:
+    with _loop_thread() as run:
+        opened = local_agent(args)
+        agent: Agent = run(opened.__aenter__())
+        try:
+
+            def say(line: str, sink: ReplySink | None) -> str:
+                event = InboundEvent(agent.name, f"repl:{args.session}", line, "repl", user_id="local")
+                return run(agent.handle(event, sink=sink)).text
+
+            where = f"{agent.name} ({agent.spec.model.name}), conversation repl:{args.session}"
+            return _repl(where, say)
+        finally:
+            run(opened.__aexit__(None, None, None))
+
+
+@contextlib.contextmanager
+def _loop_thread() -> Iterator[Callable[[Any], Any]]:
+    """An event loop on a thread of its own, so the terminal stays in the main thread (readline, Ctrl-C)
+    while the agent's background work goes on between lines."""
+    loop = asyncio.new_event_loop()
+
+    def serve() -> None:
+        main_thread_only()  # and so are the threads this one starts (the store's, httpx's)
+        loop.run_forever()
+
+    thread = threading.Thread(target=serve, name="agentd-chat-loop", daemon=True)
+    thread.start()
+
+    def run(coro: Any) -> Any:
+        future = asyncio.run_coroutine_threadsafe(coro, loop)
+        try:
+            return future.result()
+        except (KeyboardInterrupt, concurrent.futures.CancelledError):
+            future.cancel()
+            raise
+
+    try:
+        yield run
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=5)
+
+
+def _repl(where: str, say: Say) -> int:
+    interactive = sys.stdin.isatty()
+    streaming = sys.stdout.isatty()  # a pipe gets each reply whole
+    if interactive:
+        with contextlib.suppress(ImportError):
+            import readline  # noqa: F401  (input() then edits lines and keeps a history)
+    print(f"agentd chat: {where}. /help for commands; exit, Ctrl-D or Ctrl-C to leave.", flush=True)
+    try:
+        while True:
+            try:
+                line = input("you> " if interactive else "")
+            except EOFError:
+                if interactive:
+                    print()  # Ctrl-D: leave the shell's prompt on a line of its own
+                return 0
+            if line.strip().lower() in LEAVE:
+                return 0
+            if not line.strip():
+                continue
+            spinner = Spinner(interactive)
+            try:
+                if streaming:
+                    shown = TerminalReply(spinner)
+                    shown.finish(say(line, shown))
+                else:
+                    reply = say(line, None)
+                    spinner.stop()
+                    print(reply, flush=True)
+            finally:
+                spinner.stop()
+    except KeyboardInterrupt:
+        print()
+        return 130

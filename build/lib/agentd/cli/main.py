@@ -1,0 +1,240 @@
+"""The `agentd` command: thin — parse, call, print."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+from agentd import __version__
+from agentd.cli.audit import cmd_audit_export, cmd_audit_verify
+from agentd.cli.chat import cmd_chat
+from agentd.cli.init import cmd_init
+from agentd.cli.local import cmd_forget_episodes, cmd_inspect
+from agentd.cli.logs import LOG_FORMATS, LOG_LEVELS, configure_logging
+from agentd.cli.people import cmd_person_erase, cmd_person_export
+from agentd.cli.reports import cmd_audit, cmd_memories, cmd_runs
+from agentd.cli.store import add_store_parser
+from agentd.cli.tools import cmd_tools
+from agentd.config.folder import check_agents
+from agentd.errors import AgentdError
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not hasattr(args, "func"):
+        parser.print_help()
+        return 2
+    level = "debug" if getattr(args, "verbose", False) else getattr(args, "log_level", "info")
+    configure_logging(level, getattr(args, "log_format", "text"))
+    try:
+        code: int = args.func(args)
+        return code
+    except AgentdError as e:
+        print(f"agentd: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="agentd", description="A daemon that hosts LLM agents defined in YAML.")
+    p.add_argument("--version", action="version", version=f"agentd {__version__}")
+    sub = p.add_subparsers(metavar="COMMAND")
+
+    def common(sp: argparse.ArgumentParser, data: bool = True) -> None:
+        sp.add_argument(
+            "--agents", type=Path, default=Path("agents"), help="agents folder (default: ./agents)"
+        )
+        if data:
+            sp.add_argument("--data", type=Path, default=Path("data"), help="data folder (default: ./data)")
+
+    init = sub.add_parser(
+        "init", help="start a folder: agents/ with a commented example, agentd.yaml with every setting"
+    )
+    init.add_argument("dir", nargs="?", type=Path, default=Path("."), help="default: the current folder")
+    init.set_defaults(func=cmd_init)
+
+    run = sub.add_parser("run", help="run the daemon: every agent, its channels and the HTTP API")
+    common(run)
+    run.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help="daemon settings (default: agentd.yaml beside the agents folder)",
+    )
+    run.add_argument("--host", default=None, help="HTTP host (default 127.0.0.1)")
+    run.add_argument("--port", type=int, default=None, help="HTTP port (default 8765)")
+    run.add_argument(
+        "--reload-interval", type=float, default=1.0, help="seconds between checks of the agents folder"
+    )
+    run.add_argument("--log-level", choices=LOG_LEVELS, default="info", help="default: info")
+    run.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        default="text",
+        help="text (default), or json: one object per line with keys ts, level, logger, run_id, message, "
+        "data, error",
+    )
+    run.add_argument("-v", "--verbose", action="store_true", help="the same as --log-level debug")
+    run.set_defaults(func=cmd_run)
+
+    chat = sub.add_parser("chat", help="talk to an agent in this terminal (conversation key repl:NAME)")
+    chat.add_argument("agent")
+    chat.add_argument("--session", default="local", help="session name (default: local)")
+    common(chat)
+    chat.add_argument("--config", type=Path, default=None)
+    chat.set_defaults(func=cmd_chat)
+
+    check = sub.add_parser("check", help="validate agentd.yaml and the agents as run would; exit 1 on errors")
+    check.add_argument("dir", nargs="?", type=Path, default=Path("agents"), help="agents folder, or one file")
+    check.add_argument("--config", type=Path, default=None)
+    check.set_defaults(func=cmd_check)
+
+    schema = sub.add_parser("schema", help="print the JSON schema of an agent file (or of agentd.yaml)")
+    schema.add_argument("which", nargs="?", choices=["agent", "daemon"], default="agent")
+    schema.set_defaults(func=cmd_schema)
+
+    audit = sub.add_parser(
+        "audit",
+        help="print an agent's audit trail (audit AGENT), verify the hash chains (audit verify [AGENT]) "
+        "or export them as JSON lines (audit export [--since T] [--agent A] [-o FILE])",
+    )
+    audit.add_argument("what", metavar="AGENT | verify | export")
+    audit.add_argument(
+        "name", nargs="?", default=None, help="verify: only this agent's chain (_daemon: the daemon's)"
+    )
+    audit.add_argument("--kind", default=None, help="AGENT: only events of this kind")
+    audit.add_argument("--limit", type=int, default=50, help="AGENT: the newest this many")
+    audit.add_argument("--json", action="store_true")
+    audit.add_argument("--since", default=None, help="export: from the first event at or after this time")
+    audit.add_argument("--agent", default=None, help="export: only this agent's chain")
+    audit.add_argument("-o", "--output", type=Path, default=None, help="export: write here (default: stdout)")
+    common(audit)
+    audit.add_argument("--config", type=Path, default=None)
+    audit.set_defaults(func=cmd_audit_any)
+
+    runs = sub.add_parser("runs", help="print an agent's runs")
+    runs.add_argument("agent")
+    runs.add_argument("--conversation", default=None, help="only this conversation key")
+    runs.add_argument("--limit", type=int, default=50)
+    runs.add_argument("--json", action="store_true")
+    common(runs)
+    runs.set_defaults(func=cmd_runs)
+
+    memories = sub.add_parser("memories", help="print an agent's persistent memories")
+    memories.add_argument("agent")
+    memories.add_argument("--json", action="store_true")
+    common(memories)
+    memories.set_defaults(func=cmd_memories)
+
+    inspect = sub.add_parser(
+        "inspect", help="print, per memory layer, what an agent's model will see next in a conversation"
+    )
+    inspect.add_argument("agent")
+    inspect.add_argument("key", help="conversation key, e.g. webhook:ticket-7 or repl:local")
+    inspect.add_argument("--json", action="store_true")
+    common(inspect)
+    inspect.add_argument("--config", type=Path, default=None)
+    inspect.set_defaults(func=cmd_inspect)
+
+    tools = sub.add_parser("tools", help="list an agent's tools with their source and the policy's decision")
+    tools.add_argument("agent")
+    tools.add_argument("--json", action="store_true")
+    common(tools)
+    tools.add_argument("--config", type=Path, default=None)
+    tools.set_defaults(func=cmd_tools)
+
+    person = sub.add_parser(
+        "person",
+        help="a data-subject request across every agent: export USER (one JSON document) or erase USER",
+    )
+    person.add_argument("action", choices=["export", "erase"])
+    person.add_argument("user_id", help="the person's user id, as the channels give it")
+    person.add_argument(
+        "-o", "--output", type=Path, default=None, help="export: write here (default: stdout)"
+    )
+    common(person)
+    person.add_argument("--config", type=Path, default=None)
+    person.set_defaults(func=lambda a: (cmd_person_export if a.action == "export" else cmd_person_erase)(a))
+
+    forget = sub.add_parser(
+        "forget-episodes", help="delete every episode of one person (audited, for data-subject requests)"
+    )
+    forget.add_argument("agent")
+    forget.add_argument("user_id", help="the person's user id, as the channels give it")
+    common(forget)
+    forget.add_argument("--config", type=Path, default=None)
+    forget.set_defaults(func=cmd_forget_episodes)
+    add_store_parser(sub)
+    return p
+
+
+def cmd_audit_any(args: argparse.Namespace) -> int:
+    """`audit verify` and `audit export` are commands; any other word is an agent whose trail is printed
+    (`agentd audit show verify` prints an agent named verify)."""
+    if args.what == "verify":
+        return cmd_audit_verify(args)
+    if args.what == "export":
+        return cmd_audit_export(args)
+    if args.what == "show":
+        if args.name is None:
+            raise AgentdError("audit show: name the agent")
+        args.what = args.name
+    args.agent = args.what
+    return cmd_audit(args)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from agentd.daemon import Daemon
+    from agentd.daemon.limits import raise_open_files_limit
+
+    raise_open_files_limit()
+
+    async def go() -> None:
+        daemon = Daemon(
+            args.agents,
+            args.data,
+            daemon_file=args.config,
+            host=args.host,
+            port=args.port,
+            reload_interval=args.reload_interval,
+        )
+        await daemon.serve()
+
+    asyncio.run(go())
+    return 0
+
+
+def schema_text(which: str) -> str:
+    from agentd.config.models import AgentSpec, DaemonSpec
+
+    schema = (AgentSpec if which == "agent" else DaemonSpec).model_json_schema()
+    if which == "agent":
+        # the name is the file name, never a key in the file
+        schema["properties"].pop("name", None)
+        schema["required"] = [r for r in schema.get("required", []) if r != "name"]
+    return json.dumps(schema, indent=2, sort_keys=True) + "\n"
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    sys.stdout.write(schema_text(args.which))
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from agentd.providers.embedders import check_embedder
+
+    result = check_agents(args.dir, args.config, check_embedder)
+    for warning in result.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    for error in result.errors:
+        print(error, file=sys.stderr)
+    if result.errors:
+        print(f"{len(result.errors)} file(s) with errors", file=sys.stderr)
+        return 1
+    print(f"ok: {len(result.agents)} agent(s): {', '.join(a.name for a in result.agents) or 'none'}")
+    return 0

@@ -1,0 +1,88 @@
+"""`agentd person export USER` and `agentd person erase USER`: a data-subject request, across every agent.
+
+Beside a running daemon both go through it (GET /people/{user}/export, DELETE /people/{user}): it
+owns the data and its hot caches must let go of what is erased. With none, they run here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from agentd.cli.audit import private_file
+from agentd.cli.remote import answer, running_daemon
+from agentd.cli.settings import settings_of
+from agentd.daemon.people import erase_person, export_person
+from agentd.daemon.resources import Resources
+from agentd.errors import AgentdError
+
+
+def _request(
+    args: argparse.Namespace,
+    remote: Callable[[httpx.Client, str], httpx.Response],
+    here: Callable[[Resources, str], Awaitable[dict[str, Any]]],
+) -> dict[str, Any]:
+    """The answer of the daemon that owns the data when one runs (`remote`, with the id quoted for a
+    path), else of this process (`here`); a partial answer here is an error naming what was missed."""
+    with running_daemon(args) as client:
+        if client is not None:
+            if "/" in args.user_id:
+                raise AgentdError(
+                    f"{args.user_id!r} holds '/', which no URL path segment can carry, and a daemon owns "
+                    f"{args.data}: stop it, and run this again (it then runs here)"
+                )
+            return answer(remote(client, quote(args.user_id, safe="")))
+
+    async def go() -> dict[str, Any]:
+        async with Resources(settings_of(args), args.data) as resources:
+            return await here(resources, args.user_id)
+
+    result = asyncio.run(go())
+    failed = result.pop("failed")
+    if failed:
+        stores = "; ".join(f"{name}: {reason}" for name, reason in sorted(failed.items()))
+        raise AgentdError(f"could not reach every agent's data ({stores}); run it again")
+    return result
+
+
+def _nothing_runs(name: str) -> None:
+    return None  # no agent runs in this process: every store is visited directly
+
+
+def cmd_person_export(args: argparse.Namespace) -> int:
+    document = _request(
+        args,
+        lambda client, user: client.get(f"/people/{user}/export"),
+        lambda resources, user: export_person(resources, _nothing_runs, None, user),
+    )
+    text = json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+    if args.output is None:
+        sys.stdout.write(text)
+    else:
+        with private_file(args.output) as out:
+            out.write(text)
+    agents = document["agents"]
+    print(f"{args.user_id}: data held by {', '.join(agents) or 'no agent'}", file=sys.stderr)
+    return 0
+
+
+def cmd_person_erase(args: argparse.Namespace) -> int:
+    result = _request(
+        args,
+        lambda client, user: client.delete(f"/people/{user}"),
+        lambda resources, user: erase_person(resources, _nothing_runs, None, user, "cli"),
+    )
+    for name, counts in sorted(result["erased"].items()):
+        print(f"{name}: " + ", ".join(f"{kind} {n}" for kind, n in sorted(counts.items())))
+    if not result["erased"]:
+        print(f"nothing held about {args.user_id}")
+    subject = result["subject"]
+    print(f"audited as subject scrypt {subject['scrypt']} (salt {subject['salt']}), not the id")
+    return 0

@@ -1,0 +1,114 @@
+"""`agentd store copy`: moving up from SQLite files to a PostgreSQL database (agentd/store/copy.py).
+
+Progress goes to stderr, a line per agent and table as it is copied and checked; the outcome per agent
+to stdout. Exit 1 when any agent was refused (it changed nothing; the others were copied).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from agentd.cli.settings import settings_of
+from agentd.daemon.resources import STORE_URL_ENV
+from agentd.errors import OperatorError
+from agentd.store.copy_chain import ChainCopy
+from agentd.store.folder_lock import probe
+
+
+def add_store_parser(sub: Any) -> None:
+    store = sub.add_parser("store", help="the store itself: copy SQLite files into PostgreSQL")
+    actions = store.add_subparsers(metavar="ACTION")
+    copy = actions.add_parser(
+        "copy",
+        help="copy every agent's SQLite file (and the daemon's trail) into a PostgreSQL database",
+        description="Copy each <agent>.sqlite of the data folder into the database: idempotent (a second "
+        "run copies nothing twice), refusing rows the database holds differently, verifying each table.",
+    )
+    copy.add_argument("names", nargs="*", metavar="AGENT", help="only these agents (default: every file)")
+    copy.add_argument(
+        "--to",
+        default=None,
+        metavar="URL",
+        help=f"postgresql://… (default: store.url of agentd.yaml, else {STORE_URL_ENV})",
+    )
+    copy.add_argument("--agents", type=Path, default=Path("agents"), help="agents folder (default: ./agents)")
+    copy.add_argument("--data", type=Path, default=Path("data"), help="data folder (default: ./data)")
+    copy.add_argument(
+        "--config", type=Path, default=None, help="default: agentd.yaml beside the agents folder"
+    )
+    copy.set_defaults(func=cmd_store_copy)
+    store.set_defaults(func=lambda args: store.print_help() or 2)
+
+
+def cmd_store_copy(args: argparse.Namespace) -> int:
+    url = args.to or settings_of(args).store.url or os.environ.get(STORE_URL_ENV)
+    if not url:
+        raise OperatorError(
+            f"say which database to copy into: --to postgresql://… (or store.url in agentd.yaml, or {STORE_URL_ENV})"
+        )
+    try:
+        from agentd.store.copy import copy_folder
+        from agentd.store.postgres.connection import label_of
+    except ImportError as e:
+        raise OperatorError(
+            f"copying needs the PostgreSQL driver ({e}): pip install 'agentd[postgres]'"
+        ) from None
+    holder = probe(args.data)
+    if holder is not None:
+        print(
+            f"agentd: warning: a daemon (pid {holder.pid}) is running on {args.data}: each file is copied as it "
+            "is now, what the daemon writes later is not, and a later copy refuses the rows it changes: stop it "
+            "first",
+            file=sys.stderr,
+        )
+    where = label_of(url)
+    shown: set[str] = set()
+
+    def progress(agent: str, t: Any) -> None:
+        if agent not in shown:
+            shown.add(agent)
+            print(f"{agent}: copying into {where}", file=sys.stderr)
+        note = f", {t.changed_since} changed in the database since (kept)" if t.changed_since else ""
+        note += f", {t.deleted_since} deleted in the database since (left deleted)" if t.deleted_since else ""
+        print(
+            f"  {agent}: {t.table:<15} {t.in_file:>7} in the file: {t.copied} copied, {t.already} already there"
+            f"{note}; verified {t.verified} (sha256 {t.digest[:12]})",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    results = copy_folder(args.data, url, args.names, progress)
+    refused = 0
+    for r in results:
+        migrated = f" (its file migrated first: {', '.join(r.migrated)})" if r.migrated else ""
+        if r.refused is not None:
+            refused += 1
+            print(f"{r.agent}: refused, nothing of it copied: {r.refused}")
+        elif r.copied:
+            print(
+                f"{r.agent}: copied {r.copied} rows, {r.already} already there; every table verified "
+                f"(row counts and sha256 of the rows){migrated}"
+            )
+        else:
+            print(f"{r.agent}: nothing new: all {r.already} rows already there, verified{migrated}")
+        if r.chain is not None:
+            print(f"{r.agent}: {chain_note(r.chain)}")
+    copied = sum(r.copied for r in results)
+    print(f"{len(results) - refused} of {len(results)} agent(s) into {where}: {copied} rows copied")
+    return 1 if refused else 0
+
+
+def chain_note(chain: ChainCopy) -> str:
+    """Where the file's audit events went in the agent's chain in the database (agentd/store/copy_chain.py):
+    as they were, or re-linked after the database's own events, with both heads to tie the two."""
+    (last, file_hash), (seq, head) = chain.file_head, chain.head
+    if chain.kept:
+        return f"audit events {chain.file_first}..{last} chained as in the file; head {seq} {head}"
+    return (
+        f"audit events {chain.file_first}..{last} of the file (its head: {last} {file_hash}) follow the "
+        f"database's event {chain.after}, re-linked as events {chain.after + 1}..{seq}; head {seq} {head}"
+    )

@@ -1,0 +1,61 @@
+"""`agentd tools AGENT`: every tool an agent has, with its source and what the policy decides.
+
+Through the daemon that owns the data folder when one runs (its servers are
+the ones the agent uses); else the agent's MCP servers are started here, asked
+for their tools, and stopped, without touching the agent's data.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from typing import Any
+
+from agentd.cli.local import FolderPeers, agent_spec
+from agentd.cli.remote import answer, running_daemon
+from agentd.daemon.resources import Resources
+
+CONNECT_WAIT_S = 15.0
+
+
+def cmd_tools(args: argparse.Namespace) -> int:
+    with running_daemon(args) as client:
+        if client is not None:
+            report: dict[str, Any] = answer(client.get(f"/agents/{args.agent}/tools"))
+        else:
+            report = asyncio.run(_in_process(args))
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print(render_tools(report))
+    problems = [p for server in report["servers"].values() for p in server["problems"]]
+    return 1 if problems else 0
+
+
+async def _in_process(args: argparse.Namespace) -> dict[str, Any]:
+    settings, spec = agent_spec(args)
+    async with Resources(settings, args.data) as resources:
+        agent = resources.build_agent(spec, FolderPeers(args.agents, settings.defaults.model), readonly=True)
+        try:
+            await agent.start_tool_servers(CONNECT_WAIT_S)
+            return agent.tools_report()
+        finally:
+            await agent.stop_tool_servers()
+
+
+def render_tools(report: dict[str, Any]) -> str:
+    rows = [("TOOL", "SOURCE", "DECISION", "RULE")]
+    rows += [(t["name"], t["source"], t["decision"], t["rule"]) for t in report["tools"]]
+    widths = [max(len(str(r[i])) for r in rows) for i in range(3)]
+    lines = [f"agent {report['agent']}"]
+    lines += [
+        "  ".join(str(c).ljust(w) for c, w in zip(r[:3], widths, strict=True)) + "  " + r[3] for r in rows
+    ]
+    for name, server in report["servers"].items():
+        state = server["status"] + (f" ({server['error']})" if server["error"] else "")
+        lines.append(f"server {name} ({server['transport']}): {state}, {len(server['tools'])} tools")
+        lines += [f"  problem: {p}" for p in server["problems"]]
+    if not report["servers"]:
+        lines.append("no MCP servers (tools.mcp)")
+    return "\n".join(lines)

@@ -1,0 +1,119 @@
+"""A person's data across every agent of a data folder (or database): exported, or erased.
+
+Every store that holds data is visited: the running agents' through the agents themselves (their hot
+caches are theirs to drop), the others — an agent whose file was removed or rejected, or every agent
+when the CLI runs with no daemon — through their store alone, and the daemon's own trail last, where
+one event records the whole erasure. `agentd person …`, `GET /people/{user_id}/export` and `DELETE
+/people/{user_id}` all end here.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from agentd.daemon.resources import DAEMON_STORE, Resources
+from agentd.engine.agent import Agent
+from agentd.errors import AgentdError
+from agentd.memory.erasure import DROPPED_LAYER_KEYS, REBUILT_LAYERS_HOLDING
+from agentd.store.base import Store
+from agentd.store.people import subject_of
+from agentd.store.queries import PersonData
+from agentd.store.writes import ErasePerson
+
+DAEMON_AGENT = "daemon"  # the agent column of the daemon's own events (agentd.daemon.Daemon.daemon_audit)
+Running = Callable[[str], Agent | None]
+
+
+def holds_anything(data: dict[str, Any] | None) -> bool:
+    return data is not None and any(data.values())
+
+
+async def export_person(
+    resources: Resources, running: Running, own: Store | None, user_id: str
+) -> dict[str, Any]:
+    """One document: per agent (and `_daemon`) that holds anything of theirs, what it holds, each item
+    with its conversation. `own` is the daemon's open store (None: open it here)."""
+    agents: dict[str, Any] = {}
+    failed: dict[str, str] = {}
+    for name in await resources.stored_names():
+        agent = running(name)
+        try:
+            if agent is not None:
+                data = await agent.person_data(user_id)
+            elif name == DAEMON_STORE and own is not None:
+                data = await own.read(PersonData(user_id))
+            else:
+                # (opened as a daemon would: a file from before this version is migrated first)
+                data = await _with_store(resources, name, lambda store: store.read(PersonData(user_id)))
+        except AgentdError as e:
+            failed[name] = str(e)
+            continue
+        if holds_anything(data):
+            agents[name] = data
+    return {"user_id": user_id, "exported_at": time.time(), "agents": agents, "failed": failed}
+
+
+async def erase_person(
+    resources: Resources, running: Running, own: Store | None, user_id: str, by: str
+) -> dict[str, Any]:
+    """Erase the person everywhere; returns the counts per agent and the subject recorded (a salted hash
+    of the id). Each agent's trail gets one event with its counts; the daemon's gets one with all."""
+    subject = subject_of(user_id)
+    erased: dict[str, dict[str, int]] = {}
+    failed: dict[str, str] = {}
+    for name in await resources.stored_names():
+        if name == DAEMON_STORE:
+            continue
+        try:
+            counts = await _erase_in(resources, running(name), name, user_id, subject, by)
+        except AgentdError as e:
+            failed[name] = str(e)
+            continue
+        if counts:
+            erased[name] = counts
+    record: dict[str, Any] = {"agents": erased, **({"failed": sorted(failed)} if failed else {})}
+    summary = _erasure(DAEMON_AGENT, user_id, subject, by, record=record)
+    if own is not None:
+        [daemon_counts] = await own.write(summary)
+    else:
+        [daemon_counts] = await _with_store(resources, DAEMON_STORE, lambda store: store.write(summary))
+    if daemon_counts:
+        erased[DAEMON_STORE] = daemon_counts
+    return {"user_id": user_id, "subject": subject, "erased": erased, "failed": failed}
+
+
+async def _erase_in(
+    resources: Resources, agent: Agent | None, name: str, user_id: str, subject: dict[str, Any], by: str
+) -> dict[str, int]:
+    if agent is not None:
+        return await agent.erase_person(user_id, subject, by)
+    op = _erasure(name, user_id, subject, by)
+    [counts] = await _with_store(resources, name, lambda store: store.write(op))
+    return dict(counts)
+
+
+def _erasure(
+    agent: str, user_id: str, subject: dict[str, Any], by: str, record: dict[str, Any] | None = None
+) -> ErasePerson:
+    return ErasePerson(
+        agent,
+        user_id,
+        subject,
+        by,
+        time.time(),
+        None,
+        REBUILT_LAYERS_HOLDING,
+        DROPPED_LAYER_KEYS,
+        record,
+    )
+
+
+async def _with_store(resources: Resources, name: str, job: Callable[[Store], Any]) -> Any:
+    store = resources.store(name)
+    await store.open()
+    try:
+        return await job(store)
+    finally:
+        await store.close()

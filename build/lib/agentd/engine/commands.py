@@ -1,0 +1,249 @@
+"""The history commands every channel understands: /compact /new /reset /status /help.
+
+Each command is recorded as a run (trigger `command`) and an audit event,
+committed together with what it changed.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentd.config.models import AgentSpec
+from agentd.engine.state import AgentState
+from agentd.engine.status import status_facts
+from agentd.events import InboundEvent, Reply
+from agentd.memory.base import Memory, MemoryContext
+from agentd.store.records import AuditRecord, RunRecord, StoredThread
+from agentd.store.writes import (
+    AppendAudit,
+    ArchiveThread,
+    DeleteTranscript,
+    Delivery,
+    InsertRun,
+    RecordDelivery,
+    Write,
+)
+
+_COMMAND_RE = re.compile(r"^/([A-Za-z_]+)(?:@\S+)?(?:\s+(.*))?$", re.S)
+
+HELP = {
+    "compact": "summarise older turns now, keeping the last two verbatim",
+    "new": "archive this conversation's thread and start a fresh one",
+    "reset": "delete this conversation's transcript",
+    "status": "show the agent, model, context size, totals and approvals waiting",
+    "approve": "/approve <id>: let a tool call that waits for approval run",
+    "deny": "/deny <id>: refuse a tool call that waits for approval",
+    "help": "list these commands",
+}
+
+
+def is_command(text: str) -> bool:
+    return text.startswith("/") and _COMMAND_RE.match(text.strip()) is not None
+
+
+def command_name(text: str) -> str | None:
+    """The command's name, lower case (`/Status@bot` -> status), or None when `text` is no command."""
+    match = _COMMAND_RE.match(text.strip()) if text.startswith("/") else None
+    return match.group(1).lower() if match else None
+
+
+@dataclass(frozen=True, slots=True)
+class Invocation:
+    """A command and everything it may act on: the agent, its definition, the conversation."""
+
+    state: AgentState
+    ctx: MemoryContext
+    spec: AgentSpec
+    memory: Memory
+    thread: StoredThread
+    event: InboundEvent
+
+
+@dataclass
+class CommandResult:
+    text: str
+    action: str
+    data: dict[str, Any] = field(default_factory=dict)
+    effects: Sequence[Write[Any]] = ()  # committed with the run and audit rows
+    after: Callable[[], None] | None = None  # hot-state change once committed
+    run_id: str | None = None  # when the command produced its own run (compaction)
+
+
+Command = Callable[[Invocation], Awaitable[CommandResult]]
+
+
+async def _help(inv: Invocation) -> CommandResult:
+    lines = [f"/{name} — {what}" for name, what in HELP.items()]
+    return CommandResult("Commands:\n" + "\n".join(lines), "help")
+
+
+NO_HISTORY = "This agent keeps no conversation history (memory.scope is none), so there is nothing to {what}."
+
+
+async def _compact(inv: Invocation) -> CommandResult:
+    memory = inv.memory
+    if not memory.keeps_transcript:
+        return CommandResult(NO_HISTORY.format(what="compact"), "compact", {"result": "no_history"})
+    if memory.compaction is None:
+        # Other strategies bound the context themselves (a window, Σ, a rolling summary) and read
+        # the transcript by cursor; compacting it under them could drop messages not yet folded.
+        return CommandResult(
+            f"This agent's memory ({memory.kind}) keeps its context small by itself; /compact applies "
+            "to the full transcript only.",
+            "compact",
+            {"result": "not_applicable", "strategy": memory.kind},
+        )
+    outcome = await memory.compaction.compact(inv.ctx, inv.thread, "command")
+    if outcome.status == "ok":
+        text = f"Compacted {outcome.compacted_messages} older messages into a summary; the last two turns are kept verbatim."
+    elif outcome.status == "nothing_to_compact":
+        text = "Nothing to compact yet: this conversation has two turns or fewer."
+    else:
+        text = f"Compaction failed and the transcript is unchanged: {outcome.error}"
+    return CommandResult(text, "compact", {"result": outcome.status}, run_id=outcome.run_id)
+
+
+async def _new(inv: Invocation) -> CommandResult:
+    thread = inv.thread
+    if not inv.memory.keeps_transcript:
+        return CommandResult(NO_HISTORY.format(what="archive"), "new", {"result": "no_history"})
+    if thread.id is None:
+        return CommandResult("This conversation is already on a fresh thread.", "new", {"result": "empty"})
+    old_id = thread.id
+
+    def after() -> None:
+        inv.state.threads.put(StoredThread(thread.conversation_key))
+
+    return CommandResult(
+        f"Started a new thread. The previous one (thread {old_id}) is archived in the agent's data file.",
+        "new",
+        {"archived_thread": old_id},
+        effects=[ArchiveThread(old_id, time.time())],
+        after=after,
+    )
+
+
+async def _reset(inv: Invocation) -> CommandResult:
+    thread = inv.thread
+    if not inv.memory.keeps_transcript:
+        return CommandResult(NO_HISTORY.format(what="reset"), "reset", {"result": "no_history"})
+    if thread.id is None:
+        return CommandResult("There is no transcript to delete.", "reset", {"deleted_messages": 0})
+    thread_id = thread.id
+
+    def after() -> None:
+        thread.summary, thread.messages = None, []
+        thread.layers.clear()  # the memory layers' cached state went with their memory_state rows
+        thread.last_input_tokens, thread.last_tokens_estimated = None, False
+        thread.recount()
+
+    return CommandResult(
+        "Deleted this conversation's transcript.",
+        "reset",
+        {"thread": thread_id},
+        effects=[DeleteTranscript(thread_id)],
+        after=after,
+    )
+
+
+async def _status(inv: Invocation) -> CommandResult:
+    spec, event = inv.spec, inv.event
+    facts = await status_facts(inv.state, spec, inv.memory, inv.thread)
+    ctx = facts["context"]
+    size = f"{ctx['tokens']} tokens"
+    if ctx["estimated"]:
+        size += " (estimated)"
+    threshold = ctx["compact_at_tokens"]
+    memory, totals = facts["memory"], facts["totals"]
+    lines = [
+        f"Agent: {facts['agent']}",
+        f"Model: {facts['model']}"
+        + (" (offline: the built-in model, no network)" if facts["offline"] else ""),
+        f"Conversation: {facts['conversation_key']} (thread {facts['thread_id'] or 'not started'})",
+        f"Memory: {memory['strategy']} (scope {memory['scope']}, persistent memory "
+        f"{'on' if memory['persistent'] else 'off'})",
+        f"Messages in view: {ctx['messages']}" + (" plus a summary of older turns" if ctx["summary"] else ""),
+        f"Context: {size}"
+        + (f" of {threshold} before compaction" if threshold else " (auto-compaction off)"),
+        f"Runs: {counted(totals['message_runs'], 'message')}, {counted(totals['compactions'], 'compaction')}, "
+        f"{counted(totals['errors'], 'error')}; tokens in {totals['input_tokens']}, "
+        f"out {totals['output_tokens']}",
+    ]
+    if spec.memory.persistent:
+        keys = inv.state.memory_keys(spec, event.conversation_key, event.user_id)
+        lines.append(f"Persistent memory keys: {len(keys)}")
+    for ref, breaker in facts["memory_models"].items():
+        if breaker["state"] == "open":
+            lines.append(
+                f"Memory model {ref}: paused after {counted(breaker['failures'], 'failure')}, "
+                f"retrying in {breaker['retry_in_s']:g} s; the chat goes on ({breaker['last_error']})"
+            )
+    for approval in facts["approvals"]:
+        lines.append(
+            f"Waiting for approval [{approval['id']}]: {approval['summary']}, asked by "
+            f"{approval['requested_by']}; expires in {max(1, round(approval['expires_in_s'] / 60))} min "
+            f"(/approve {approval['id']} or /deny {approval['id']})"
+        )
+    if facts["approvals"]:
+        waiting = facts["messages_waiting"]
+        lines.append(
+            f"{counted(waiting, 'later message')} of this conversation "
+            f"{'waits' if waiting == 1 else 'wait'} in order behind it"
+        )
+    return CommandResult("\n".join(lines), "status")
+
+
+def counted(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+COMMANDS: dict[str, Command] = {
+    "compact": _compact,
+    "new": _new,
+    "reset": _reset,
+    "status": _status,
+    "help": _help,
+}
+
+
+async def run_command(inv: Invocation) -> Reply:
+    event = inv.event
+    match = _COMMAND_RE.match(event.text.strip())
+    assert match is not None
+    name = match.group(1).lower()
+    started = time.time()
+    command = COMMANDS.get(name)
+    if command is None:
+        result = CommandResult(
+            f"Unknown command /{name}. " + (await _help(inv)).text, "unknown", {"command": name}
+        )
+    else:
+        result = await command(inv)
+    run = RunRecord(
+        id=uuid.uuid4().hex,
+        conversation_key=event.conversation_key,
+        trigger="command",
+        model=None,
+        status="ok",
+        started_at=started,
+        thread_id=inv.thread.id,
+        duration_ms=(time.time() - started) * 1000,
+    )
+    audit = AuditRecord("command", result.action, event.conversation_key, run.id, {**result.data})
+    if event.user_id:
+        audit.data["user_id"] = event.user_id
+    now = time.time()
+    ops: list[Write[Any]] = [*result.effects, InsertRun(run), AppendAudit(inv.state.name, [audit], now)]
+    if event.event_id is not None:
+        ops.append(
+            RecordDelivery(Delivery(event.channel, event.event_id, event.conversation_key), run.id, now)
+        )
+    await inv.state.store.write(*ops)
+    if result.after is not None:
+        result.after()
+    return Reply(text=result.text, conversation_key=event.conversation_key, run_id=result.run_id or run.id)

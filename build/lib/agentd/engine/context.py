@@ -1,0 +1,120 @@
+"""The memory context an agent gives its strategies: its store, models, embedder and audit trail."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from agentd.engine.state import AgentState
+from agentd.errors import OperatorError, ProviderError
+from agentd.memory.base import ModelCall
+from agentd.memory.runs import OFFLINE_PREFIX
+from agentd.messages import Message, estimate_tokens
+from agentd.providers.base import CompletionRequest, Embedder
+from agentd.run_context import current_run
+from agentd.store.base import Store
+from agentd.store.records import AuditRecord, RunRecord
+from agentd.store.writes import AppendAudit, InsertRun
+
+
+class AgentContext:
+    """`MemoryContext` for one agent: reads the agent's current definition at each call."""
+
+    def __init__(self, state: AgentState):
+        self._state = state
+
+    @property
+    def agent(self) -> str:
+        return self._state.name
+
+    @property
+    def store(self) -> Store:
+        return self._state.store
+
+    @property
+    def embedder(self) -> Embedder | None:
+        return self._state.resources.embedder
+
+    @property
+    def secrets(self) -> str:
+        return self._state.spec.memory.secrets
+
+    def agent_model(self, small: bool = False) -> str:
+        model = self._state.spec.model
+        return (model.small or model.name) if small else model.name
+
+    def memory_model(self, preferred: str | None) -> str | None:
+        if preferred:
+            return preferred
+        if self._state.resources.memory_extractor_model:
+            return self._state.resources.memory_extractor_model
+        model = self._state.spec.model
+        for ref in (model.small, model.name):
+            # the offline model cannot fold or extract: it only echoes what it was given
+            if ref and not ref.startswith(OFFLINE_PREFIX):
+                return ref
+        return None
+
+    async def call_model(
+        self,
+        *,
+        trigger: str,
+        model_ref: str,
+        system: str,
+        messages: Sequence[Message],
+        conversation_key: str | None,
+        thread_id: int | None = None,
+        parent_run_id: str | None = None,
+        purpose: str = "chat",
+    ) -> ModelCall:
+        run = RunRecord(
+            id=uuid.uuid4().hex,
+            conversation_key=conversation_key,
+            trigger=trigger,
+            model=model_ref,
+            status="ok",
+            started_at=time.time(),
+            thread_id=thread_id,
+            parent_run_id=parent_run_id,
+        )
+        current_run.set(run.id)
+        breakers = self._state.resources.breakers
+        breakers.check(model_ref)  # a model that keeps failing is not called again until its pause ends
+        try:
+            provider, model = self._state.resources.providers.resolve(model_ref)
+            request = CompletionRequest(model=model, system=system, messages=messages, purpose=purpose)
+            completion = await provider.complete(request)
+        except (ProviderError, OperatorError) as e:
+            breakers.failed(model_ref, e)
+            run.status, run.error = "error", str(e)
+            run.duration_ms = (time.time() - run.started_at) * 1000
+            await self.store.write(InsertRun(run))
+            raise
+        breakers.succeeded(model_ref)
+        run.model_calls = 1
+        run.duration_ms = (time.time() - run.started_at) * 1000
+        if completion.usage is not None:
+            run.input_tokens, run.output_tokens = (
+                completion.usage.input_tokens,
+                completion.usage.output_tokens,
+            )
+        else:
+            run.input_tokens = estimate_tokens(len(system) + sum(m.char_count() for m in messages))
+            run.output_tokens = estimate_tokens(completion.message.char_count())
+            run.tokens_estimated = True
+        run.last_input_tokens = run.input_tokens
+        return ModelCall(completion, run)
+
+    async def audit(
+        self,
+        kind: str,
+        action: str,
+        *,
+        conversation_key: str | None = None,
+        run_id: str | None = None,
+        data: dict[str, Any] | None = None,
+    ) -> None:
+        record = AuditRecord(kind, action, conversation_key, run_id, data or {})
+        await self.store.write(AppendAudit(self.agent, [record], time.time()))

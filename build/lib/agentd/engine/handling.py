@@ -1,0 +1,214 @@
+"""Handling one event: de-duplication, per-conversation order, the command or turn, after-run work.
+
+Events of a conversation run one at a time, in arrival order (a FIFO lock per
+conversation key, then the store's claim on it: a lease when several daemons
+share the store); different conversations run concurrently. After-run memory
+work that is due runs before the next event of the conversation loads its
+history: in the background right after the reply, and again at the start of
+the next event if it did not finish (say, after a restart).
+
+A run paused for a person's approval keeps its conversation (see
+agentd.engine.approvals): `/approve` and `/deny` are answered out of band, and
+so is `/status` while the conversation waits, so neither queues behind it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from agentd.config.models import AgentSpec
+from agentd.engine.approval_commands import answer_approval, is_approval_command
+from agentd.engine.approvals import Approvals
+from agentd.engine.commands import Invocation, command_name, is_command, run_command
+from agentd.engine.context import AgentContext
+from agentd.engine.lifecycle import Lifecycle
+from agentd.engine.pausing import TurnResult
+from agentd.engine.progress import Decision, TurnProgress
+from agentd.engine.state import RECENT_EVENTS, AgentState
+from agentd.engine.turn import run_turn
+from agentd.errors import ModelPaused, StoreError
+from agentd.events import InboundEvent, Reply, ReplySink
+from agentd.memory.base import Memory
+from agentd.store.queries import DeliverySeen
+from agentd.store.records import ApprovalRecord, StoredThread
+
+log = logging.getLogger(__name__)
+RESUME_WAIT_S = 10.0  # the most a resumed run waits for the agent's MCP servers to connect
+
+
+class EventHandler:
+    def __init__(self, state: AgentState, ctx: AgentContext, lifecycle: Lifecycle):
+        self._state = state
+        self._ctx = ctx
+        self._lifecycle = lifecycle
+        self._waiting: set[str] = set()  # conversations with after-run work queued beside them
+        self.approvals = Approvals(state, lifecycle, self._resume)
+
+    async def handle(
+        self, event: InboundEvent, parent_run_id: str | None, sink: ReplySink | None, instructions: str
+    ) -> Reply:
+        """Answer one event with the current definition; a platform redelivery is answered once.
+        `sink` hears the reply as it is written (a command's reply comes at once, in the Reply)."""
+        spec = self._state.spec  # read once: a reload mid-run does not change this run
+        try:
+            if event.event_id is not None and await self._is_duplicate(event):
+                return Reply(text="", conversation_key=event.conversation_key, duplicate=True)
+            if is_approval_command(event.text):
+                return await answer_approval(self.approvals, event)
+            if command_name(event.text) == "status" and self.approvals.pending_in(event.conversation_key):
+                return await self._status_now(event, spec)
+            return await self._run(event, spec, parent_run_id, sink, instructions)
+        except BaseException:
+            # not answered (say, its file could not be opened): a redelivery must be answered
+            if event.event_id is not None:
+                self._state.recent_events.pop((event.channel, event.event_id), None)
+            raise
+
+    async def _run(
+        self,
+        event: InboundEvent,
+        spec: AgentSpec,
+        parent_run_id: str | None,
+        sink: ReplySink | None,
+        instructions: str,
+    ) -> Reply:
+        state, key = self._state, event.conversation_key
+        memory = state.memory_of(spec, key)
+        with self._lifecycle.busy():
+            release = await self._take(key)
+            paused = False
+            try:
+                async with state.store.claim(key, known=state.threads.known(key)) as claim:
+                    if state.store.shared and event.event_id is not None:
+                        # another daemon may have answered this delivery while we waited for the claim
+                        if await state.store.read(DeliverySeen(event.channel, event.event_id)):
+                            return Reply(text="", conversation_key=key, duplicate=True)
+                    thread = await state.thread(key, memory, self._ctx, claim)
+                    if memory.settle_due(thread):
+                        if memory.settles_first:
+                            await self._settle(key, memory, thread, None)
+                        else:
+                            self._after_run(key, memory, None)  # left over (a restart, a paused model)
+                    if is_command(event.text):
+                        reply = await run_command(Invocation(state, self._ctx, spec, memory, thread, event))
+                    else:
+                        result = await run_turn(
+                            state,
+                            self._ctx,
+                            spec,
+                            memory,
+                            thread,
+                            event,
+                            parent_run_id,
+                            sink=sink,
+                            instructions=instructions,
+                        )
+                        reply = result.reply
+                        if result.paused is not None:
+                            # the paused run keeps the conversation until a person decides
+                            self.approvals.hold(result.paused, release)
+                            paused = True
+                    await state.trim(key, memory, self._ctx)
+            finally:
+                if not paused:
+                    release()
+            if not paused and not is_command(event.text) and memory.settle_due(thread):
+                self._after_run(key, memory, reply.run_id)
+            return reply
+
+    async def _take(self, key: str) -> Callable[[], None]:
+        """The conversation's place in order; waiting behind a paused run is not work in flight."""
+        if self.approvals.pending_in(key):
+            with self._lifecycle.parked():
+                release = await self._state.locks.acquire(key)
+        else:
+            release = await self._state.locks.acquire(key)
+        if self._lifecycle.status == "stopped":
+            release()
+            raise StoreError(f"agent {self._state.name} stopped while this message waited; send it again")
+        return release
+
+    async def _resume(self, record: ApprovalRecord, decision: Decision) -> TurnResult:
+        """Go on with a paused run (its conversation is held by the approval that waited)."""
+        state, spec, key = self._state, self._state.spec, record.conversation_key
+        assert record.state is not None
+        progress = TurnProgress.from_state(record.state)
+        memory = state.memory_of(spec, key)
+        # after a restart the MCP servers may still be connecting: an approved call needs its tool
+        await state.tool_servers.wait_ready(RESUME_WAIT_S)
+        async with state.store.claim(key, known=state.threads.known(key)) as claim:
+            thread = await state.thread(key, memory, self._ctx, claim)
+            result = await run_turn(
+                state, self._ctx, spec, memory, thread, progress.event, resume=(progress, decision)
+            )
+            await state.trim(key, memory, self._ctx)
+        if result.paused is None and memory.settle_due(thread):
+            self._after_run(key, memory, result.reply.run_id)
+        return result
+
+    async def _status_now(self, event: InboundEvent, spec: AgentSpec) -> Reply:
+        """/status while the conversation waits for an approval: answered at once, not in order."""
+        state = self._state
+        memory = state.memory_of(spec, event.conversation_key)
+        thread = await state.thread(event.conversation_key, memory, self._ctx)
+        return await run_command(Invocation(state, self._ctx, spec, memory, thread, event))
+
+    async def _is_duplicate(self, event: InboundEvent) -> bool:
+        assert event.event_id is not None
+        marker = (event.channel, event.event_id)
+        recent = self._state.recent_events
+        if marker in recent:
+            return True
+        recent[marker] = None  # claims it now, so a concurrent redelivery is a duplicate
+        while len(recent) > RECENT_EVENTS:
+            recent.popitem(last=False)
+        return await self._state.store.read(DeliverySeen(*marker))
+
+    async def _settle(self, key: str, memory: Memory, thread: StoredThread, run_id: str | None) -> None:
+        """Run the due after-run work once (the caller holds the right lock); a paused model's work is
+        queued again for when the pause ends."""
+        assert memory.after_run is not None
+        try:
+            await memory.after_run.settle(self._ctx, thread, run_id)
+        except ModelPaused as paused:
+            self._after_run(key, memory, None, paused.retry_in)
+        except Exception:
+            # After-run work is derived from persisted cursors: whatever failed is retried next time.
+            log.exception(
+                "agent %s: memory work after a run of %s failed", self._state.name, thread.conversation_key
+            )
+
+    def _after_run(self, key: str, memory: Memory, run_id: str | None, delay: float = 0.0) -> None:
+        """Queue the conversation's after-run work (once: a queued job does all that is due then);
+        with a delay (a paused model), queue it when the delay is over. A delayed job is not in
+        flight until then: draining never waits for a pause, and a restart redoes the work anyway."""
+        if delay > 0:
+            self._lifecycle.later(delay, lambda: self._after_run(key, memory, run_id))
+        elif key not in self._waiting:
+            self._waiting.add(key)
+            self._lifecycle.spawn(self._after_run_job(key, memory, run_id))
+
+    async def _after_run_job(self, key: str, memory: Memory, run_id: str | None) -> None:
+        """After-run work in the conversation's order.
+
+        Work that must precede the next turn (`Memory.settles_first`) takes the conversation's own
+        lock, so the next message waits for it; all other work takes the conversation's memory lock
+        and runs beside the turns, which never wait for it.
+        """
+        state = self._state
+        first = memory.settles_first
+        locks, purpose = (state.locks, "turn") if first else (state.memory_locks, "memory")
+        async with locks.hold(key):
+            # From here on, new work queues a job behind this one: this one reads the thread only
+            # once it has the store's claim too (a round trip on a shared store), and work that
+            # comes meanwhile may be past what it reads.
+            self._waiting.discard(key)
+            async with state.store.claim(key, purpose, state.threads.known(key)) as claim:
+                if state.store.shared:
+                    thread: StoredThread | None = await state.thread(key, memory, self._ctx, claim)
+                else:
+                    thread = state.threads.peek(key) if memory.keeps_transcript else None
+                if thread is not None and memory.settle_due(thread):
+                    await self._settle(key, memory, thread, run_id)
+                    await self._state.trim(key, memory, self._ctx)

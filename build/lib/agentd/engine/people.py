@@ -1,0 +1,69 @@
+"""A person's data in one running agent: exported, or erased together with every hot copy of it.
+
+Erasing waits for what runs in the person's conversations (their turns, their memory work) and holds
+them while the erasure commits, so no turn writes after it and no hot thread outlives it: their own
+conversations start afresh, shared ones are read again (with the tombstones). Runs paused for an
+approval they asked for, or in their conversations, are refused first: a paused run holds its
+conversation, and would write the person's exchange after the erasure otherwise. (A run paused in a
+shared conversation by someone else is theirs to decide: the erasure waits for it, as a message would.)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from agentd.engine.approvals import OPERATOR, Approvals
+from agentd.engine.state import AgentState
+from agentd.memory.erasure import DROPPED_LAYER_KEYS, REBUILT_LAYERS_HOLDING
+from agentd.memory.vectors import index_cache
+from agentd.store.people import names, partition_of
+from agentd.store.queries import PersonConversations, PersonData
+from agentd.store.writes import ErasePerson
+
+APPROVAL_ROUNDS = 3  # a refused run may ask again: refused again, a few times over
+
+
+async def person_data(state: AgentState, user_id: str) -> dict[str, Any]:
+    return await state.store.read(PersonData(user_id))
+
+
+async def erase_person(
+    state: AgentState, approvals: Approvals, user_id: str, subject: Mapping[str, Any], by: str
+) -> dict[str, int]:
+    """Erase the person from this agent (agentd.store.writes.ErasePerson); returns the counts per kind."""
+    await _refuse_their_approvals(state, approvals, user_id)
+    found = await state.store.read(PersonConversations(user_id))
+    conversations = sorted({*found["theirs"], *found["shared"]})
+    async with contextlib.AsyncExitStack() as held:
+        for key in conversations:  # in one order everywhere: two erasures never wait on each other
+            await held.enter_async_context(state.locks.hold(key))
+            await held.enter_async_context(state.memory_locks.hold(key))
+            await held.enter_async_context(state.store.claim(key))
+        op = ErasePerson(
+            state.name,
+            user_id,
+            subject,
+            by,
+            time.time(),
+            conversations,
+            REBUILT_LAYERS_HOLDING,
+            DROPPED_LAYER_KEYS,
+        )
+        [counts] = await state.store.write(op)
+        for key in conversations:  # read again at its next turn: gone, or with tombstones and layers rebuilt
+            state.threads.forget(key)
+    index_cache(state.store).drop(partition_of(user_id))
+    await state.memory.load()  # their persistent keys are gone from every prompt
+    return dict(counts)
+
+
+async def _refuse_their_approvals(state: AgentState, approvals: Approvals, user_id: str) -> None:
+    for _ in range(APPROVAL_ROUNDS):
+        theirs = [r for r in state.waiting_approvals.values() if names(r.requested_by, user_id)]
+        if not theirs:
+            return
+        for record in theirs:
+            await approvals.decide(record.id, False, OPERATOR)

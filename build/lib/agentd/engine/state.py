@@ -1,0 +1,145 @@
+"""One agent's state: its current definition, its store, hot threads, locks, persistent memory, caches.
+
+`spec` may be swapped by a hot reload; a turn reads it once at its start, so
+in-flight runs finish on the definition they began with.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentd.config.models import AgentSpec
+from agentd.engine.breakers import Breakers
+from agentd.engine.conversations import ConversationLocks, HotThreads
+from agentd.engine.hot_cache import HotBudget
+from agentd.engine.outbox import NoOutbox, Outbox
+from agentd.engine.peers import NoPeers, Peers
+from agentd.engine.subagents import slot_override, subagent_tools
+from agentd.engine.tools import memory_tools
+from agentd.memory.base import Memory, MemoryContext
+from agentd.memory.persistent import PersistentMemory, persistent_scope
+from agentd.memory.registry import memory_for
+from agentd.memory.tooling import Tool
+from agentd.providers.base import Embedder
+from agentd.providers.registry import ProviderRegistry
+from agentd.store.base import Store
+from agentd.store.claims import Claim
+from agentd.store.queries import ConversationMark
+from agentd.store.records import ApprovalRecord, StoredThread
+from agentd.tools.mcp_servers import McpServers
+
+NO_CLAIM = Claim()
+RECENT_EVENTS = 10_000  # platform deliveries remembered in memory (the store remembers them all)
+MEMORY_CACHE = 64
+DEFAULT_HOT_BYTES = 512 * 2**20  # store.hot_cache_mb's default
+
+
+@dataclass
+class AgentResources:
+    """What every agent of one process shares, handed to each by the one constructor."""
+
+    providers: ProviderRegistry
+    embedder: Embedder | None = None
+    memory_extractor_model: str | None = None  # agentd.yaml's default for folds and extraction
+    # one byte budget for every agent's hot threads (store.hot_cache_mb)
+    hot_budget: HotBudget = field(default_factory=lambda: HotBudget(DEFAULT_HOT_BYTES))
+    peers: Peers = field(default_factory=NoPeers)
+    breakers: Breakers = field(default_factory=Breakers)  # per memory model, daemon-wide
+    outbox: Outbox = field(default_factory=NoOutbox)  # posts into conversations outside a reply
+
+
+class AgentState:
+    def __init__(
+        self, spec: AgentSpec, store: Store, resources: AgentResources, tool_servers: McpServers | None = None
+    ):
+        self.spec = spec
+        self.store = store
+        self.resources = resources
+        # the agent's MCP servers (started and stopped with the agent: agentd.engine.agent)
+        self.tool_servers = tool_servers if tool_servers is not None else McpServers(spec.name)
+        self.locks = ConversationLocks()
+        # after-run memory work that need not precede the next turn runs under its own lock, beside it
+        self.memory_locks = ConversationLocks()
+        # a conversation with a turn or its memory work under way is never dropped from memory
+        self.threads = HotThreads(
+            store, resources.hot_budget, lambda key: self.locks.held(key) or self.memory_locks.held(key)
+        )
+        self.memory = PersistentMemory(store, spec.name, spec.memory.max_value_chars, spec.memory.secrets)
+        # platform deliveries seen lately: (channel, event id), oldest first
+        self.recent_events: OrderedDict[tuple[str, str], None] = OrderedDict()
+        # runs paused for a person's approval, by approval id (kept by agentd.engine.approvals)
+        self.waiting_approvals: dict[str, ApprovalRecord] = {}
+        self._memories: dict[tuple[int, int], tuple[AgentSpec, Any, Memory]] = {}
+        self._tools: tuple[AgentSpec, list[Tool]] | None = None
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def update_spec(self, spec: AgentSpec) -> None:
+        self.spec = spec
+        self.memory.max_value_chars = spec.memory.max_value_chars
+        self.memory.secrets = spec.memory.secrets
+
+    def memory_of(self, spec: AgentSpec, conversation_key: str) -> Memory:
+        """The memory a conversation gets under `spec`: a sub-agent slot's override when the
+        conversation is one (read off its key), else the definition's own; built once per pair."""
+        override = slot_override(spec.name, conversation_key, self.resources.peers)
+        key = (id(spec), id(override))
+        cached = self._memories.get(key)
+        if cached is not None and cached[0] is spec and cached[1] is override:
+            return cached[2]
+        if len(self._memories) >= MEMORY_CACHE:
+            self._memories.clear()
+        memory = memory_for(spec, override)
+        self._memories[key] = (spec, override, memory)
+        return memory
+
+    async def thread(
+        self, conversation_key: str, memory: Memory, ctx: MemoryContext, claim: Claim | None = None
+    ) -> StoredThread:
+        """The conversation's hot thread, holding what `memory` reads (checked against the claim's
+        mark on a shared store), or an empty one when the memory keeps no transcript.
+
+        Without a claim (a view: the inspector, /status, the conversation route) nothing is taken,
+        but on a shared store the cached copy is still checked against where the store stands now:
+        other daemons may have answered the conversation since this one last did."""
+        if claim is None:
+            shared = self.store.shared
+            claim = await self.store.read(ConversationMark(conversation_key)) if shared else NO_CLAIM
+        if claim.memories_version is not None:
+            await self.memory.sync(claim.memories_version)
+        if not memory.keeps_transcript:
+            return StoredThread(conversation_key)
+        reads = memory.tail_from
+        return await self.threads.get(conversation_key, lambda t: reads(ctx, t), claim.thread, claim.tail)
+
+    async def trim(self, conversation_key: str, memory: Memory, ctx: MemoryContext) -> None:
+        """After a turn or after-run work: the hot thread keeps only what `memory` reads."""
+        if memory.keeps_transcript:
+            await self.threads.trim(conversation_key, lambda t: memory.tail_from(ctx, t))
+
+    def memory_keys(self, spec: AgentSpec, conversation_key: str, user_id: str | None) -> list[str]:
+        """The persistent-memory keys a conversation's model sees (with persistent_scope user: the speaker's)."""
+        return self.memory.keys(persistent_scope(spec.memory, conversation_key, user_id))
+
+    def tools(self, spec: AgentSpec) -> list[Tool]:
+        """The tools every turn of this definition gets (memory tools, sub-agents, MCP servers'),
+        before the policy says which are offered."""
+        cached = self._tools
+        if cached is None or cached[0] is not spec:
+            # Memory tools depend only on the definition: built once per definition, not per turn.
+            built: list[Tool] = []
+            if spec.memory.persistent:
+                memory_spec = spec.memory
+                built = memory_tools(
+                    self.memory,
+                    lambda call: persistent_scope(memory_spec, call.conversation_key, call.user_id),
+                )
+            cached = self._tools = (spec, built)
+        # Sub-agent tools describe peers, which reload on their own, and MCP servers' tools change
+        # while they run: both are read per turn.
+        subagents = subagent_tools(spec.name, spec, self.resources.peers) if spec.subagents else []
+        return [*cached[1], *subagents, *self.tool_servers.tools()]

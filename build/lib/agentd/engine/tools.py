@@ -1,0 +1,58 @@
+"""The persistent-memory tools the model can call: remember, recall, list_memories, forget."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from agentd.memory.persistent import PersistentMemory
+from agentd.memory.tooling import Tool, ToolCall, object_schema
+from agentd.providers.base import ToolSpec
+
+
+def _string(name: str, description: str) -> dict[str, Any]:
+    return {"type": "string", "description": description}
+
+
+def memory_tools(memory: PersistentMemory, scope_of: Callable[[ToolCall], str]) -> list[Tool]:
+    """remember / recall / list_memories / forget over the agent's memories table."""
+
+    async def remember(args: dict[str, Any], call: ToolCall) -> str:
+        return await memory.remember(
+            args.get("key"),
+            args.get("value"),
+            scope=scope_of(call),
+            conversation_key=call.conversation_key,
+            run_id=call.run_id,
+        )
+
+    async def recall(args: dict[str, Any], call: ToolCall) -> str:
+        return await memory.recall(args.get("key"), scope=scope_of(call))
+
+    async def list_memories(args: dict[str, Any], call: ToolCall) -> str:
+        return memory.list(scope=scope_of(call))
+
+    async def forget(args: dict[str, Any], call: ToolCall) -> str:
+        return await memory.forget(
+            args.get("key"), scope=scope_of(call), conversation_key=call.conversation_key, run_id=call.run_id
+        )
+
+    key = _string("key", "1-64 characters: letters, digits, '_', '.', ':' or '-'")
+    value = _string("value", f"the fact to keep, at most {memory.max_value_chars} characters")
+
+    obj = object_schema
+
+    return [
+        Tool(
+            ToolSpec(
+                "remember",
+                "Save or update a fact that must outlive this conversation.",
+                obj({"key": key, "value": value}),
+            ),
+            remember,
+            private_args=frozenset({"value"}),  # memory values stay out of the audit trail
+        ),
+        Tool(ToolSpec("recall", "Read the value of one remembered fact by key.", obj({"key": key})), recall),
+        Tool(ToolSpec("list_memories", "List the keys of every remembered fact.", obj({})), list_memories),
+        Tool(ToolSpec("forget", "Delete a remembered fact by key.", obj({"key": key})), forget),
+    ]

@@ -1,0 +1,261 @@
+"""One message turn: prompt -> model/tool loop -> one commit -> reply.
+
+The reply is returned only after the person's message, the assistant
+message(s), the tool calls and results, the run row, the audit rows and the
+delivery id are committed together. A provider failure still commits what
+happened (the person's message, any completed tool steps, the run as error)
+and answers with a short error; nothing already stored is touched.
+
+A tool call a person must approve pauses the run (agentd.engine.pausing): the
+reply is then the approval request, and the run is resumed (`run_turn(resume=...)`)
+from its saved progress once someone decides or the request expires; the one
+commit happens at the end, as for any run.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from dataclasses import dataclass, replace
+from typing import Any
+
+from agentd.config.models import AgentSpec
+from agentd.engine.pausing import TurnResult, pause_run
+from agentd.engine.progress import Decision, ToolBatch, TurnProgress
+from agentd.engine.prompt import build_prompt, build_system
+from agentd.engine.state import AgentState
+from agentd.engine.streaming import StepSink, call_model
+from agentd.engine.subagents import CHANNEL as SUBAGENT_CHANNEL
+from agentd.engine.tool_gate import ToolGate
+from agentd.errors import OperatorError, ProviderError
+from agentd.events import InboundEvent, Reply, ReplySink
+from agentd.memory.base import Memory, MemoryContext, TurnInput
+from agentd.memory.screening import transcript_copy
+from agentd.messages import Message, ToolResultPart, estimate_tokens
+from agentd.providers.base import CompletionRequest
+from agentd.run_context import current_run
+from agentd.store.records import AuditRecord, RunRecord, StoredMessage, StoredThread
+from agentd.store.writes import AppendAudit, CloseApproval, CommitTurn, Delivery, Write
+from agentd.tools.base import ToolCall
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class TurnOptions:
+    """How this run is answered: a sink for the reply as it is written, extra instructions for this
+    turn, and whether a person can be asked to approve a call."""
+
+    sink: ReplySink | None = None
+    instructions: str = ""
+    can_ask: bool = True
+
+
+async def run_turn(
+    state: AgentState,
+    ctx: MemoryContext,
+    spec: AgentSpec,
+    memory: Memory,
+    thread: StoredThread,
+    event: InboundEvent,
+    parent_run_id: str | None = None,
+    *,
+    resume: tuple[TurnProgress, Decision] | None = None,
+    sink: ReplySink | None = None,
+    instructions: str = "",
+    can_ask: bool = True,
+) -> TurnResult:
+    """A message turn. `sink` hears the reply as it is written; `instructions` are appended to the
+    system prompt of this turn only (an API client's own system messages); `can_ask` False: a call
+    that needs a person's approval is refused (nobody could be asked). With `resume`, a paused run
+    goes on from its progress: the call that waited is answered with the decision, then the run
+    continues as any turn."""
+    options = TurnOptions(sink, instructions, can_ask and event.channel != SUBAGENT_CHANNEL)
+    if resume is not None:
+        progress, decision = resume
+        progress.run.thread_id = thread.id
+        return await _drive(state, ctx, spec, memory, thread, progress, decision, options)
+    run = RunRecord(
+        id=uuid.uuid4().hex,
+        conversation_key=event.conversation_key,
+        trigger="message",
+        model=spec.model.name,
+        status="ok",
+        started_at=time.time(),
+        thread_id=thread.id,
+        parent_run_id=parent_run_id,
+    )
+    progress = TurnProgress(event, run, [Message.user(event.text, event.user_id, event.sent_at)])
+    return await _drive(state, ctx, spec, memory, thread, progress, None, options)
+
+
+async def _drive(
+    state: AgentState,
+    ctx: MemoryContext,
+    spec: AgentSpec,
+    memory: Memory,
+    thread: StoredThread,
+    progress: TurnProgress,
+    decision: Decision | None,
+    options: TurnOptions,
+) -> TurnResult:
+    event, run, new = progress.event, progress.run, progress.new
+    current_run.set(run.id)  # every line logged from here on in this task names the run (a resumed one too)
+    prompt = await build_prompt(
+        state,
+        ctx,
+        spec,
+        memory,
+        thread,
+        TurnInput(event.conversation_key, event.text, event.user_id, event.sent_at),
+    )
+    if options.instructions:
+        prompt = replace(prompt, system=build_system(prompt.system, [options.instructions]))
+    if decision is None:
+        for note in prompt.notes:
+            log.info("agent %s run %s: %s", state.name, run.id, note)
+    tool_specs, history = prompt.tool_specs, prompt.history
+    step_sink = None if options.sink is None else StepSink(options.sink, f"agent {state.name} run {run.id}")
+    fixed_chars, history_chars = prompt.fixed_chars(), prompt.history_chars
+    caller = ToolCall(event.conversation_key, run.id, event.user_id, event.sent_at)
+    gate = ToolGate(spec, prompt.known, caller, progress.audit, can_ask=options.can_ask)
+
+    new_chars = sum(m.char_count() for m in new)
+    reply_text = ""
+    error: str | None = None
+    try:
+        if progress.batch is not None:
+            if decision is not None:
+                await gate.settle(progress.batch, decision.status, decision.by, decision.approval)
+            if (paused := await _answer_batch(state, spec, progress, gate, decision)) is not None:
+                return paused
+            new_chars += new[-1].char_count()
+        provider, model = state.resources.providers.resolve(spec.model.name)
+        while True:
+            allow_tools = progress.steps < spec.max_tool_steps
+            request = CompletionRequest(
+                model=model,
+                system=prompt.system,
+                messages=history.extended(new),
+                tools=tool_specs if allow_tools else (),
+                temperature=spec.model.temperature,
+                max_output_tokens=spec.model.max_output_tokens,
+                hints=prompt.hints,
+            )
+            completion = await call_model(provider, request, step_sink)
+            run.model_calls += 1
+            if completion.usage is not None:
+                run.input_tokens += completion.usage.input_tokens
+                run.output_tokens += completion.usage.output_tokens
+                run.last_input_tokens = completion.usage.input_tokens
+            else:
+                estimated_in = estimate_tokens(fixed_chars + history_chars + new_chars)
+                run.input_tokens += estimated_in
+                run.output_tokens += estimate_tokens(completion.message.char_count())
+                run.last_input_tokens = estimated_in
+                run.tokens_estimated = True
+            answer = completion.message
+            new.append(answer)
+            new_chars += answer.char_count()
+            calls = answer.tool_calls
+            if not calls:
+                reply_text = answer.text
+                break
+            if not allow_tools:
+                # The model called tools although none were offered: answer each call with an
+                # error so the stored transcript stays well-formed (every call has its result).
+                new.append(
+                    Message(
+                        role="tool",
+                        parts=tuple(
+                            ToolResultPart(
+                                call_id=c.id,
+                                name=c.name,
+                                content=f"not run: the limit of {spec.max_tool_steps} tool steps was reached",
+                                is_error=True,
+                            )
+                            for c in calls
+                        ),
+                    )
+                )
+                reply_text = answer.text or f"(stopped after {spec.max_tool_steps} tool steps)"
+                break
+            if step_sink is not None:
+                step_sink.restart()  # the text of this step was not the reply: tools come first
+            progress.batch = ToolBatch(list(calls))
+            if (paused := await _answer_batch(state, spec, progress, gate, decision)) is not None:
+                return paused
+            new_chars += new[-1].char_count()
+    except (ProviderError, OperatorError) as e:
+        if step_sink is not None:
+            step_sink.restart()  # a stream broken off half-way is no answer
+        run.status, run.error = "error", str(e)
+        error = "provider_error"
+        reply_text = (
+            f"Sorry, I could not reach the model just now ({e}). Your message is saved; please try again."
+        )
+        log.warning("agent %s run %s failed: %s", state.name, run.id, e)
+    if not reply_text and error is None:
+        reply_text = "(the model returned an empty reply)"
+    run.duration_ms = (time.time() - run.started_at) * 1000
+    closing = decision.approval if decision is not None else None
+    await _commit(
+        state, memory, thread, event, run, new, progress.audit, closing, spec.transcripts.redact_secrets
+    )
+    reply = Reply(text=reply_text, conversation_key=event.conversation_key, run_id=run.id, error=error)
+    return TurnResult(reply)
+
+
+async def _answer_batch(
+    state: AgentState, spec: AgentSpec, progress: TurnProgress, gate: ToolGate, decision: Decision | None
+) -> TurnResult | None:
+    """Answer the batch's calls: the pause when one needs a person, else its results join the run."""
+    assert progress.batch is not None
+    needed = await gate.answer(progress.batch)
+    if needed is not None:
+        return await pause_run(state, spec, progress, needed, gate, decision)
+    progress.new.append(progress.batch.message())
+    progress.batch, progress.steps = None, progress.steps + 1
+    return None
+
+
+async def _commit(
+    state: AgentState,
+    memory: Memory,
+    thread: StoredThread,
+    event: InboundEvent,
+    run: RunRecord,
+    new: list[Message],
+    audit: list[AuditRecord],
+    closing: str | None,
+    redact_secrets: bool = False,
+) -> None:
+    keep = memory.keeps_transcript
+    # transcripts.redact_secrets: the stored copy (which later turns replay) has secrets redacted;
+    # the model of this turn saw them as sent
+    kept, audits = (
+        transcript_copy(new, event.conversation_key, run.id) if keep and redact_secrets else (new, [])
+    )
+    stored = [StoredMessage(thread.next_seq + i, m, run.id) for i, m in enumerate(kept)] if keep else []
+    usage = (run.last_input_tokens, run.tokens_estimated) if run.model_calls else None
+    delivery = (
+        Delivery(event.channel, event.event_id, event.conversation_key)
+        if event.event_id is not None
+        else None
+    )
+    now = time.time()
+    ops: list[Write[Any]] = [CommitTurn(event.conversation_key, thread.id, stored, run, usage, delivery, now)]
+    if audit or audits:
+        ops.append(AppendAudit(state.name, [*audit, *audits], now))
+    if closing is not None:
+        ops.append(CloseApproval(closing))  # the paused run is done: its saved state goes
+    [thread_id, *_] = await state.store.write(*ops)
+    audit.clear()
+    run.thread_id = thread_id
+    # Only now, with everything committed, does the hot thread change.
+    if keep:
+        thread.id = thread_id
+        thread.append(stored)
+        if usage is not None:
+            thread.last_input_tokens, thread.last_tokens_estimated = usage

@@ -1,0 +1,107 @@
+"""What channels and the engine exchange: an inbound event, a reply, and the host a channel runs in.
+
+Channels know only this module: they turn a platform message into an
+`InboundEvent`, hand it to `ChannelHost.dispatch`, and send the `Reply` back
+(optionally showing it as it is written, through a `ReplySink`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+# A conversation key is "<channel>:<id...>", e.g. "webhook:ticket-7",
+# "discord:1234", "slack:C01:1700000000.0001", "repl:local".
+# Not whitespace, in every regex engine's sense (Python's \s and ECMAScript's differ: \x1c-\x1f and \x85
+# are whitespace to Python, \ufeff to ECMAScript), so the patterns the OpenAPI publishes mean the same
+# to a client as here.
+NOT_SPACE = r"[^\t\n\v\f\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff]"
+CONVERSATION_KEY_PATTERN = rf"^[a-z][a-z0-9_]*:{NOT_SPACE}{{1,256}}$"
+_KEY_RE = re.compile(CONVERSATION_KEY_PATTERN)
+CONVERSATION_ID_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
+
+
+def is_conversation_key(value: str) -> bool:
+    return bool(_KEY_RE.match(value))
+
+
+@dataclass(frozen=True, slots=True)
+class InboundEvent:
+    """One message from a person, on its way to an agent.
+
+    `event_id` is the platform's id for this delivery (message id, Slack event
+    id, Telegram update id): two events with the same (channel, event_id) are
+    the same message delivered twice and are answered once. `sent_at` is when
+    the person sent it (epoch seconds), when the platform says: memories made
+    of the message carry that time instead of the time it was processed.
+    """
+
+    agent: str
+    conversation_key: str
+    text: str
+    channel: str
+    user_id: str | None = None
+    event_id: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    sent_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """What the agent answers. `duplicate` is true when the event was already answered; `approval` is
+    the id of a tool call the run now waits on a person for (the text asks them)."""
+
+    text: str
+    conversation_key: str
+    run_id: str | None = None
+    duplicate: bool = False
+    error: str | None = None
+    approval: str | None = None
+
+
+class ReplySink(Protocol):
+    """Hears a reply while the model writes it, to show it as it grows.
+
+    `delta` gets each new piece of the text of the current model call. When that
+    call turns out to be calling tools, `restart` says the text heard since the
+    last restart (e.g. "Let me look that up.") is not the reply: the next
+    call's text starts afresh. The returned Reply is always what the person
+    should end up seeing (it differs from what was heard after an error, or for
+    an empty answer). Calls are synchronous and must not block: a slow consumer
+    buffers, it never holds up the model. Nothing a sink hears is stored.
+    """
+
+    def delta(self, text: str) -> None: ...
+
+    def restart(self) -> None: ...
+
+
+class ChannelHost(Protocol):
+    """What the daemon gives a channel: the only way a channel reaches the rest of agentd."""
+
+    agent: str
+
+    async def dispatch(self, event: InboundEvent, sink: ReplySink | None = None) -> Reply:
+        """Run the event through the agent (ordered per conversation) and return the reply; `sink`
+        hears the reply's text as it is written (commands and duplicates send it nothing).
+
+        Returns a Reply with duplicate=True, and does nothing else, when this
+        (channel, event_id) was answered before.
+        """
+        ...
+
+    async def audit(
+        self,
+        kind: str,
+        action: str,
+        *,
+        conversation_key: str | None = None,
+        data: dict[str, Any] | None = None,
+    ) -> None:
+        """Record an audit event in the agent's trail (permission decisions, send failures)."""
+        ...
+
+    def set_status(self, channel: str, status: str, error: str | None = None) -> None:
+        """Report a channel's state ("starting", "running", "reconnecting", "failed", "stopped")."""
+        ...

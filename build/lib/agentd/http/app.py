@@ -1,0 +1,170 @@
+"""The daemon's HTTP API (FastAPI), served inside the daemon's event loop.
+
+Every bad input gets a 4xx with a reason (`errors.py`: one body shape, documented per
+route): 400 malformed JSON or query, 401 missing/wrong bearer token, 404 unknown agent
+or route, 413 too large, 422 a field that fails validation, 503 an agent that cannot
+serve now. The routes live by what they do: talking to agents here, reading in
+`reads.py`, deleting in `deletes.py`, the OpenAPI and /docs in `docs.py`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from fastapi import Depends, FastAPI, Query, Request
+from fastapi.responses import RedirectResponse, Response, StreamingResponse
+
+from agentd import __version__
+from agentd.engine.agent import Agent
+from agentd.events import InboundEvent, Reply, ReplySink
+from agentd.http.auth import bearer_token
+from agentd.http.bodies import (
+    MessageIn,
+    MessageOut,
+    ReplIn,
+    agent_param,
+    body_schema,
+    read_json,
+    reply_out,
+    sse_event_schema,
+)
+from agentd.http.deletes import add_delete_routes
+from agentd.http.directory import AgentDirectory
+from agentd.http.docs import add_docs_routes
+from agentd.http.errors import ApiError, errors, install_error_handlers
+from agentd.http.lookup import running_agent
+from agentd.http.openai_api import add_openai_routes, is_openai_path, openai_error
+from agentd.http.people import add_people_routes
+from agentd.http.reads import add_read_routes
+from agentd.http.streaming import TurnStream, reply_events
+from agentd.http.tools_routes import add_tool_routes
+from agentd.http.ui import add_ui_routes
+
+
+def create_app(directory: AgentDirectory) -> FastAPI:
+    app = FastAPI(
+        title="agentd",
+        version=__version__,
+        description="Talk to agentd's agents and read their runs, memory and audit trail.",
+        # served by docs.py behind the token, from files installed with agentd (no CDN)
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+    )
+    install_error_handlers(app, special=(is_openai_path, openai_error))  # OpenAI's clients read its shape
+    require_token = bearer_token(directory)
+    protected = [Depends(require_token)]
+
+    @app.get("/", include_in_schema=False)
+    async def root() -> Response:
+        return RedirectResponse("/ui/", status_code=307)
+
+    @app.get(
+        "/healthz", tags=["daemon"], summary="Liveness, and which daemon answered (never needs the token)"
+    )
+    async def healthz() -> dict[str, Any]:
+        agents = directory.describe_agents()
+        # `daemon`: behind a load balancer over several daemons, which one this was
+        return {"ok": True, "daemon": directory.daemon_id, "agents": {a["name"]: a["status"] for a in agents}}
+
+    @app.get(
+        "/metrics",
+        tags=["daemon"],
+        dependencies=protected,
+        responses={**errors(), 200: {"content": {"text/plain": {}}, "description": "Prometheus text"}},
+        summary="Prometheus metrics",
+    )
+    async def metrics() -> Response:
+        body, content_type = directory.metrics_text()
+        return Response(body, media_type=content_type)
+
+    turns: set[asyncio.Task[None]] = set()  # streamed turns, alive whether or not their client stays
+
+    async def streamed(target: Agent, event: InboundEvent) -> StreamingResponse:
+        await target.ready()  # data that cannot be opened is a 503 now, not an event in a 200 stream
+
+        async def run(sink: ReplySink) -> Reply:
+            return await target.handle(event, sink=sink)
+
+        return reply_events(TurnStream(run, turns), lambda reply: reply_out(reply).model_dump())
+
+    @app.post(
+        "/agents/{agent}/messages",
+        response_model=MessageOut,
+        tags=["agents"],
+        dependencies=protected,
+        responses=errors(400, 404, 413, 422, 503),
+        openapi_extra=streamable(MessageIn),
+    )
+    async def post_message(
+        request: Request, agent: str = agent_param(), stream: bool = Query(False, description=STREAM_DOC)
+    ) -> Any:
+        """A message to the agent's webhook channel (conversation `webhook:<conversation_id>`); text starting
+        with `/` runs a command."""
+        message = await read_json(request, MessageIn, directory.max_body_bytes)
+        target = running_agent(directory, agent)
+        if not directory.has_webhook(agent):
+            raise ApiError(404, f"agent {agent!r} has no webhook channel: add `channels: {{webhook: {{}}}}`")
+        event = InboundEvent(
+            agent=agent,
+            conversation_key=f"webhook:{message.conversation_id}",
+            text=message.text,
+            channel="webhook",
+            user_id=message.user_id,
+            sent_at=message.sent_at,
+        )
+        if stream:
+            return await streamed(target, event)
+        return reply_out(await target.handle(event))
+
+    @app.post(
+        "/agents/{agent}/repl",
+        response_model=MessageOut,
+        tags=["agents"],
+        dependencies=protected,
+        responses=errors(400, 404, 413, 422, 503),
+        openapi_extra=streamable(ReplIn),
+    )
+    async def post_repl(
+        request: Request, agent: str = agent_param(), stream: bool = Query(False, description=STREAM_DOC)
+    ) -> Any:
+        """`agentd chat` beside a running daemon: the same repl:<session> conversation as in-process."""
+        line = await read_json(request, ReplIn, directory.max_body_bytes)
+        event = InboundEvent(agent, f"repl:{line.session}", line.text, "repl", user_id="local")
+        target = running_agent(directory, agent)
+        if stream:
+            return await streamed(target, event)
+        return reply_out(await target.handle(event))
+
+    add_read_routes(app, directory, protected)
+    add_delete_routes(app, directory, protected)
+    add_people_routes(app, directory, protected)
+
+    async def platform(request: Request) -> Any:
+        handler = directory.platform_endpoint(request.url.path)
+        if handler is None:
+            raise ApiError(404, f"no channel listens on {request.url.path}")
+        return await handler(request)
+
+    # Platform callbacks carry their own proof (Slack's signature, Telegram's secret token),
+    # so they are not behind the bearer token: Slack and Telegram cannot send one.
+    app.add_api_route("/slack/{agent}/events", platform, methods=["POST"], include_in_schema=False)
+    app.add_api_route("/telegram/{agent}", platform, methods=["POST"], include_in_schema=False)
+    add_openai_routes(app, directory, require_token, turns)
+    add_tool_routes(app, directory, protected)
+    add_ui_routes(app, directory)
+    add_docs_routes(app, directory, require_token)
+    return app
+
+
+STREAM_DOC = (
+    "true: answer as Server-Sent Events while the model writes: `delta` {text} pieces, `restart` {} when "
+    "the text so far was not the reply (the model went on to call a tool), then `reply` (the JSON below) "
+    "or `error` {error}. A client that disconnects loses nothing: the turn completes and is stored."
+)
+
+
+def streamable(model: type[MessageIn] | type[ReplIn]) -> dict[str, Any]:
+    """The body schema, and the events a `?stream=true` call answers with."""
+    return body_schema(model, stream=sse_event_schema(["delta", "restart", "reply", "error"]))

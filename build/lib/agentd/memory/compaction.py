@@ -1,0 +1,125 @@
+"""Compaction: summarise the older turns, keep the last two turns verbatim, in one transaction.
+
+The purpose (system prompt) is never summarised. The summary is written and
+the older rows marked compacted (never deleted) in the same commit as the
+compaction's run row and audit event, so a crash or a failed summary call
+leaves the transcript exactly as it was.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from agentd.errors import OperatorError, ProviderError
+from agentd.memory.base import MemoryContext
+from agentd.memory.runs import commit_memory_run
+from agentd.messages import Message, render_transcript
+from agentd.providers.remembered import remembered_block
+from agentd.store.records import AuditRecord, StoredMessage, StoredThread
+from agentd.store.writes import ApplyCompaction
+
+log = logging.getLogger(__name__)
+
+KEEP_TURNS = 2
+SUMMARY_HEADING = "Summary of the earlier part of this conversation (older turns were compacted)."
+SUMMARY_INSTRUCTIONS = (
+    "You compact a conversation so it can continue in less context. Write a concise summary of the "
+    "conversation excerpt below: keep decisions made, facts established, the person's preferences and "
+    "requests, open questions and errors met. Write plain text, no preamble."
+)
+
+
+def compacted_section(summary: str) -> str:
+    """The compaction summary as the model sees it: quoted as remembered material."""
+    return remembered_block("compaction summary", SUMMARY_HEADING, summary)
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionOutcome:
+    status: str  # ok | failed | nothing_to_compact
+    run_id: str | None = None
+    compacted_messages: int = 0
+    error: str | None = None
+
+
+def verbatim_tail_start(messages: Sequence[StoredMessage], keep_turns: int = KEEP_TURNS) -> int:
+    """Index where the last `keep_turns` turns begin (a turn starts at a person's message).
+
+    Cutting only at the start of a turn means a tool call always stays with its result.
+    """
+    seen = 0
+    for i in range(len(messages) - 1, -1, -1):
+        if messages[i].message.role == "user":
+            seen += 1
+            if seen == keep_turns:
+                return i
+    return 0
+
+
+def render_for_summary(previous_summary: str | None, older: Sequence[StoredMessage]) -> str:
+    """What a summary model reads: the summary so far (if any), then the messages to take in."""
+    text = render_transcript(m.message for m in older)
+    return f"Summary so far:\n{previous_summary}\n\nLater messages:\n{text}" if previous_summary else text
+
+
+async def compact_thread(ctx: MemoryContext, thread: StoredThread, reason: str) -> CompactionOutcome:
+    """Compact `thread` in place (the caller holds its conversation lock).
+
+    Summarised by model.small when set, else the main model; the purpose is not
+    part of what is summarised.
+    """
+    split = verbatim_tail_start(thread.messages)
+    if thread.id is None or split == 0:
+        return CompactionOutcome("nothing_to_compact")
+    older = thread.messages[:split]
+    upto_seq = older[-1].seq
+    thread_id = thread.id
+    try:
+        call = await ctx.call_model(
+            trigger="compaction",
+            model_ref=ctx.agent_model(small=True),
+            system=SUMMARY_INSTRUCTIONS,
+            messages=[Message.user(render_for_summary(thread.summary, older))],
+            conversation_key=thread.conversation_key,
+            thread_id=thread_id,
+            purpose="summary",
+        )
+    except (ProviderError, OperatorError) as e:
+        await ctx.audit(
+            "compaction",
+            "failed",
+            conversation_key=thread.conversation_key,
+            data={"reason": reason, "error": str(e)},
+        )
+        log.warning("agent %s: compaction of %s failed: %s", ctx.agent, thread.conversation_key, e)
+        return CompactionOutcome("failed", error=str(e))
+    summary = call.completion.message.text.strip()
+    run = call.run
+    if not summary:
+        error = "the model returned an empty summary"
+        run.status, run.error = "error", error
+        audit = AuditRecord(
+            "compaction", "failed", thread.conversation_key, run.id, {"reason": reason, "error": error}
+        )
+        await commit_memory_run(ctx, runs=[run], audits=[audit])
+        return CompactionOutcome("failed", run.id, error=error)
+
+    audit = AuditRecord(
+        "compaction",
+        "ok",
+        thread.conversation_key,
+        run.id,
+        {"reason": reason, "upto_seq": upto_seq, "messages": len(older), "summary_chars": len(summary)},
+    )
+    compaction = ApplyCompaction(thread_id, upto_seq, summary, run.id, time.time())
+    committed = await commit_memory_run(ctx, produced=[compaction], runs=[run], audits=[audit])
+    [written] = committed.produced
+    assert isinstance(written, ApplyCompaction)
+    thread.summary = written.summary  # as stored: secrets redacted
+    thread.messages = thread.messages[split:]
+    thread.last_input_tokens, thread.last_tokens_estimated = None, False
+    thread.recount()
+    return CompactionOutcome("ok", run.id, len(older))

@@ -1,0 +1,125 @@
+"""The built-in `offline` model: no network, deterministic, and honest about what it was given.
+
+It tells the person how many earlier messages of the conversation it sees,
+whether a summary or recalled exchanges came with them and which memory keys
+it holds (read from the request's hints, never from the prompt's wording),
+really calls the memory tools when asked ("remember KEY: VALUE", "recall KEY",
+"forget KEY", "what do you remember") and any offered tool on request ("call
+TOOL {json arguments}"), repeats a recalled value (the
+material of its remembered block), summarises for compaction with an
+extractive rule, and reports no usage, so the runtime estimates tokens and
+marks them as estimated. Streamed, its reply comes word by word
+(deterministic, no waiting).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import AsyncGenerator
+from typing import Any
+
+from agentd.messages import Message, ToolCallPart
+from agentd.providers.base import Completion, CompletionRequest, TextDelta
+from agentd.providers.remembered import material_of
+
+_REMEMBER = re.compile(r"^\s*remember\s+(\S+?)\s*[:=]\s*(.+?)\s*$", re.I | re.S)
+_RECALL = re.compile(r"^\s*recall\s+(\S+?)\s*[?.!]?\s*$", re.I)
+_FORGET = re.compile(r"^\s*forget\s+(\S+?)\s*[.!]?\s*$", re.I)
+_LIST = re.compile(r"^\s*what do you remember\s*\??\s*$", re.I)
+_CALL = re.compile(r"^\s*call\s+([A-Za-z0-9_-]{1,64})\s*(\{.*\})?\s*$", re.I | re.S)
+SUMMARY_LINE_CHARS = 160
+SUMMARY_MAX_CHARS = 4000
+
+
+class OfflineProvider:
+    name = "offline"
+
+    async def complete(self, request: CompletionRequest) -> Completion:
+        if request.purpose == "summary":
+            return Completion(Message.assistant(_extractive_summary(request)), stop_reason="stop")
+        last = request.messages[-1] if request.messages else None
+        if last is not None and last.role == "tool":
+            return Completion(Message.assistant(_after_tools(last)), stop_reason="stop")
+        text = last.text if last is not None else ""
+        call = _memory_call(text, {t.name for t in request.tools})
+        if call is not None:
+            name, args = call
+            part = ToolCallPart(id=f"call_{len(request.messages)}", name=name, arguments=args)
+            return Completion(Message(role="assistant", parts=(part,)), stop_reason="tool_calls")
+        return Completion(Message.assistant(_describe(request, text)), stop_reason="stop")
+
+    async def stream(self, request: CompletionRequest) -> AsyncGenerator[TextDelta | Completion, None]:
+        completion = await self.complete(request)
+        for word in re.findall(r"\S*\s*", completion.message.text):
+            if word:
+                yield TextDelta(word)
+        yield completion
+
+
+def _memory_call(text: str, tools: set[str]) -> tuple[str, dict[str, Any]] | None:
+    if (m := _CALL.match(text)) and m.group(1) in tools:
+        try:
+            args = json.loads(m.group(2) or "{}")
+        except json.JSONDecodeError:
+            return None
+        return (m.group(1), args) if isinstance(args, dict) else None
+    if (m := _REMEMBER.match(text)) and "remember" in tools:
+        return "remember", {"key": m.group(1), "value": m.group(2)}
+    if (m := _RECALL.match(text)) and "recall" in tools:
+        return "recall", {"key": m.group(1)}
+    if (m := _FORGET.match(text)) and "forget" in tools:
+        return "forget", {"key": m.group(1)}
+    if _LIST.match(text) and "list_memories" in tools:
+        return "list_memories", {}
+    return None
+
+
+def _after_tools(tool_message: Message) -> str:
+    lines = []
+    for result in tool_message.tool_results:
+        if result.is_error:
+            lines.append(f"{result.name} failed: {result.content}")
+        elif result.name == "recall":
+            lines.append(f"I remember: {material_of(result.content)}")
+        else:
+            lines.append(result.content)
+    return "\n".join(lines)
+
+
+def _describe(request: CompletionRequest, text: str) -> str:
+    earlier = max(0, len(request.messages) - 1)
+    sees = f"I see {earlier} earlier message{'s' if earlier != 1 else ''} in this conversation"
+    hints = request.hints
+    if hints.summary:
+        sees += " and a summary of older turns"
+    if hints.recalled:
+        sees += " and some recalled earlier exchanges"
+    keys = hints.memory_keys
+    if keys is None:
+        memory = "I have no persistent memory."
+    elif keys:
+        memory = f"Memory keys I hold: {', '.join(keys)}."
+    else:
+        memory = "I hold no memory keys yet."
+    return f"(offline model) {sees}. {memory} You said: {text}"
+
+
+def _extractive_summary(request: CompletionRequest) -> str:
+    """Keep the summary so far, then the first sentence of each later message, newest kept if too long."""
+    source = request.messages[-1].text if request.messages else ""
+    kept: list[str] = []
+    for line in source.splitlines():
+        line = line.strip()
+        if not line or line in ("Summary so far:", "Later messages:"):
+            continue
+        first = re.split(r"(?<=[.!?])\s", line, maxsplit=1)[0]
+        kept.append(first if len(first) <= SUMMARY_LINE_CHARS else first[: SUMMARY_LINE_CHARS - 1] + "…")
+    summary_lines: list[str] = []
+    total = 0
+    for line in reversed(kept):
+        if total + len(line) + 1 > SUMMARY_MAX_CHARS:
+            break
+        summary_lines.append(line)
+        total += len(line) + 1
+    return "\n".join(reversed(summary_lines)) or "(nothing to summarise)"

@@ -1,0 +1,45 @@
+"""Platform deliveries already answered: a redelivery, to this daemon or another, is answered once.
+
+The de-duplication is the table's primary key (agent, channel, event id), not any daemon's memory.
+"""
+
+from __future__ import annotations
+
+from agentd.store.postgres.dispatch import Cx, Later, handles, rowcount
+from agentd.store.queries import DeliverySeen
+from agentd.store.writes import PruneDeliveries, RecordDelivery
+
+
+def record_delivery(
+    cx: Cx, channel: str, event_id: str, conversation_key: str, run_id: str | None, now: float
+) -> None:
+    cx.run(
+        "INSERT INTO inbound_events (agent_id, channel, event_id, conversation_key, run_id, received_at)"
+        " VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+        (cx.agent_id, channel, event_id, conversation_key, run_id, now),
+    )
+
+
+@handles(RecordDelivery)
+def _record_delivery(cx: Cx, op: RecordDelivery) -> None:
+    d = op.delivery
+    record_delivery(cx, d.channel, d.event_id, d.conversation_key, op.run_id, op.now)
+
+
+@handles(DeliverySeen)
+def delivery_seen(cx: Cx, q: DeliverySeen) -> Later[bool]:
+    cur = cx.run(
+        "SELECT 1 FROM inbound_events WHERE agent_id = %s AND channel = %s AND event_id = %s",
+        (cx.agent_id, q.channel, q.event_id),
+    )
+    return Later(lambda: cur.fetchone() is not None)
+
+
+@handles(PruneDeliveries)
+def prune_deliveries(cx: Cx, op: PruneDeliveries) -> Later[int]:
+    return rowcount(
+        cx.run(
+            "DELETE FROM inbound_events WHERE agent_id = %s AND received_at < %s",
+            (cx.agent_id, op.older_than),
+        )
+    )

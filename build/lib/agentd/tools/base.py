@@ -1,0 +1,61 @@
+"""The one tool seam: a spec the provider sends (name, description, input schema) and a call.
+
+Memory tools, sub-agents and MCP servers' tools all reach the engine as a
+`Tool`; where one comes from (`source`: `memory`, `agents` or an MCP server's
+name) and its name there (`origin`) are what the policy patterns and the audit
+trail name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from agentd.config.tools import BUILTIN_SOURCES, MEMORY_SOURCE
+from agentd.providers.base import ToolSpec
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """Who is calling: the conversation, run and person a tool call belongs to."""
+
+    conversation_key: str
+    run_id: str
+    user_id: str | None
+    sent_at: float | None = None  # when the message being answered was sent, if the channel said
+
+
+Handler = Callable[[dict[str, Any], ToolCall], Awaitable[str]]
+
+
+@dataclass(frozen=True, slots=True)
+class Tool:
+    spec: ToolSpec
+    handler: Handler
+    source: str = MEMORY_SOURCE  # memory | agents | an MCP server's name
+    origin: str | None = None  # the tool's own name at its source (None: spec.name)
+    # arguments never written to the audit trail, whatever audit_args says (memory values)
+    private_args: frozenset[str] = frozenset()
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def origin_name(self) -> str:
+        return self.origin or self.spec.name
+
+    @property
+    def server(self) -> str | None:
+        """The MCP server this tool belongs to, or None for a built-in tool."""
+        return None if self.source in BUILTIN_SOURCES else self.source
+
+
+def object_schema(properties: dict[str, Any], required: list[str] | None = None) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": list(properties) if required is None else required,
+        "additionalProperties": False,
+    }

@@ -1,0 +1,254 @@
+"""One MCP server of one agent: connected by its own task, reconnected with backoff, called with limits.
+
+The connection lives in one task (the SDK's client is an async context
+manager built on anyio task groups, which must be left by the task that
+entered them); turns call through it from their own tasks. The tool list is
+read at connect and again whenever the server says it changed: a
+`notifications/tools/list_changed` on a 2025-era connection, a
+`subscriptions/listen` event on a 2026 one. A server that goes away (its
+process exits, its stream drops, a call finds the connection closed) is
+reconnected after a backoff pause (1 s doubling to 60 s, reset once a
+connection has lived a minute).
+
+Every call has limits: a timeout (the server's `timeout_s`), a cap on calls in
+flight at once (`max_concurrent_calls`; waiting for a slot counts toward the
+timeout), and a cap on the result's size (cut, with a note the model reads).
+A server that is down, slow or broken gives the model a tool error; the turn
+goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, cast
+
+import anyio
+import mcp_types as types
+from mcp import Client
+from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
+from mcp.shared.exceptions import MCPError
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from agentd.backoff import backoff_delays
+from agentd.config.tools import McpServerSpec
+from agentd.errors import ToolError
+from agentd.tools.mcp_results import result_text
+from agentd.tools.mcp_transport import transport_of, watched
+
+log = logging.getLogger(__name__)
+CLIENT_INFO = types.Implementation(name="agentd", version="0.1.0")
+STABLE_AFTER_S = 60.0  # a connection that lived this long resets the backoff
+MAX_LIST_PAGES = 100
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteTool:
+    """A tool as its server lists it."""
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+
+
+class McpServer:
+    def __init__(self, agent: str, name: str, spec: McpServerSpec, on_tools: Callable[[], None]):
+        self.agent = agent
+        self.name = name
+        self.spec = spec
+        self.status = "starting"  # starting | running | restarting | stopped
+        self.error: str | None = None
+        self.restarts = 0
+        self.protocol: str | None = None
+        self.tools: list[RemoteTool] = []
+        self.listed = False  # whether the server has listed its tools at least once
+        self._on_tools = on_tools
+        self._client: Client | None = None
+        self._ready = asyncio.Event()
+        self._lost = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self._slots = asyncio.Semaphore(spec.max_concurrent_calls)
+        self._task: asyncio.Task[None] | None = None
+        self._refreshes: set[asyncio.Task[None]] = set()
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "transport": self.spec.transport,
+            "status": self.status,
+            "error": self.error,
+            "restarts": self.restarts,
+            "protocol": self.protocol,
+            "tools": [t.name for t in self.tools],
+        }
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._supervise())
+
+    async def stop(self) -> None:
+        self._stopping.set()
+        for task in (self._task, *self._refreshes):
+            if task is not None and not task.done():
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
+        self.status, self._client = "stopped", None
+        self._ready.clear()
+
+    async def wait_ready(self, timeout: float) -> bool:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._ready.wait(), timeout)
+        return self._ready.is_set()
+
+    async def _supervise(self) -> None:
+        delays = backoff_delays(1.0, 60.0)
+        while not self._stopping.is_set():
+            started = time.monotonic()
+            try:
+                await self._serve()
+                error = "the server closed the connection"
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                error = _describe(e)
+            self._ready.clear()
+            self._client = None
+            if self._stopping.is_set():
+                return
+            if time.monotonic() - started > STABLE_AFTER_S:
+                delays = backoff_delays(1.0, 60.0)
+            wait = next(delays)
+            self.status, self.error = "restarting", error
+            self.restarts += 1
+            log.warning(
+                "agent %s: MCP server %s is down (%s); reconnecting in %.1f s",
+                self.agent,
+                self.name,
+                error,
+                wait,
+            )
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), wait)
+
+    async def _serve(self) -> None:
+        """Connect, list the tools, then keep the connection until it is lost or the agent stops."""
+        self._lost = lost = asyncio.Event()
+        client = Client(
+            watched(transport_of(self.spec), lost),
+            client_info=CLIENT_INFO,
+            message_handler=self._on_message,
+            cache=None,  # the tool list is ours to cache: refreshed when the server says it changed
+        )
+        async with contextlib.AsyncExitStack() as stack:
+            # asyncio's timeout, not anyio's: the client's task groups stay open past this block
+            async with asyncio.timeout(self.spec.connect_timeout_s):
+                await stack.enter_async_context(client)
+                self.protocol = client.protocol_version
+                await self._list_tools(client)
+            self._client = client
+            self.status, self.error = "running", None
+            self._ready.set()
+            log.info("agent %s: MCP server %s connected (%d tools)", self.agent, self.name, len(self.tools))
+            async with anyio.create_task_group() as group:
+                if self.protocol in MODERN_PROTOCOL_VERSIONS:
+                    group.start_soon(self._listen, client)
+                stop = asyncio.ensure_future(self._stopping.wait())
+                gone = asyncio.ensure_future(lost.wait())
+                try:
+                    await asyncio.wait({stop, gone}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    stop.cancel()
+                    gone.cancel()
+                    group.cancel_scope.cancel()
+
+    async def _listen(self, client: Client) -> None:
+        """2026-era servers announce tool changes on a `subscriptions/listen` stream."""
+        capabilities = client.server_capabilities.tools
+        if capabilities is None or not capabilities.list_changed:
+            return
+        try:
+            async with client.listen(tools_list_changed=True) as subscription:
+                async for _ in subscription:
+                    await self._list_tools(client)
+        except (ListenNotSupportedError, MCPError):
+            return
+        except SubscriptionLost:
+            self._lost.set()  # the stream went with the connection
+
+    async def _on_message(self, message: Any) -> None:
+        """2025-era servers send `notifications/tools/list_changed`; it may not wait on a request here."""
+        if isinstance(message, types.ToolListChangedNotification) and self._client is not None:
+            task = asyncio.get_running_loop().create_task(self._refresh(self._client))
+            self._refreshes.add(task)
+            task.add_done_callback(self._refreshes.discard)
+
+    async def _refresh(self, client: Client) -> None:
+        try:
+            await self._list_tools(client)
+        except Exception as e:
+            log.warning("agent %s: MCP server %s: listing its tools failed: %s", self.agent, self.name, e)
+
+    async def _list_tools(self, client: Client) -> None:
+        listed: list[RemoteTool] = []
+        cursor: str | None = None
+        for _ in range(MAX_LIST_PAGES):
+            page = await client.list_tools(cursor=cursor)
+            listed += [
+                RemoteTool(t.name, t.description or t.title or "", dict(t.input_schema)) for t in page.tools
+            ]
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        self.tools, self.listed = listed, True
+        self._on_tools()
+
+    # -- calls -------------------------------------------------------------------------------
+
+    async def call(self, tool: str, arguments: dict[str, Any], meta: dict[str, Any]) -> str:
+        """The tool's result as text for the model; ToolError when it failed or could not be called."""
+        timeout = self.spec.timeout_s
+        deadline = time.monotonic() + timeout
+        if not self._ready.is_set() and not await self.wait_ready(min(timeout, 5.0)):
+            why = f" ({self.error})" if self.error else ""
+            raise ToolError(
+                f"the tool server {self.name} is not running{why}; try again later or answer without it"
+            )
+        client = self._client
+        assert client is not None
+        try:
+            async with asyncio.timeout(timeout):
+                async with self._slots:
+                    left = max(deadline - time.monotonic(), 0.001)
+                    result = await client.call_tool(
+                        tool, arguments, read_timeout_seconds=left, meta=cast(types.RequestParamsMeta, meta)
+                    )
+        except TimeoutError:
+            raise ToolError(f"{tool} on {self.name} did not answer within {timeout:g} s") from None
+        except MCPError as e:
+            if e.code == types.CONNECTION_CLOSED:
+                self._lost.set()
+                raise ToolError(
+                    f"the tool server {self.name} stopped during the call; it is being restarted"
+                ) from None
+            if e.code == types.REQUEST_TIMEOUT:
+                raise ToolError(f"{tool} on {self.name} did not answer within {timeout:g} s") from None
+            raise ToolError(f"{self.name} refused the call to {tool}: {e.message}") from None
+        text = result_text(result, self.spec.max_result_chars)
+        if result.is_error:
+            raise ToolError(text or f"{tool} failed")
+        return text
+
+
+def _describe(e: BaseException) -> str:
+    if isinstance(e, BaseExceptionGroup):
+        inner = e.exceptions[0] if e.exceptions else e
+        return _describe(inner)
+    if isinstance(e, TimeoutError):
+        return "no answer while connecting"
+    text = str(e) or type(e).__name__
+    return f"{type(e).__name__}: {text}" if not isinstance(e, MCPError) else text

@@ -1,0 +1,118 @@
+"""The MCP servers of one agent, as the engine sees them: tools to offer, and their state.
+
+Servers start with the agent, and on a reload only the servers whose
+definition changed are restarted (a removed one is stopped, a new one
+started). Each server's tools reach the model as `<server>__<tool>` with the
+server's description and input schema. A policy pattern that matches none of
+a running server's tools is a problem of that server, named in `GET /agents`
+and `agentd tools`; that server's tools are then not offered at all, since a
+misspelled `deny` would otherwise allow what it was meant to forbid.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from agentd.config.tools import McpServerSpec, ToolsSpec
+from agentd.providers.base import ToolSpec
+from agentd.tools.base import Tool, ToolCall
+from agentd.tools.mcp_server import McpServer, RemoteTool
+from agentd.tools.naming import model_tool_name
+from agentd.tools.policy import Policy
+
+log = logging.getLogger(__name__)
+META_PREFIX = "agentd/"  # the `_meta` keys a server can read who is asking from
+
+
+class McpServers:
+    def __init__(self, agent: str):
+        self.agent = agent
+        self.spec = ToolsSpec()
+        self.servers: dict[str, McpServer] = {}
+        self._tools: dict[str, list[Tool]] = {}  # per server, rebuilt when its tool list changes
+        self._problems: dict[str, list[str]] = {}
+
+    async def apply(self, spec: ToolsSpec) -> None:
+        """Run the servers `spec` lists: new ones start, changed ones restart, removed ones stop."""
+        self.spec = spec
+        for name, server in list(self.servers.items()):
+            if spec.mcp.get(name) != server.spec:
+                await self._stop(name)
+        for name, server_spec in spec.mcp.items():
+            if name not in self.servers:
+                self._start(name, server_spec)
+        for name in self.servers:
+            self._recheck(name)  # the patterns may have changed with the file
+
+    def _start(self, name: str, spec: McpServerSpec) -> None:
+        server = McpServer(self.agent, name, spec, lambda: self._recheck(name))
+        self.servers[name] = server
+        server.start()
+
+    async def _stop(self, name: str) -> None:
+        server = self.servers.pop(name)
+        self._tools.pop(name, None)
+        self._problems.pop(name, None)
+        await server.stop()
+
+    async def stop(self) -> None:
+        for name in list(self.servers):
+            await self._stop(name)
+
+    def _recheck(self, name: str) -> None:
+        server = self.servers.get(name)
+        if server is None:
+            return
+        self._tools[name] = [self._tool(server, remote) for remote in server.tools]
+        if not server.listed:
+            return  # whether a pattern matches is known once the server has said its tools
+        problems = Policy(self.spec).unmatched(name, [t.name for t in server.tools])
+        if problems and problems != self._problems.get(name):
+            log.error(
+                "agent %s: MCP server %s: its tools are not offered: %s",
+                self.agent,
+                name,
+                "; ".join(problems),
+            )
+        self._problems[name] = problems
+
+    def _tool(self, server: McpServer, remote: RemoteTool) -> Tool:
+        agent, name = self.agent, remote.name
+
+        async def call(args: dict[str, Any], caller: ToolCall) -> str:
+            meta = {
+                f"{META_PREFIX}agent": agent,
+                f"{META_PREFIX}conversation_key": caller.conversation_key,
+                f"{META_PREFIX}user_id": caller.user_id,
+                f"{META_PREFIX}run_id": caller.run_id,
+            }
+            return await server.call(name, args, meta)
+
+        schema = remote.input_schema or {"type": "object", "properties": {}}
+        spec = ToolSpec(model_tool_name(server.name, name), remote.description, schema)
+        return Tool(spec, call, source=server.name, origin=name)
+
+    async def wait_ready(self, timeout: float) -> None:
+        """Wait (at most `timeout` seconds in all) for every server to have connected."""
+        deadline = time.monotonic() + timeout
+        for server in list(self.servers.values()):
+            await server.wait_ready(max(deadline - time.monotonic(), 0.0))
+
+    # -- what the engine reads ------------------------------------------------------------------
+
+    def tools(self) -> list[Tool]:
+        """Every tool of every running server without a problem (the policy is applied by the engine)."""
+        return [
+            tool
+            for name, server in self.servers.items()
+            if server.status == "running" and not self._problems.get(name)
+            for tool in self._tools.get(name, ())
+        ]
+
+    def describe(self) -> dict[str, dict[str, Any]]:
+        return {
+            name: {**server.describe(), "problems": self._problems.get(name, [])}
+            for name, server in self.servers.items()
+        }

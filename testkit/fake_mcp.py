@@ -1,0 +1,129 @@
+"""A real MCP server for tests and benchmarks, written with the SDK's server API (`MCPServer`).
+
+It keeps files in a folder and offers the tools an agent's policy is tested
+with, plus a few that misbehave on purpose:
+
+    read_file, write_file, delete_file, list_files   files under ROOT (env), created as needed
+    whoami                                           the request's `_meta` (who agentd says is asking)
+    echo                                             its text back (the benchmark's call)
+    big                                              `chars` characters (an oversized result)
+    hang                                             never answers (a hung call)
+    crash                                            the process exits at once (stdio)
+    grow                                             adds a tool `fresh` and says the list changed
+
+Run it over stdio: `python -m testkit.fake_mcp` (ROOT from the environment),
+or over Streamable HTTP on loopback in the test's own loop with `serve_http`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from mcp.server import MCPServer
+from mcp.server.mcpserver import Context
+
+from testkit.serving import serve_on_loopback
+
+
+def build_server(root: Path) -> MCPServer:
+    server = MCPServer("fake-files", log_level="WARNING")
+
+    def path_of(name: str) -> Path:
+        target = (root / name).resolve()
+        if root.resolve() not in target.parents:
+            raise ValueError(f"{name!r} is outside the folder")
+        return target
+
+    @server.tool()
+    def read_file(path: str) -> str:
+        """Read a text file."""
+        return path_of(path).read_text(encoding="utf-8")
+
+    @server.tool()
+    def write_file(path: str, content: str) -> str:
+        """Write a text file (created or replaced)."""
+        target = path_of(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(content, encoding="utf-8")
+        return f"wrote {len(content)} characters to {path}"
+
+    @server.tool()
+    def delete_file(path: str) -> str:
+        """Delete a file."""
+        path_of(path).unlink()
+        return f"deleted {path}"
+
+    @server.tool()
+    def list_files() -> str:
+        """List the files."""
+        return "\n".join(sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()))
+
+    @server.tool()
+    async def whoami(ctx: Context) -> str:
+        """Say who the client says is asking."""
+        meta = ctx.request_context.meta or {}
+        return json.dumps({k: v for k, v in meta.items() if k.startswith("agentd/")}, sort_keys=True)
+
+    @server.tool()
+    def echo(text: str) -> str:
+        """Return the text."""
+        return text
+
+    @server.tool()
+    def big(chars: int) -> str:
+        """Return that many characters."""
+        return "x" * chars
+
+    @server.tool()
+    async def hang() -> str:
+        """Never answer."""
+        await asyncio.Event().wait()
+        return "unreachable"
+
+    @server.tool()
+    def crash() -> str:
+        """Exit the process at once."""
+        os._exit(3)
+
+    @server.tool()
+    async def grow(ctx: Context) -> str:
+        """Add the tool `fresh` and announce the change."""
+        server.add_tool(lambda: "fresh!", name="fresh", description="A tool added while running.")
+        await ctx.notify_tools_changed()
+        return "added fresh"
+
+    return server
+
+
+@contextlib.asynccontextmanager
+async def serve_http(root: Path) -> AsyncIterator[str]:
+    """Serve the fake over Streamable HTTP on 127.0.0.1 in this loop; yields its URL."""
+    async with serve_on_loopback(build_server(root).streamable_http_app(), lifespan="on") as base:
+        yield f"{base}/mcp"
+
+
+def stdio_command() -> list[str]:
+    """The command that runs the fake over stdio with this Python."""
+    # testkit is not installed: the child finds it at the repository root, whatever its working folder
+    repo = str(Path(__file__).resolve().parents[1])
+    return [
+        sys.executable,
+        "-c",
+        f"import sys; sys.path.insert(0, {repo!r}); import testkit.fake_mcp as m; m.main()",
+    ]
+
+
+def main(argv: list[str] | None = None) -> None:
+    root = Path(os.environ.get("ROOT", "."))
+    root.mkdir(parents=True, exist_ok=True)
+    build_server(root).run("stdio")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
