@@ -11,6 +11,7 @@ import pytest
 from agentd.config.models import DaemonSpec, StoreSpec
 from agentd.daemon.resources import Resources
 from agentd.engine.agent import Agent
+from agentd.engine.conversation import Conversation
 from agentd.engine.prompt import build_prompt
 from agentd.memory.base import TurnInput
 from agentd.messages import Message
@@ -49,7 +50,7 @@ async def prompt_over(runtime: Agent, thread: Any) -> tuple[str, list[Message]]:
     spec = runtime.spec
     memory = runtime.state.memory_of(spec, KEY)
     prompt = await build_prompt(
-        runtime.state, runtime.context, spec, memory, thread, TurnInput(KEY, "next", "u1")
+        Conversation(runtime.state, spec, memory, thread), TurnInput(KEY, "next", "u1")
     )
     return prompt.system, list(prompt.history)
 
@@ -65,7 +66,7 @@ async def test_a_hot_thread_holds_only_the_tail_its_memory_reads_and_sees_the_sa
     await talk(runtime, main, fold, 14)
     for agent in (runtime, await harness.restart(runtime)):  # trimmed after turns, and loaded so
         memory = agent.state.memory_of(agent.spec, KEY)
-        hot = await agent.state.thread(KEY, memory, agent.context)
+        hot = await agent.state.thread(KEY, memory)
         whole = await agent.state.store.read(ActiveThread(KEY))
         assert len(hot.messages) < len(whole.messages) // 2
         assert [m.seq for m in hot.messages] == [m.seq for m in whole.messages][

@@ -91,7 +91,7 @@ async def test_what_a_daemon_shows_of_a_conversation_includes_the_other_daemons_
     (a, _), (b, _) = await daemon(shared), await daemon(shared)
     await say(a, "one")  # a holds the thread in memory from here
     await say(b, "two")
-    await b.state.memory.remember("city", "Lisbon", conversation_key=KEY, run_id=None)
+    await b.state.persistent.remember("city", "Lisbon", conversation_key=KEY, run_id=None)
     shown = await a.next_prompt(KEY)
     assert [m["parts"][0]["text"] for m in shown["messages"]][-2:] == ["two", "default reply to: two"]
     assert "- city" in shown["system"]
@@ -113,10 +113,10 @@ async def test_memories_one_daemon_keeps_show_in_the_others_prompt(shared: Harne
     (a, _), (b, model_b) = await daemon(shared), await daemon(shared)
     await say(b, "hi")
     assert "Keys you already have" not in model_b.requests[-1].system
-    await a.state.memory.remember("city", "Lisbon", conversation_key=KEY, run_id=None)
+    await a.state.persistent.remember("city", "Lisbon", conversation_key=KEY, run_id=None)
     await say(b, "where do I live?")
     assert "- city" in model_b.requests[-1].system
-    await a.state.memory.forget("city", conversation_key=KEY, run_id=None)
+    await a.state.persistent.forget("city", conversation_key=KEY, run_id=None)
     await say(b, "and now?")
     assert "- city" not in model_b.requests[-1].system
 

@@ -61,7 +61,7 @@ async def test_tool_calls_and_usage_over_the_openai_wire(
         ).fetchone()
     )
     assert run == (270, 12, 0, 2)
-    assert runtime.state.memory.keys() == ["city"]
+    assert runtime.state.persistent.keys() == ["city"]
 
 
 async def test_tool_calls_over_the_anthropic_wire(

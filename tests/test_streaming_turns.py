@@ -109,7 +109,7 @@ async def test_text_before_a_tool_call_is_taken_back_with_a_restart(agent: Agent
     assert reply.text == heard.showing == "Saved: city."
     roles = [m.role for m in await stored(agent)]
     assert roles == ["user", "assistant", "tool", "assistant"]
-    assert agent.state.memory.keys() == ["city"]
+    assert agent.state.persistent.keys() == ["city"]
 
 
 async def test_a_stream_broken_half_way_stores_no_half_answer(agent: Agent, fake: FakeLLM) -> None:

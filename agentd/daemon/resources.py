@@ -30,7 +30,7 @@ from agentd.engine.breakers import Breakers
 from agentd.engine.hot_cache import HotBudget
 from agentd.engine.outbox import NoOutbox, Outbox
 from agentd.engine.peers import NoPeers, Peers
-from agentd.engine.state import AgentResources
+from agentd.engine.resources import AgentResources
 from agentd.errors import OperatorError
 from agentd.providers.base import Embedder, ModelProvider
 from agentd.providers.embedders import build_embedder

@@ -16,14 +16,17 @@ from typing import Any
 from agentd.config.models import AgentSpec
 from agentd.engine.approvals import OPERATOR, Outcome, describe_pending
 from agentd.engine.context import AgentContext
+from agentd.engine.conversation import Conversation
 from agentd.engine.deletions import delete_conversation, forget_memory
 from agentd.engine.handling import EventHandler
 from agentd.engine.inspect import inspect_conversation, next_prompt
 from agentd.engine.lifecycle import Lifecycle
 from agentd.engine.people import erase_person, person_data
-from agentd.engine.state import AgentResources, AgentState
+from agentd.engine.resources import AgentResources
+from agentd.engine.state import AgentState
 from agentd.engine.stateless import run_stateless
 from agentd.engine.status import status_facts, tools_report
+from agentd.engine.turn import TurnOptions
 from agentd.errors import NewerSchema, StoreError
 from agentd.events import InboundEvent, Reply, ReplySink
 from agentd.memory.episode_writes import forget_partition
@@ -41,9 +44,8 @@ class Agent:
     ):
         # `state` is open to the engine's own parts and to tests; everything else uses the methods.
         self.state = AgentState(spec, store, resources, tool_servers)
-        self.context = AgentContext(self.state)
         self.lifecycle = Lifecycle()
-        self._handler = EventHandler(self.state, self.context, self.lifecycle)
+        self._handler = EventHandler(self.state, self.lifecycle)
         self._readonly = False
         self._data = "unopened"  # unopened | ready | failed: see `ready`
         self._opening: asyncio.Lock | None = None  # only while the first use is under way
@@ -59,6 +61,11 @@ class Agent:
     @property
     def status(self) -> str:
         return self.lifecycle.status
+
+    @property
+    def context(self) -> AgentContext:
+        """The memory context the agent's strategies get (built once with its state)."""
+        return self.state.context
 
     @property
     def store_label(self) -> str:
@@ -108,7 +115,7 @@ class Agent:
                     await self.state.store.write(
                         EnsureIdentity({"agent": self.name, "created_at": str(time.time())})
                     )
-                await self.state.memory.load()
+                await self.state.persistent.load()
                 if not self._readonly:
                     # runs paused for an approval take their conversations back before any message can
                     await self._handler.approvals.recover()
@@ -180,7 +187,7 @@ class Agent:
         """Answer one event in its conversation. `sink` hears the reply as the model writes it;
         `instructions` are added to the system prompt of this turn only (never stored)."""
         await self.ready()
-        return await self._handler.handle(event, parent_run_id, sink, instructions)
+        return await self._handler.handle(event, TurnOptions(sink, instructions), parent_run_id)
 
     async def answer_stateless(
         self,
@@ -194,18 +201,18 @@ class Agent:
         read or written, only the run is recorded (see stateless.py)."""
         await self.ready()
         return await run_stateless(
-            self.state, self.context, self.lifecycle, event, earlier, sink=sink, instructions=instructions
+            self.state, self.lifecycle, event, earlier, TurnOptions(sink, instructions)
         )
 
     # -- what the API and the CLI read --------------------------------------------------------
 
     async def next_prompt(self, conversation_key: str, user_id: str | None = None) -> dict[str, Any]:
         await self.ready()
-        return await next_prompt(self.state, self.context, conversation_key, user_id)
+        return await next_prompt(self.state, conversation_key, user_id)
 
     async def inspect(self, conversation_key: str) -> dict[str, Any]:
         await self.ready()
-        return await inspect_conversation(self.state, self.context, conversation_key)
+        return await inspect_conversation(self.state, conversation_key)
 
     # -- tools and approvals --------------------------------------------------------------------
 
@@ -219,7 +226,7 @@ class Agent:
 
     def tools_report(self) -> dict[str, Any]:
         """Every tool with its source and the policy's decision, and the MCP servers' state."""
-        return tools_report(self.state, self.context)
+        return tools_report(self.state)
 
     async def approvals(self) -> list[dict[str, Any]]:
         """Approvals waiting for a person, oldest first."""
@@ -235,10 +242,9 @@ class Agent:
 
     async def status_of(self, conversation_key: str, user_id: str | None = None) -> dict[str, Any]:
         await self.ready()
-        spec = self.state.spec
-        memory = self.state.memory_of(spec, conversation_key)
-        thread = await self.state.thread(conversation_key, memory, self.context)
-        facts = await status_facts(self.state, spec, memory, thread)
+        conv = await Conversation.open(self.state, conversation_key)
+        facts = await status_facts(conv)
+        spec = conv.spec
         if spec.memory.persistent:
             # the keys that conversation's model sees: with persistent_scope user, only that person's
             facts["memory_keys"] = self.state.memory_keys(spec, conversation_key, user_id)

@@ -13,11 +13,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentd.config.models import AgentSpec
-from agentd.engine.state import AgentState
+from agentd.engine.conversation import Conversation
 from agentd.engine.status import status_facts
 from agentd.events import InboundEvent, Reply
-from agentd.memory.base import Memory, MemoryContext
 from agentd.store.records import AuditRecord, RunRecord, StoredThread
 from agentd.store.writes import (
     AppendAudit,
@@ -54,13 +52,10 @@ def command_name(text: str) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class Invocation:
-    """A command and everything it may act on: the agent, its definition, the conversation."""
+    """A command and everything it may act on: the conversation (the agent, its definition, its
+    memory and thread) and the event that asked."""
 
-    state: AgentState
-    ctx: MemoryContext
-    spec: AgentSpec
-    memory: Memory
-    thread: StoredThread
+    conv: Conversation
     event: InboundEvent
 
 
@@ -86,7 +81,8 @@ NO_HISTORY = "This agent keeps no conversation history (memory.scope is none), s
 
 
 async def _compact(inv: Invocation) -> CommandResult:
-    memory = inv.memory
+    conv = inv.conv
+    memory = conv.memory
     if not memory.keeps_transcript:
         return CommandResult(NO_HISTORY.format(what="compact"), "compact", {"result": "no_history"})
     if memory.compaction is None:
@@ -98,7 +94,7 @@ async def _compact(inv: Invocation) -> CommandResult:
             "compact",
             {"result": "not_applicable", "strategy": memory.kind},
         )
-    outcome = await memory.compaction.compact(inv.ctx, inv.thread, "command")
+    outcome = await memory.compaction.compact(conv.ctx, conv.thread, "command")
     if outcome.status == "ok":
         text = f"Compacted {outcome.compacted_messages} older messages into a summary; the last two turns are kept verbatim."
     elif outcome.status == "nothing_to_compact":
@@ -109,15 +105,15 @@ async def _compact(inv: Invocation) -> CommandResult:
 
 
 async def _new(inv: Invocation) -> CommandResult:
-    thread = inv.thread
-    if not inv.memory.keeps_transcript:
+    thread = inv.conv.thread
+    if not inv.conv.memory.keeps_transcript:
         return CommandResult(NO_HISTORY.format(what="archive"), "new", {"result": "no_history"})
     if thread.id is None:
         return CommandResult("This conversation is already on a fresh thread.", "new", {"result": "empty"})
     old_id = thread.id
 
     def after() -> None:
-        inv.state.threads.put(StoredThread(thread.conversation_key))
+        inv.conv.agent.threads.put(StoredThread(thread.conversation_key))
 
     return CommandResult(
         f"Started a new thread. The previous one (thread {old_id}) is archived in the agent's data file.",
@@ -129,8 +125,8 @@ async def _new(inv: Invocation) -> CommandResult:
 
 
 async def _reset(inv: Invocation) -> CommandResult:
-    thread = inv.thread
-    if not inv.memory.keeps_transcript:
+    thread = inv.conv.thread
+    if not inv.conv.memory.keeps_transcript:
         return CommandResult(NO_HISTORY.format(what="reset"), "reset", {"result": "no_history"})
     if thread.id is None:
         return CommandResult("There is no transcript to delete.", "reset", {"deleted_messages": 0})
@@ -152,8 +148,8 @@ async def _reset(inv: Invocation) -> CommandResult:
 
 
 async def _status(inv: Invocation) -> CommandResult:
-    spec, event = inv.spec, inv.event
-    facts = await status_facts(inv.state, spec, inv.memory, inv.thread)
+    spec, event = inv.conv.spec, inv.event
+    facts = await status_facts(inv.conv)
     ctx = facts["context"]
     size = f"{ctx['tokens']} tokens"
     if ctx["estimated"]:
@@ -175,7 +171,7 @@ async def _status(inv: Invocation) -> CommandResult:
         f"out {totals['output_tokens']}",
     ]
     if spec.memory.persistent:
-        keys = inv.state.memory_keys(spec, event.conversation_key, event.user_id)
+        keys = inv.conv.agent.memory_keys(spec, event.conversation_key, event.user_id)
         lines.append(f"Persistent memory keys: {len(keys)}")
     for ref, breaker in facts["memory_models"].items():
         if breaker["state"] == "open":
@@ -211,8 +207,8 @@ COMMANDS: dict[str, Command] = {
 }
 
 
-async def run_command(inv: Invocation) -> Reply:
-    event = inv.event
+async def run_command(conv: Conversation, event: InboundEvent) -> Reply:
+    inv = Invocation(conv, event)
     match = _COMMAND_RE.match(event.text.strip())
     assert match is not None
     name = match.group(1).lower()
@@ -231,19 +227,19 @@ async def run_command(inv: Invocation) -> Reply:
         model=None,
         status="ok",
         started_at=started,
-        thread_id=inv.thread.id,
+        thread_id=conv.thread.id,
         duration_ms=(time.time() - started) * 1000,
     )
     audit = AuditRecord("command", result.action, event.conversation_key, run.id, {**result.data})
     if event.user_id:
         audit.data["user_id"] = event.user_id
     now = time.time()
-    ops: list[Write[Any]] = [*result.effects, InsertRun(run), AppendAudit(inv.state.name, [audit], now)]
+    ops: list[Write[Any]] = [*result.effects, InsertRun(run), AppendAudit(conv.agent.name, [audit], now)]
     if event.event_id is not None:
         ops.append(
             RecordDelivery(Delivery(event.channel, event.event_id, event.conversation_key), run.id, now)
         )
-    await inv.state.store.write(*ops)
+    await conv.agent.store.write(*ops)
     if result.after is not None:
         result.after()
     return Reply(text=result.text, conversation_key=event.conversation_key, run_id=result.run_id or run.id)

@@ -1,13 +1,18 @@
-"""The memory context an agent gives its strategies: its store, models, embedder and audit trail."""
+"""The memory context an agent gives its strategies: its store, models, embedder and audit trail.
+
+Built once per agent (by its state, agentd.engine.state) and stateless: it reads the agent's current
+definition at each call, so a hot reload needs no new context.
+"""
 
 from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from agentd.engine.state import AgentState
+from agentd.config.models import AgentSpec
+from agentd.engine.resources import AgentResources
 from agentd.errors import OperatorError, ProviderError
 from agentd.memory.base import ModelCall
 from agentd.memory.runs import OFFLINE_PREFIX
@@ -22,35 +27,37 @@ from agentd.store.writes import AppendAudit, InsertRun
 class AgentContext:
     """`MemoryContext` for one agent: reads the agent's current definition at each call."""
 
-    def __init__(self, state: AgentState):
-        self._state = state
+    def __init__(self, spec: Callable[[], AgentSpec], store: Store, resources: AgentResources):
+        self._spec = spec  # the agent's current definition
+        self._store = store
+        self._resources = resources
 
     @property
     def agent(self) -> str:
-        return self._state.name
+        return self._spec().name
 
     @property
     def store(self) -> Store:
-        return self._state.store
+        return self._store
 
     @property
     def embedder(self) -> Embedder | None:
-        return self._state.resources.embedder
+        return self._resources.embedder
 
     @property
     def secrets(self) -> str:
-        return self._state.spec.memory.secrets
+        return self._spec().memory.secrets
 
     def agent_model(self, small: bool = False) -> str:
-        model = self._state.spec.model
+        model = self._spec().model
         return (model.small or model.name) if small else model.name
 
     def memory_model(self, preferred: str | None) -> str | None:
         if preferred:
             return preferred
-        if self._state.resources.memory_extractor_model:
-            return self._state.resources.memory_extractor_model
-        model = self._state.spec.model
+        if self._resources.memory_extractor_model:
+            return self._resources.memory_extractor_model
+        model = self._spec().model
         for ref in (model.small, model.name):
             # the offline model cannot fold or extract: it only echoes what it was given
             if ref and not ref.startswith(OFFLINE_PREFIX):
@@ -80,10 +87,10 @@ class AgentContext:
             parent_run_id=parent_run_id,
         )
         current_run.set(run.id)
-        breakers = self._state.resources.breakers
+        breakers = self._resources.breakers
         breakers.check(model_ref)  # a model that keeps failing is not called again until its pause ends
         try:
-            provider, model = self._state.resources.providers.resolve(model_ref)
+            provider, model = self._resources.providers.resolve(model_ref)
             request = CompletionRequest(model=model, system=system, messages=messages, purpose=purpose)
             completion = await provider.complete(request)
         except (ProviderError, OperatorError) as e:

@@ -28,4 +28,4 @@ async def delete_conversation(state: AgentState, conversation_key: str, by: str)
 async def forget_memory(state: AgentState, key: str, scope: str, by: str) -> None:
     """Delete one persistent memory of `scope` ("" the agent's, user:<id> a person's, conversation:<key>
     an anonymous conversation's); ToolError when the key is malformed or not held there."""
-    await state.memory.forget(key, scope=scope, conversation_key=None, run_id=None, by=by)
+    await state.persistent.forget(key, scope=scope, conversation_key=None, run_id=None, by=by)

@@ -20,15 +20,15 @@ from collections.abc import Callable
 from agentd.config.models import AgentSpec
 from agentd.engine.approval_commands import answer_approval, is_approval_command
 from agentd.engine.approvals import Approvals
-from agentd.engine.commands import Invocation, command_name, is_command, run_command
-from agentd.engine.context import AgentContext
+from agentd.engine.commands import command_name, is_command, run_command
+from agentd.engine.conversation import Conversation
 from agentd.engine.lifecycle import Lifecycle
 from agentd.engine.pausing import TurnResult
 from agentd.engine.progress import Decision, TurnProgress
 from agentd.engine.state import RECENT_EVENTS, AgentState
-from agentd.engine.turn import run_turn
+from agentd.engine.turn import TurnOptions, run_turn
 from agentd.errors import ModelPaused, StoreError
-from agentd.events import InboundEvent, Reply, ReplySink
+from agentd.events import InboundEvent, Reply
 from agentd.memory.base import Memory
 from agentd.store.queries import DeliverySeen
 from agentd.store.records import ApprovalRecord, StoredThread
@@ -38,18 +38,15 @@ RESUME_WAIT_S = 10.0  # the most a resumed run waits for the agent's MCP servers
 
 
 class EventHandler:
-    def __init__(self, state: AgentState, ctx: AgentContext, lifecycle: Lifecycle):
+    def __init__(self, state: AgentState, lifecycle: Lifecycle):
         self._state = state
-        self._ctx = ctx
         self._lifecycle = lifecycle
         self._waiting: set[str] = set()  # conversations with after-run work queued beside them
         self.approvals = Approvals(state, lifecycle, self._resume)
 
-    async def handle(
-        self, event: InboundEvent, parent_run_id: str | None, sink: ReplySink | None, instructions: str
-    ) -> Reply:
+    async def handle(self, event: InboundEvent, options: TurnOptions, parent_run_id: str | None) -> Reply:
         """Answer one event with the current definition; a platform redelivery is answered once.
-        `sink` hears the reply as it is written (a command's reply comes at once, in the Reply)."""
+        `options.sink` hears the reply as it is written (a command's reply comes at once, in the Reply)."""
         spec = self._state.spec  # read once: a reload mid-run does not change this run
         try:
             if event.event_id is not None and await self._is_duplicate(event):
@@ -58,7 +55,7 @@ class EventHandler:
                 return await answer_approval(self.approvals, event)
             if command_name(event.text) == "status" and self.approvals.pending_in(event.conversation_key):
                 return await self._status_now(event, spec)
-            return await self._run(event, spec, parent_run_id, sink, instructions)
+            return await self._run(event, spec, options, parent_run_id)
         except BaseException:
             # not answered (say, its file could not be opened): a redelivery must be answered
             if event.event_id is not None:
@@ -66,15 +63,9 @@ class EventHandler:
             raise
 
     async def _run(
-        self,
-        event: InboundEvent,
-        spec: AgentSpec,
-        parent_run_id: str | None,
-        sink: ReplySink | None,
-        instructions: str,
+        self, event: InboundEvent, spec: AgentSpec, options: TurnOptions, parent_run_id: str | None
     ) -> Reply:
         state, key = self._state, event.conversation_key
-        memory = state.memory_of(spec, key)
         with self._lifecycle.busy():
             release = await self._take(key)
             paused = False
@@ -84,32 +75,23 @@ class EventHandler:
                         # another daemon may have answered this delivery while we waited for the claim
                         if await state.store.read(DeliverySeen(event.channel, event.event_id)):
                             return Reply(text="", conversation_key=key, duplicate=True)
-                    thread = await state.thread(key, memory, self._ctx, claim)
+                    conv = await Conversation.open(state, key, claim, spec=spec)
+                    memory, thread = conv.memory, conv.thread
                     if memory.settle_due(thread):
                         if memory.settles_first:
-                            await self._settle(key, memory, thread, None)
+                            await self._settle(memory, thread, None)
                         else:
                             self._after_run(key, memory, None)  # left over (a restart, a paused model)
                     if is_command(event.text):
-                        reply = await run_command(Invocation(state, self._ctx, spec, memory, thread, event))
+                        reply = await run_command(conv, event)
                     else:
-                        result = await run_turn(
-                            state,
-                            self._ctx,
-                            spec,
-                            memory,
-                            thread,
-                            event,
-                            parent_run_id,
-                            sink=sink,
-                            instructions=instructions,
-                        )
+                        result = await run_turn(conv, event, options, parent_run_id=parent_run_id)
                         reply = result.reply
                         if result.paused is not None:
                             # the paused run keeps the conversation until a person decides
                             self.approvals.hold(result.paused, release)
                             paused = True
-                    await state.trim(key, memory, self._ctx)
+                    await state.trim(key, memory)
             finally:
                 if not paused:
                     release()
@@ -134,25 +116,20 @@ class EventHandler:
         state, spec, key = self._state, self._state.spec, record.conversation_key
         assert record.state is not None
         progress = TurnProgress.from_state(record.state)
-        memory = state.memory_of(spec, key)
         # after a restart the MCP servers may still be connecting: an approved call needs its tool
         await state.tool_servers.wait_ready(RESUME_WAIT_S)
         async with state.store.claim(key, known=state.threads.known(key)) as claim:
-            thread = await state.thread(key, memory, self._ctx, claim)
-            result = await run_turn(
-                state, self._ctx, spec, memory, thread, progress.event, resume=(progress, decision)
-            )
-            await state.trim(key, memory, self._ctx)
-        if result.paused is None and memory.settle_due(thread):
-            self._after_run(key, memory, result.reply.run_id)
+            conv = await Conversation.open(state, key, claim, spec=spec)
+            result = await run_turn(conv, progress.event, resume=(progress, decision))
+            await state.trim(key, conv.memory)
+        if result.paused is None and conv.memory.settle_due(conv.thread):
+            self._after_run(key, conv.memory, result.reply.run_id)
         return result
 
     async def _status_now(self, event: InboundEvent, spec: AgentSpec) -> Reply:
         """/status while the conversation waits for an approval: answered at once, not in order."""
-        state = self._state
-        memory = state.memory_of(spec, event.conversation_key)
-        thread = await state.thread(event.conversation_key, memory, self._ctx)
-        return await run_command(Invocation(state, self._ctx, spec, memory, thread, event))
+        conv = await Conversation.open(self._state, event.conversation_key, spec=spec)
+        return await run_command(conv, event)
 
     async def _is_duplicate(self, event: InboundEvent) -> bool:
         assert event.event_id is not None
@@ -165,14 +142,14 @@ class EventHandler:
             recent.popitem(last=False)
         return await self._state.store.read(DeliverySeen(*marker))
 
-    async def _settle(self, key: str, memory: Memory, thread: StoredThread, run_id: str | None) -> None:
+    async def _settle(self, memory: Memory, thread: StoredThread, run_id: str | None) -> None:
         """Run the due after-run work once (the caller holds the right lock); a paused model's work is
         queued again for when the pause ends."""
         assert memory.after_run is not None
         try:
-            await memory.after_run.settle(self._ctx, thread, run_id)
+            await memory.after_run.settle(self._state.context, thread, run_id)
         except ModelPaused as paused:
-            self._after_run(key, memory, None, paused.retry_in)
+            self._after_run(thread.conversation_key, memory, None, paused.retry_in)
         except Exception:
             # After-run work is derived from persisted cursors: whatever failed is retried next time.
             log.exception(
@@ -206,9 +183,9 @@ class EventHandler:
             self._waiting.discard(key)
             async with state.store.claim(key, purpose, state.threads.known(key)) as claim:
                 if state.store.shared:
-                    thread: StoredThread | None = await state.thread(key, memory, self._ctx, claim)
+                    thread: StoredThread | None = await state.thread(key, memory, claim)
                 else:
                     thread = state.threads.peek(key) if memory.keeps_transcript else None
                 if thread is not None and memory.settle_due(thread):
-                    await self._settle(key, memory, thread, run_id)
-                    await self._state.trim(key, memory, self._ctx)
+                    await self._settle(memory, thread, run_id)
+                    await self._state.trim(key, memory)

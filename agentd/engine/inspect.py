@@ -11,22 +11,20 @@ from __future__ import annotations
 
 from typing import Any
 
+from agentd.engine.conversation import Conversation
 from agentd.engine.prompt import build_prompt
 from agentd.engine.state import AgentState
-from agentd.memory.base import MemoryContext, TurnInput
+from agentd.memory.base import TurnInput
 from agentd.messages import MESSAGE_ADAPTER
 from agentd.tools.base import Tool
 from agentd.tools.policy import Policy, Ruling
 
 
-async def next_prompt(
-    state: AgentState, ctx: MemoryContext, conversation_key: str, user_id: str | None = None
-) -> dict[str, Any]:
+async def next_prompt(state: AgentState, conversation_key: str, user_id: str | None = None) -> dict[str, Any]:
     """What the next turn would send (recall is searched with no text here, so nothing is recalled)."""
-    spec = state.spec
-    memory = state.memory_of(spec, conversation_key)
-    thread = await state.thread(conversation_key, memory, ctx)
-    prompt = await build_prompt(state, ctx, spec, memory, thread, TurnInput(conversation_key, "", user_id))
+    conv = await Conversation.open(state, conversation_key)
+    spec, memory, thread = conv.spec, conv.memory, conv.thread
+    prompt = await build_prompt(conv, TurnInput(conversation_key, "", user_id))
     threshold = memory.compaction.compact_at_tokens if memory.compaction is not None else None
     policy = Policy.of(spec)
 
@@ -59,18 +57,15 @@ async def next_prompt(
     }
 
 
-async def inspect_conversation(
-    state: AgentState, ctx: MemoryContext, conversation_key: str
-) -> dict[str, Any]:
+async def inspect_conversation(state: AgentState, conversation_key: str) -> dict[str, Any]:
     """{agent, conversation_key, thread_id, strategy, layers: [...], persistent?} for one conversation.
 
     Each strategy describes itself; a composite already returns its `layers`, a
     single strategy becomes the one layer.
     """
-    spec = state.spec
-    memory = state.memory_of(spec, conversation_key)
-    thread = await state.thread(conversation_key, memory, ctx)
-    described = await memory.describe(ctx, thread)
+    conv = await Conversation.open(state, conversation_key)
+    spec, memory, thread = conv.spec, conv.memory, conv.thread
+    described = await memory.describe(conv.ctx, thread)
     layers = described.get("layers")
     if not isinstance(layers, list):
         layers = [described]

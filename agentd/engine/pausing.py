@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
-from agentd.config.models import AgentSpec
+from agentd.engine.conversation import Conversation
 from agentd.engine.progress import Decision, TurnProgress
 from agentd.engine.state import AgentState
 from agentd.engine.tool_gate import ApprovalNeeded, ToolGate, tool_audit
@@ -38,14 +38,15 @@ def speaker(event: InboundEvent) -> str:
 
 
 async def pause_run(
-    state: AgentState,
-    spec: AgentSpec,
+    conv: Conversation,
     progress: TurnProgress,
     needed: ApprovalNeeded,
     gate: ToolGate,
     resumed: Decision | None,
 ) -> TurnResult:
-    event, run = progress.event, progress.run
+    """Save the run's progress in a new approval request and answer with the request.
+    `resumed`: the decision this run was resumed with (its approval closes: the new one waits instead)."""
+    state, spec, event, run = conv.agent, conv.spec, progress.event, progress.run
     now = time.time()
     requester = speaker(event)
     record = ApprovalRecord(

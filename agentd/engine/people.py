@@ -56,7 +56,7 @@ async def erase_person(
         for key in conversations:  # read again at its next turn: gone, or with tombstones and layers rebuilt
             state.threads.forget(key)
     index_cache(state.store).drop(partition_of(user_id))
-    await state.memory.load()  # their persistent keys are gone from every prompt
+    await state.persistent.load()  # their persistent keys are gone from every prompt
     return dict(counts)
 
 

@@ -10,14 +10,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from agentd.config.models import AgentSpec
-from agentd.engine.state import AgentState
-from agentd.memory.base import Memory, MemoryContext, TurnInput
+from agentd.engine.conversation import Conversation
+from agentd.memory.base import TurnInput
 from agentd.memory.persistent import memory_preamble
 from agentd.memory.tooling import Tool
 from agentd.messages import MessageSequence
 from agentd.providers.base import PromptHints, ToolSpec
-from agentd.store.records import StoredThread
 from agentd.tools.policy import Policy
 
 
@@ -46,15 +44,9 @@ def build_system(purpose: str, sections: Sequence[str]) -> str:
     return "\n\n".join(s for s in (purpose.strip(), *sections) if s)
 
 
-async def build_prompt(
-    state: AgentState,
-    ctx: MemoryContext,
-    spec: AgentSpec,
-    memory: Memory,
-    thread: StoredThread,
-    turn: TurnInput,
-) -> Prompt:
+async def build_prompt(conv: Conversation, turn: TurnInput) -> Prompt:
     """The prompt for `turn` (its text is what recall searches with; empty: nothing is recalled)."""
+    state, spec, memory, thread, ctx = conv.agent, conv.spec, conv.memory, conv.thread, conv.ctx
     view = await memory.strategy.view(ctx, thread, turn)
     sections = list(view.system_sections)
     hints = view.hints

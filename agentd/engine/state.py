@@ -1,29 +1,26 @@
 """One agent's state: its current definition, its store, hot threads, locks, persistent memory, caches.
 
 `spec` may be swapped by a hot reload; a turn reads it once at its start, so
-in-flight runs finish on the definition they began with.
+in-flight runs finish on the definition they began with. The memory context its
+strategies get (`context`) is built here once; a conversation as one event sees
+it is opened by agentd.engine.conversation.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass, field
 from typing import Any
 
 from agentd.config.models import AgentSpec
-from agentd.engine.breakers import Breakers
+from agentd.engine.context import AgentContext
 from agentd.engine.conversations import ConversationLocks, HotThreads
-from agentd.engine.hot_cache import HotBudget
-from agentd.engine.outbox import NoOutbox, Outbox
-from agentd.engine.peers import NoPeers, Peers
+from agentd.engine.resources import AgentResources
 from agentd.engine.subagents import slot_override, subagent_tools
 from agentd.engine.tools import memory_tools
-from agentd.memory.base import Memory, MemoryContext
+from agentd.memory.base import Memory
 from agentd.memory.persistent import PersistentMemory, persistent_scope
 from agentd.memory.registry import memory_for
 from agentd.memory.tooling import Tool
-from agentd.providers.base import Embedder
-from agentd.providers.registry import ProviderRegistry
 from agentd.store.base import Store
 from agentd.store.claims import Claim
 from agentd.store.queries import ConversationMark
@@ -33,21 +30,6 @@ from agentd.tools.mcp_servers import McpServers
 NO_CLAIM = Claim()
 RECENT_EVENTS = 10_000  # platform deliveries remembered in memory (the store remembers them all)
 MEMORY_CACHE = 64
-DEFAULT_HOT_BYTES = 512 * 2**20  # store.hot_cache_mb's default
-
-
-@dataclass
-class AgentResources:
-    """What every agent of one process shares, handed to each by the one constructor."""
-
-    providers: ProviderRegistry
-    embedder: Embedder | None = None
-    memory_extractor_model: str | None = None  # agentd.yaml's default for folds and extraction
-    # one byte budget for every agent's hot threads (store.hot_cache_mb)
-    hot_budget: HotBudget = field(default_factory=lambda: HotBudget(DEFAULT_HOT_BYTES))
-    peers: Peers = field(default_factory=NoPeers)
-    breakers: Breakers = field(default_factory=Breakers)  # per memory model, daemon-wide
-    outbox: Outbox = field(default_factory=NoOutbox)  # posts into conversations outside a reply
 
 
 class AgentState:
@@ -66,7 +48,9 @@ class AgentState:
         self.threads = HotThreads(
             store, resources.hot_budget, lambda key: self.locks.held(key) or self.memory_locks.held(key)
         )
-        self.memory = PersistentMemory(store, spec.name, spec.memory.max_value_chars, spec.memory.secrets)
+        # the memory context every strategy of this agent gets: stateless, it reads the current spec
+        self.context = AgentContext(lambda: self.spec, store, resources)
+        self.persistent = PersistentMemory(store, spec.name, spec.memory.max_value_chars, spec.memory.secrets)
         # platform deliveries seen lately: (channel, event id), oldest first
         self.recent_events: OrderedDict[tuple[str, str], None] = OrderedDict()
         # runs paused for a person's approval, by approval id (kept by agentd.engine.approvals)
@@ -80,8 +64,8 @@ class AgentState:
 
     def update_spec(self, spec: AgentSpec) -> None:
         self.spec = spec
-        self.memory.max_value_chars = spec.memory.max_value_chars
-        self.memory.secrets = spec.memory.secrets
+        self.persistent.max_value_chars = spec.memory.max_value_chars
+        self.persistent.secrets = spec.memory.secrets
 
     def memory_of(self, spec: AgentSpec, conversation_key: str) -> Memory:
         """The memory a conversation gets under `spec`: a sub-agent slot's override when the
@@ -97,9 +81,7 @@ class AgentState:
         self._memories[key] = (spec, override, memory)
         return memory
 
-    async def thread(
-        self, conversation_key: str, memory: Memory, ctx: MemoryContext, claim: Claim | None = None
-    ) -> StoredThread:
+    async def thread(self, conversation_key: str, memory: Memory, claim: Claim | None = None) -> StoredThread:
         """The conversation's hot thread, holding what `memory` reads (checked against the claim's
         mark on a shared store), or an empty one when the memory keeps no transcript.
 
@@ -110,20 +92,21 @@ class AgentState:
             shared = self.store.shared
             claim = await self.store.read(ConversationMark(conversation_key)) if shared else NO_CLAIM
         if claim.memories_version is not None:
-            await self.memory.sync(claim.memories_version)
+            await self.persistent.sync(claim.memories_version)
         if not memory.keeps_transcript:
             return StoredThread(conversation_key)
-        reads = memory.tail_from
+        reads, ctx = memory.tail_from, self.context
         return await self.threads.get(conversation_key, lambda t: reads(ctx, t), claim.thread, claim.tail)
 
-    async def trim(self, conversation_key: str, memory: Memory, ctx: MemoryContext) -> None:
+    async def trim(self, conversation_key: str, memory: Memory) -> None:
         """After a turn or after-run work: the hot thread keeps only what `memory` reads."""
         if memory.keeps_transcript:
+            ctx = self.context
             await self.threads.trim(conversation_key, lambda t: memory.tail_from(ctx, t))
 
     def memory_keys(self, spec: AgentSpec, conversation_key: str, user_id: str | None) -> list[str]:
         """The persistent-memory keys a conversation's model sees (with persistent_scope user: the speaker's)."""
-        return self.memory.keys(persistent_scope(spec.memory, conversation_key, user_id))
+        return self.persistent.keys(persistent_scope(spec.memory, conversation_key, user_id))
 
     def tools(self, spec: AgentSpec) -> list[Tool]:
         """The tools every turn of this definition gets (memory tools, sub-agents, MCP servers'),
@@ -135,7 +118,7 @@ class AgentState:
             if spec.memory.persistent:
                 memory_spec = spec.memory
                 built = memory_tools(
-                    self.memory,
+                    self.persistent,
                     lambda call: persistent_scope(memory_spec, call.conversation_key, call.user_id),
                 )
             cached = self._tools = (spec, built)

@@ -13,14 +13,14 @@ agent's, not the conversation's.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
-from agentd.config.models import AgentSpec
-from agentd.engine.context import AgentContext
+from agentd.engine.conversation import Conversation
 from agentd.engine.lifecycle import Lifecycle
 from agentd.engine.state import AgentState
-from agentd.engine.turn import run_turn
-from agentd.events import InboundEvent, Reply, ReplySink
+from agentd.engine.turn import TurnOptions, run_turn
+from agentd.events import InboundEvent, Reply
 from agentd.memory.base import Memory, MemoryContext, MemoryView, TurnInput
 from agentd.messages import Message
 from agentd.store.records import StoredThread
@@ -45,21 +45,16 @@ class GivenHistory:
 
 async def run_stateless(
     state: AgentState,
-    ctx: AgentContext,
     lifecycle: Lifecycle,
     event: InboundEvent,
     earlier: Sequence[Message],
-    *,
-    sink: ReplySink | None = None,
-    instructions: str = "",
+    options: TurnOptions,
 ) -> Reply:
-    spec: AgentSpec = state.spec  # read once, as every turn does
+    # the conversation is the caller's history under the definition read once, as every turn does;
+    # it is not opened: no lock and no claim, nothing of a conversation is read or written
     memory = Memory.of(GivenHistory(earlier))
-    # No lock and no claim: nothing of a conversation is read or written, so nothing is ordered.
+    conv = Conversation(state, state.spec, memory, StoredThread(event.conversation_key))
     with lifecycle.busy():
-        thread = StoredThread(event.conversation_key)
         # nothing holds a conversation here, so nobody can be asked to approve a call: it is refused
-        result = await run_turn(
-            state, ctx, spec, memory, thread, event, sink=sink, instructions=instructions, can_ask=False
-        )
+        result = await run_turn(conv, event, replace(options, can_ask=False))
         return result.reply

@@ -5,10 +5,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from agentd.config.models import AgentSpec
 from agentd.engine.approvals import describe_pending
+from agentd.engine.conversation import Conversation
 from agentd.engine.state import AgentState
-from agentd.memory.base import Memory, MemoryContext, TurnInput
+from agentd.memory.base import TurnInput
 from agentd.messages import estimate_tokens
 from agentd.store.queries import MessageCounts, RunTotals
 from agentd.store.records import StoredThread
@@ -29,13 +29,13 @@ def waiting_facts(state: AgentState, conversation_key: str) -> dict[str, Any]:
     }
 
 
-def tools_report(state: AgentState, ctx: MemoryContext) -> dict[str, Any]:
+def tools_report(state: AgentState) -> dict[str, Any]:
     """Every tool of the agent with where it comes from and what the policy decides, and its servers."""
     spec = state.spec
     policy = Policy.of(spec)
     memory = state.memory_of(spec, "")
     thread = StoredThread("")
-    extra = memory.tools.tools(ctx, thread, TurnInput("", "", None)) if memory.tools else ()
+    extra = memory.tools.tools(state.context, thread, TurnInput("", "", None)) if memory.tools else ()
     tools = []
     for tool in (*state.tools(spec), *extra):
         ruling = policy.decide(tool.source, tool.origin_name)
@@ -54,10 +54,8 @@ def tools_report(state: AgentState, ctx: MemoryContext) -> dict[str, Any]:
     return {"agent": spec.name, "tools": tools, "servers": state.tool_servers.describe()}
 
 
-async def status_facts(
-    state: AgentState, spec: AgentSpec, memory: Memory, thread: StoredThread
-) -> dict[str, Any]:
-    key = thread.conversation_key
+async def status_facts(conv: Conversation) -> dict[str, Any]:
+    state, spec, memory, thread, key = conv.agent, conv.spec, conv.memory, conv.thread, conv.key
     totals, counts = await state.store.read_many(RunTotals(key), MessageCounts(key))
     threshold = memory.compaction.compact_at_tokens if memory.compaction is not None else None
     return {

@@ -10,7 +10,8 @@ from agentd.memory.tooling import Tool, ToolCall, object_schema
 from agentd.providers.base import ToolSpec
 
 
-def _string(name: str, description: str) -> dict[str, Any]:
+def _string(description: str) -> dict[str, Any]:
+    """A string parameter's schema (its name is the key it is given under in object_schema)."""
     return {"type": "string", "description": description}
 
 
@@ -37,8 +38,8 @@ def memory_tools(memory: PersistentMemory, scope_of: Callable[[ToolCall], str]) 
             args.get("key"), scope=scope_of(call), conversation_key=call.conversation_key, run_id=call.run_id
         )
 
-    key = _string("key", "1-64 characters: letters, digits, '_', '.', ':' or '-'")
-    value = _string("value", f"the fact to keep, at most {memory.max_value_chars} characters")
+    key = _string("1-64 characters: letters, digits, '_', '.', ':' or '-'")
+    value = _string(f"the fact to keep, at most {memory.max_value_chars} characters")
 
     obj = object_schema
 

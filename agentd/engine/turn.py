@@ -20,22 +20,21 @@ import uuid
 from dataclasses import dataclass, replace
 from typing import Any
 
-from agentd.config.models import AgentSpec
+from agentd.engine.conversation import Conversation
 from agentd.engine.pausing import TurnResult, pause_run
 from agentd.engine.progress import Decision, ToolBatch, TurnProgress
 from agentd.engine.prompt import build_prompt, build_system
-from agentd.engine.state import AgentState
 from agentd.engine.streaming import StepSink, call_model
 from agentd.engine.subagents import CHANNEL as SUBAGENT_CHANNEL
 from agentd.engine.tool_gate import ToolGate
 from agentd.errors import OperatorError, ProviderError
 from agentd.events import InboundEvent, Reply, ReplySink
-from agentd.memory.base import Memory, MemoryContext, TurnInput
+from agentd.memory.base import TurnInput
 from agentd.memory.screening import transcript_copy
 from agentd.messages import Message, ToolResultPart, estimate_tokens
 from agentd.providers.base import CompletionRequest
 from agentd.run_context import current_run
-from agentd.store.records import AuditRecord, RunRecord, StoredMessage, StoredThread
+from agentd.store.records import RunRecord, StoredMessage
 from agentd.store.writes import AppendAudit, CloseApproval, CommitTurn, Delivery, Write
 from agentd.tools.base import ToolCall
 
@@ -53,62 +52,46 @@ class TurnOptions:
 
 
 async def run_turn(
-    state: AgentState,
-    ctx: MemoryContext,
-    spec: AgentSpec,
-    memory: Memory,
-    thread: StoredThread,
+    conv: Conversation,
     event: InboundEvent,
-    parent_run_id: str | None = None,
+    options: TurnOptions = TurnOptions(),
     *,
+    parent_run_id: str | None = None,
     resume: tuple[TurnProgress, Decision] | None = None,
-    sink: ReplySink | None = None,
-    instructions: str = "",
-    can_ask: bool = True,
 ) -> TurnResult:
-    """A message turn. `sink` hears the reply as it is written; `instructions` are appended to the
-    system prompt of this turn only (an API client's own system messages); `can_ask` False: a call
-    that needs a person's approval is refused (nobody could be asked). With `resume`, a paused run
-    goes on from its progress: the call that waited is answered with the decision, then the run
-    continues as any turn."""
-    options = TurnOptions(sink, instructions, can_ask and event.channel != SUBAGENT_CHANNEL)
+    """A message turn. `options.sink` hears the reply as it is written; `options.instructions` are
+    appended to the system prompt of this turn only (an API client's own system messages);
+    `options.can_ask` False: a call that needs a person's approval is refused (nobody could be
+    asked). With `resume`, a paused run goes on from its progress: the call that waited is answered
+    with the decision, then the run continues as any turn."""
+    if event.channel == SUBAGENT_CHANNEL:
+        options = replace(options, can_ask=False)  # a sub-agent call has no person to ask
     if resume is not None:
         progress, decision = resume
-        progress.run.thread_id = thread.id
-        return await _drive(state, ctx, spec, memory, thread, progress, decision, options)
+        progress.run.thread_id = conv.thread.id
+        return await _drive(conv, progress, decision, options)
     run = RunRecord(
         id=uuid.uuid4().hex,
         conversation_key=event.conversation_key,
         trigger="message",
-        model=spec.model.name,
+        model=conv.spec.model.name,
         status="ok",
         started_at=time.time(),
-        thread_id=thread.id,
+        thread_id=conv.thread.id,
         parent_run_id=parent_run_id,
     )
     progress = TurnProgress(event, run, [Message.user(event.text, event.user_id, event.sent_at)])
-    return await _drive(state, ctx, spec, memory, thread, progress, None, options)
+    return await _drive(conv, progress, None, options)
 
 
 async def _drive(
-    state: AgentState,
-    ctx: MemoryContext,
-    spec: AgentSpec,
-    memory: Memory,
-    thread: StoredThread,
-    progress: TurnProgress,
-    decision: Decision | None,
-    options: TurnOptions,
+    conv: Conversation, progress: TurnProgress, decision: Decision | None, options: TurnOptions
 ) -> TurnResult:
+    state, spec = conv.agent, conv.spec
     event, run, new = progress.event, progress.run, progress.new
     current_run.set(run.id)  # every line logged from here on in this task names the run (a resumed one too)
     prompt = await build_prompt(
-        state,
-        ctx,
-        spec,
-        memory,
-        thread,
-        TurnInput(event.conversation_key, event.text, event.user_id, event.sent_at),
+        conv, TurnInput(event.conversation_key, event.text, event.user_id, event.sent_at)
     )
     if options.instructions:
         prompt = replace(prompt, system=build_system(prompt.system, [options.instructions]))
@@ -128,7 +111,7 @@ async def _drive(
         if progress.batch is not None:
             if decision is not None:
                 await gate.settle(progress.batch, decision.status, decision.by, decision.approval)
-            if (paused := await _answer_batch(state, spec, progress, gate, decision)) is not None:
+            if (paused := await _answer_batch(conv, progress, gate, decision)) is not None:
                 return paused
             new_chars += new[-1].char_count()
         provider, model = state.resources.providers.resolve(spec.model.name)
@@ -184,7 +167,7 @@ async def _drive(
             if step_sink is not None:
                 step_sink.restart()  # the text of this step was not the reply: tools come first
             progress.batch = ToolBatch(list(calls))
-            if (paused := await _answer_batch(state, spec, progress, gate, decision)) is not None:
+            if (paused := await _answer_batch(conv, progress, gate, decision)) is not None:
                 return paused
             new_chars += new[-1].char_count()
     except (ProviderError, OperatorError) as e:
@@ -200,43 +183,33 @@ async def _drive(
         reply_text = "(the model returned an empty reply)"
     run.duration_ms = (time.time() - run.started_at) * 1000
     closing = decision.approval if decision is not None else None
-    await _commit(
-        state, memory, thread, event, run, new, progress.audit, closing, spec.transcripts.redact_secrets
-    )
+    await _commit(conv, progress, closing)
     reply = Reply(text=reply_text, conversation_key=event.conversation_key, run_id=run.id, error=error)
     return TurnResult(reply)
 
 
 async def _answer_batch(
-    state: AgentState, spec: AgentSpec, progress: TurnProgress, gate: ToolGate, decision: Decision | None
+    conv: Conversation, progress: TurnProgress, gate: ToolGate, decision: Decision | None
 ) -> TurnResult | None:
     """Answer the batch's calls: the pause when one needs a person, else its results join the run."""
     assert progress.batch is not None
     needed = await gate.answer(progress.batch)
     if needed is not None:
-        return await pause_run(state, spec, progress, needed, gate, decision)
+        return await pause_run(conv, progress, needed, gate, decision)
     progress.new.append(progress.batch.message())
     progress.batch, progress.steps = None, progress.steps + 1
     return None
 
 
-async def _commit(
-    state: AgentState,
-    memory: Memory,
-    thread: StoredThread,
-    event: InboundEvent,
-    run: RunRecord,
-    new: list[Message],
-    audit: list[AuditRecord],
-    closing: str | None,
-    redact_secrets: bool = False,
-) -> None:
-    keep = memory.keeps_transcript
+async def _commit(conv: Conversation, progress: TurnProgress, closing: str | None) -> None:
+    """The run's one commit: its messages, the run row, its audit rows, the delivery id; then the
+    hot thread. `closing`: the approval this run was resumed from, whose saved state goes."""
+    thread, event, run, new, audit = conv.thread, progress.event, progress.run, progress.new, progress.audit
+    keep = conv.memory.keeps_transcript
     # transcripts.redact_secrets: the stored copy (which later turns replay) has secrets redacted;
     # the model of this turn saw them as sent
-    kept, audits = (
-        transcript_copy(new, event.conversation_key, run.id) if keep and redact_secrets else (new, [])
-    )
+    redact = keep and conv.spec.transcripts.redact_secrets
+    kept, audits = transcript_copy(new, event.conversation_key, run.id) if redact else (new, [])
     stored = [StoredMessage(thread.next_seq + i, m, run.id) for i, m in enumerate(kept)] if keep else []
     usage = (run.last_input_tokens, run.tokens_estimated) if run.model_calls else None
     delivery = (
@@ -247,10 +220,10 @@ async def _commit(
     now = time.time()
     ops: list[Write[Any]] = [CommitTurn(event.conversation_key, thread.id, stored, run, usage, delivery, now)]
     if audit or audits:
-        ops.append(AppendAudit(state.name, [*audit, *audits], now))
+        ops.append(AppendAudit(conv.agent.name, [*audit, *audits], now))
     if closing is not None:
         ops.append(CloseApproval(closing))  # the paused run is done: its saved state goes
-    [thread_id, *_] = await state.store.write(*ops)
+    [thread_id, *_] = await conv.agent.store.write(*ops)
     audit.clear()
     run.thread_id = thread_id
     # Only now, with everything committed, does the hot thread change.

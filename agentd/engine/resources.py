@@ -1,0 +1,32 @@
+"""What every agent of one process shares: providers, the embedder, the hot byte budget, peers, breakers.
+
+Apart from the agent's own state so that the memory context (context.py), which reads these, and
+the state (state.py), which builds that context once, each import it without importing each other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from agentd.engine.breakers import Breakers
+from agentd.engine.hot_cache import HotBudget
+from agentd.engine.outbox import NoOutbox, Outbox
+from agentd.engine.peers import NoPeers, Peers
+from agentd.providers.base import Embedder
+from agentd.providers.registry import ProviderRegistry
+
+DEFAULT_HOT_BYTES = 512 * 2**20  # store.hot_cache_mb's default
+
+
+@dataclass
+class AgentResources:
+    """What every agent of one process shares, handed to each by the one constructor."""
+
+    providers: ProviderRegistry
+    embedder: Embedder | None = None
+    memory_extractor_model: str | None = None  # agentd.yaml's default for folds and extraction
+    # one byte budget for every agent's hot threads (store.hot_cache_mb)
+    hot_budget: HotBudget = field(default_factory=lambda: HotBudget(DEFAULT_HOT_BYTES))
+    peers: Peers = field(default_factory=NoPeers)
+    breakers: Breakers = field(default_factory=Breakers)  # per memory model, daemon-wide
+    outbox: Outbox = field(default_factory=NoOutbox)  # posts into conversations outside a reply
