@@ -50,15 +50,6 @@ def command_name(text: str) -> str | None:
     return match.group(1).lower() if match else None
 
 
-@dataclass(frozen=True, slots=True)
-class Invocation:
-    """A command and everything it may act on: the conversation (the agent, its definition, its
-    memory and thread) and the event that asked."""
-
-    conv: Conversation
-    event: InboundEvent
-
-
 @dataclass
 class CommandResult:
     text: str
@@ -69,10 +60,11 @@ class CommandResult:
     run_id: str | None = None  # when the command produced its own run (compaction)
 
 
-Command = Callable[[Invocation], Awaitable[CommandResult]]
+# a command acts on the conversation (the agent, its definition, its memory and thread) for the event
+Command = Callable[[Conversation, InboundEvent], Awaitable[CommandResult]]
 
 
-async def _help(inv: Invocation) -> CommandResult:
+async def _help(conv: Conversation, event: InboundEvent) -> CommandResult:
     lines = [f"/{name} — {what}" for name, what in HELP.items()]
     return CommandResult("Commands:\n" + "\n".join(lines), "help")
 
@@ -80,8 +72,7 @@ async def _help(inv: Invocation) -> CommandResult:
 NO_HISTORY = "This agent keeps no conversation history (memory.scope is none), so there is nothing to {what}."
 
 
-async def _compact(inv: Invocation) -> CommandResult:
-    conv = inv.conv
+async def _compact(conv: Conversation, event: InboundEvent) -> CommandResult:
     memory = conv.memory
     if not memory.keeps_transcript:
         return CommandResult(NO_HISTORY.format(what="compact"), "compact", {"result": "no_history"})
@@ -104,16 +95,16 @@ async def _compact(inv: Invocation) -> CommandResult:
     return CommandResult(text, "compact", {"result": outcome.status}, run_id=outcome.run_id)
 
 
-async def _new(inv: Invocation) -> CommandResult:
-    thread = inv.conv.thread
-    if not inv.conv.memory.keeps_transcript:
+async def _new(conv: Conversation, event: InboundEvent) -> CommandResult:
+    thread = conv.thread
+    if not conv.memory.keeps_transcript:
         return CommandResult(NO_HISTORY.format(what="archive"), "new", {"result": "no_history"})
     if thread.id is None:
         return CommandResult("This conversation is already on a fresh thread.", "new", {"result": "empty"})
     old_id = thread.id
 
     def after() -> None:
-        inv.conv.agent.threads.put(StoredThread(thread.conversation_key))
+        conv.agent.threads.put(StoredThread(thread.conversation_key))
 
     return CommandResult(
         f"Started a new thread. The previous one (thread {old_id}) is archived in the agent's data file.",
@@ -124,9 +115,9 @@ async def _new(inv: Invocation) -> CommandResult:
     )
 
 
-async def _reset(inv: Invocation) -> CommandResult:
-    thread = inv.conv.thread
-    if not inv.conv.memory.keeps_transcript:
+async def _reset(conv: Conversation, event: InboundEvent) -> CommandResult:
+    thread = conv.thread
+    if not conv.memory.keeps_transcript:
         return CommandResult(NO_HISTORY.format(what="reset"), "reset", {"result": "no_history"})
     if thread.id is None:
         return CommandResult("There is no transcript to delete.", "reset", {"deleted_messages": 0})
@@ -147,9 +138,9 @@ async def _reset(inv: Invocation) -> CommandResult:
     )
 
 
-async def _status(inv: Invocation) -> CommandResult:
-    spec, event = inv.conv.spec, inv.event
-    facts = await status_facts(inv.conv)
+async def _status(conv: Conversation, event: InboundEvent) -> CommandResult:
+    spec = conv.spec
+    facts = await status_facts(conv)
     ctx = facts["context"]
     size = f"{ctx['tokens']} tokens"
     if ctx["estimated"]:
@@ -171,7 +162,7 @@ async def _status(inv: Invocation) -> CommandResult:
         f"out {totals['output_tokens']}",
     ]
     if spec.memory.persistent:
-        keys = inv.conv.agent.memory_keys(spec, event.conversation_key, event.user_id)
+        keys = conv.agent.memory_keys(spec, event.conversation_key, event.user_id)
         lines.append(f"Persistent memory keys: {len(keys)}")
     for ref, breaker in facts["memory_models"].items():
         if breaker["state"] == "open":
@@ -208,7 +199,6 @@ COMMANDS: dict[str, Command] = {
 
 
 async def run_command(conv: Conversation, event: InboundEvent) -> Reply:
-    inv = Invocation(conv, event)
     match = _COMMAND_RE.match(event.text.strip())
     assert match is not None
     name = match.group(1).lower()
@@ -216,10 +206,10 @@ async def run_command(conv: Conversation, event: InboundEvent) -> Reply:
     command = COMMANDS.get(name)
     if command is None:
         result = CommandResult(
-            f"Unknown command /{name}. " + (await _help(inv)).text, "unknown", {"command": name}
+            f"Unknown command /{name}. " + (await _help(conv, event)).text, "unknown", {"command": name}
         )
     else:
-        result = await command(inv)
+        result = await command(conv, event)
     run = RunRecord(
         id=uuid.uuid4().hex,
         conversation_key=event.conversation_key,
