@@ -77,14 +77,14 @@ async def inspect_conversation(state: AgentState, conversation_key: str) -> dict
         "layers": layers,
     }
     if spec.memory.persistent:
-        out["persistent"] = persistent_view(state, conversation_key)
+        out["persistent"] = persistent_view(conv)
     return out
 
 
-def persistent_view(state: AgentState, conversation_key: str) -> dict[str, Any]:
+def persistent_view(conv: Conversation) -> dict[str, Any]:
     """The persistent-memory keys the system prompt lists (values are pulled with `recall`)."""
-    spec = state.spec
+    spec = conv.spec
     if spec.memory.persistent_scope == "user":
         # each speaker sees only their own keys; the inspector has no speaker, so it names none
         return {"scope": "user", "keys": None, "note": "keys are per speaker: each person sees only theirs"}
-    return {"scope": "agent", "keys": state.memory_keys(spec, conversation_key, None)}
+    return {"scope": "agent", "keys": conv.agent.memory_keys(spec, conv.key, None)}

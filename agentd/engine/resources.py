@@ -1,7 +1,8 @@
 """What every agent of one process shares: providers, the embedder, the hot byte budget, peers, breakers.
 
-Apart from the agent's own state so that the memory context (context.py), which reads these, and
-the state (state.py), which builds that context once, each import it without importing each other.
+Its own module because two read it that must not import each other: the agent's state
+(state.py) builds its memory context once, and that context (context.py) calls models and
+breakers through these.
 """
 
 from __future__ import annotations
