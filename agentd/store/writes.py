@@ -17,6 +17,7 @@ from typing import Any, Generic, TypeVar
 from agentd.store.records import (
     ApprovalRecord,
     AuditRecord,
+    Fact,
     LayerState,
     NewEpisode,
     Pruned,
@@ -229,6 +230,19 @@ class UpsertFact(Write[str]):
     source: str | None
     run_id: str | None
     now: float
+
+    def fact(self) -> Fact:
+        """The row it writes when the key is new (on a conflict the row keeps its created_at)."""
+        return Fact(
+            self.partition,
+            self.key,
+            self.value,
+            self.confidence,
+            self.source,
+            self.now,
+            self.now,
+            self.run_id,
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,7 @@ from typing import Any
 import psycopg
 
 from agentd.store.audit_chain import GENESIS, TRAIL_COLUMNS, hex_of, seal, seal_existing, stored_event
-from agentd.store.postgres.dispatch import Cx, Later, handles
+from agentd.store.postgres.handlers import Cx, Later, handles
 from agentd.store.queries import AuditEvents, AuditHead, AuditTrail
 from agentd.store.writes import AppendAudit
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from agentd.store.audit_chain import GENESIS, TRAIL_COLUMNS, hex_of, link, seal, seal_existing, stored_event
 from agentd.store.queries import AuditEvents, AuditHead, AuditTrail
-from agentd.store.sqlite.dispatch import handles
+from agentd.store.sqlite.handlers import handles
 from agentd.store.writes import AppendAudit
 
 _INSERT = (
