@@ -11,8 +11,8 @@ the error reaches the caller.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
-from typing import Any, Generic, TypeVar
+from dataclasses import dataclass, field, fields, is_dataclass, replace
+from typing import Any, Generic, Protocol, TypeVar, get_type_hints
 
 from agentd.store.records import (
     ApprovalRecord,
@@ -36,6 +36,57 @@ class Write(Generic[T]):
 
 class RowMissing(LookupError):
     """A write that needs an existing row found none; its batch was rolled back."""
+
+
+# -- what a write declares about itself ---------------------------------------------------------
+#
+# Two facts about a write are read from its fields, not kept in lists beside them: whether the store
+# records the writing daemon on it (it has a `daemon` field, or carries a record that has one), and
+# which of its fields hold memory text that agentd/memory/screening.py screens for secrets.
+
+MEMORY_TEXT = "memory_text"  # field metadata: the field holds memory text; its value names what it is
+
+
+def memory_text(write: str) -> dict[str, str]:
+    """The metadata of a field holding memory text, screened for secrets as `write` (memory, fact,
+    compaction ...): `value: str = field(metadata=memory_text("memory"))`."""
+    return {MEMORY_TEXT: write}
+
+
+class TextScreen(Protocol):
+    """What a write with nested memory text screens it with (agentd.memory.screening.SecretScreen)."""
+
+    def text(self, text: str, write: str) -> str: ...
+
+    def value(self, value: Any, write: str) -> Any: ...
+
+
+_MEMORY_TEXT_FIELDS: dict[type, tuple[tuple[str, str], ...]] = {}
+_DAEMON_FIELDS: dict[type, tuple[bool, tuple[str, ...]]] = {}
+
+
+def memory_text_fields(kind: type) -> tuple[tuple[str, str], ...]:
+    """(field, what it is) for each field of a write declared with `memory_text` (read once per kind)."""
+    found = _MEMORY_TEXT_FIELDS.get(kind)
+    if found is None:
+        found = tuple((f.name, f.metadata[MEMORY_TEXT]) for f in fields(kind) if MEMORY_TEXT in f.metadata)
+        _MEMORY_TEXT_FIELDS[kind] = found
+    return found
+
+
+def _daemon_fields(kind: type) -> tuple[bool, tuple[str, ...]]:
+    """Whether a write has a `daemon` field, and its fields holding a record with one (a run row);
+    read once per kind."""
+    found = _DAEMON_FIELDS.get(kind)
+    if found is None:
+        hints = get_type_hints(kind)
+        carried = tuple(
+            f.name
+            for f in fields(kind)
+            if is_dataclass(hint := hints[f.name]) and any(g.name == "daemon" for g in fields(hint))
+        )
+        found = _DAEMON_FIELDS[kind] = (any(f.name == "daemon" for f in fields(kind)), carried)
+    return found
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,18 +138,16 @@ class AppendAudit(Write[None]):
 
 def stamped(ops: Sequence[Write[Any]], daemon: str | None) -> list[Write[Any]]:
     """The ops with the writing daemon recorded on every run row and audit event (also the audit
-    rows that retention and erasure write)."""
+    rows that retention and erasure write): on each op with a `daemon` field, and on each record it
+    carries that has one (a run row, recorded on the record itself)."""
     if daemon is None:
         return list(ops)
     out: list[Write[Any]] = []
     for op in ops:
-        if isinstance(
-            op, AppendAudit | PruneEpisodes | DeletePartitionEpisodes | DeleteConversation | ErasePerson
-        ):
-            op = replace(op, daemon=daemon)
-        elif isinstance(op, InsertRun | CommitTurn):
-            op.run.daemon = daemon
-        out.append(op)
+        own, carried = _daemon_fields(type(op))
+        for name in carried:
+            getattr(op, name).daemon = daemon
+        out.append(replace(op, daemon=daemon) if own else op)  # type: ignore[type-var]
     return out
 
 
@@ -180,7 +229,7 @@ class ApplyCompaction(Write[int]):
 
     thread_id: int
     upto_seq: int
-    summary: str
+    summary: str = field(metadata=memory_text("compaction"))
     run_id: str
     now: float
 
@@ -195,6 +244,11 @@ class PutLayerState(Write[int | None]):
     state: LayerState
     now: float
 
+    def screened(self, screen: TextScreen) -> PutLayerState:
+        """The write with every string of the layer's state screened (a summary, Σ, a recall ...)."""
+        data = screen.value(self.state.data, f"layer:{self.layer}")
+        return replace(self, state=self.state if data == self.state.data else replace(self.state, data=data))
+
 
 # -- persistent memory and facts ------------------------------------------------------------
 
@@ -205,7 +259,7 @@ class UpsertMemory(Write[bool]):
 
     scope: str
     key: str
-    value: str
+    value: str = field(metadata=memory_text("memory"))
     run_id: str | None
     now: float
 
@@ -225,9 +279,9 @@ class UpsertFact(Write[str]):
 
     partition: str
     key: str
-    value: str
+    value: str = field(metadata=memory_text("fact"))
     confidence: float
-    source: str | None
+    source: str | None = field(metadata=memory_text("fact"))
     run_id: str | None
     now: float
 
@@ -259,6 +313,12 @@ class InsertEpisodes(Write[list[int]]):
     """Insert in order; the result is the new ids (keyword indexes follow)."""
 
     episodes: Sequence[NewEpisode]
+
+    def screened(self, screen: TextScreen) -> InsertEpisodes:
+        """The write with each episode's text screened."""
+        return replace(
+            self, episodes=[replace(e, text=screen.text(e.text, "episode")) for e in self.episodes]
+        )
 
 
 @dataclass(frozen=True, slots=True)
