@@ -1,4 +1,5 @@
-"""The migrated schemas hold what `agentd store copy` copies (agentd/store/copy_tables.py), no more, no less.
+"""The migrated schemas hold what `agentd store copy` copies (agentd/store/copy_tables.py), no more, no less;
+and the two backends' SQL modules mirror each other.
 
 A column added by a migration but unknown to the copy would be left behind by every copy, silently;
 one the copy names but a migration never made breaks every copy. The copy takes the columns of a
@@ -14,8 +15,10 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from agentd.store.copy_tables import TABLES
+from agentd.store.postgres import dispatch as postgres_dispatch
 from agentd.store.postgres.connection import SCHEMA, connect
 from agentd.store.postgres.migrations import migrate as migrate_database
+from agentd.store.sqlite import dispatch as sqlite_dispatch
 from agentd.store.sqlite.migrations import migrate as migrate_file
 from agentd.store.sqlite.store import connect as connect_file
 
@@ -121,3 +124,27 @@ def test_a_migrated_database_holds_what_the_copy_copies(postgres_url: str) -> No
             found.setdefault(table, set()).add(column)
     assert len(found) > len(TABLES)
     assert unlisted(found, DATABASE_ONLY_TABLES, DATABASE_ONLY_COLUMNS) == []
+
+
+def test_each_query_and_write_is_answered_by_modules_of_the_same_name_in_both_backends() -> None:
+    """One module per section of queries.py and writes.py, named alike in store/sqlite/ and
+    store/postgres/ and listed in each dispatch.py's MODULES: what one backend answers in
+    `episodes`, the other answers in `episodes` too."""
+
+    def short(name: str) -> str:
+        return name.rsplit(".", 1)[1]
+
+    names = [short(m.__name__) for m in sqlite_dispatch.MODULES]
+    assert names == [short(m.__name__) for m in postgres_dispatch.MODULES] and len(set(names)) == len(names)
+    assert sqlite_dispatch.HANDLERS.keys() == postgres_dispatch.HANDLERS.keys()
+    for handlers, modules in (
+        (sqlite_dispatch.HANDLERS, sqlite_dispatch.MODULES),
+        (postgres_dispatch.HANDLERS, postgres_dispatch.MODULES),
+    ):
+        assert {fn.__module__ for fn in handlers.values()} == {m.__name__ for m in modules}
+    moved = {
+        kind.__name__: (short(fn.__module__), short(postgres_dispatch.HANDLERS[kind].__module__))
+        for kind, fn in sqlite_dispatch.HANDLERS.items()
+        if short(fn.__module__) != short(postgres_dispatch.HANDLERS[kind].__module__)
+    }
+    assert moved == {}
