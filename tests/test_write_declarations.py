@@ -1,6 +1,6 @@
 """What a write declares about itself, and the guards for what no declaration can say.
 
-Two facts about a write are read from its fields (agentd/store/writes.py), not from lists kept
+Two facts about a write are read from its fields (agentd/store/declarations.py), not from lists kept
 beside them: the store records the writing daemon on a write with a `daemon` field (and on a run row
 it carries), and agentd/memory/screening.py screens the fields declared as memory text (or what a
 write's own `screened` screens). A write with text that declares neither must be listed here as
@@ -16,6 +16,7 @@ from typing import Any, get_args, get_type_hints
 
 from agentd.memory.screening import SecretScreen
 from agentd.store import writes
+from agentd.store.declarations import memory_text_fields
 from agentd.store.records import LayerState, NewEpisode, RunRecord
 from agentd.store.writes import (
     AppendAudit,
@@ -27,7 +28,6 @@ from agentd.store.writes import (
     UpsertFact,
     UpsertMemory,
     Write,
-    memory_text_fields,
     stamped,
 )
 

@@ -19,8 +19,8 @@ the store; and the hot thread must keep what the store keeps, so the caller
 needs the screened copy. The ops that carry memory text are still screened by
 one function (`SecretScreen.op`), so a strategy that writes through
 `commit_memory_run` is covered with no code of its own. Which ops those are is
-declared on the ops themselves (agentd/store/writes.py: a field made with
-`memory_text`, or a `screened` method for text nested in records), so a new
+declared on the ops themselves (agentd/store/declarations.py: a field made
+with `memory_text`, or a `screened` method for text nested in records), so a new
 op with memory text is screened once it says so; tests/test_write_declarations.py
 fails for a write with text that says neither that nor why it is exempt.
 
@@ -59,8 +59,9 @@ from agentd.errors import ToolError
 from agentd.memory.secrets import redact
 from agentd.messages import Message, Part, TextPart, ToolCallPart, ToolResultPart
 from agentd.store.base import Store
+from agentd.store.declarations import memory_text_fields
 from agentd.store.records import AuditRecord, LayerState
-from agentd.store.writes import AppendAudit, Write, memory_text_fields
+from agentd.store.writes import AppendAudit, Write
 
 REDACTED, REFUSED = "secret_redacted", "secret_refused"
 

@@ -11,9 +11,10 @@ the error reaches the caller.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields, is_dataclass, replace
-from typing import Any, Generic, Protocol, TypeVar, get_type_hints
+from dataclasses import dataclass, field, replace
+from typing import Any, Generic, TypeVar
 
+from agentd.store.declarations import TextScreen, daemon_fields, memory_text
 from agentd.store.records import (
     ApprovalRecord,
     AuditRecord,
@@ -36,57 +37,6 @@ class Write(Generic[T]):
 
 class RowMissing(LookupError):
     """A write that needs an existing row found none; its batch was rolled back."""
-
-
-# -- what a write declares about itself ---------------------------------------------------------
-#
-# Two facts about a write are read from its fields, not kept in lists beside them: whether the store
-# records the writing daemon on it (it has a `daemon` field, or carries a record that has one), and
-# which of its fields hold memory text that agentd/memory/screening.py screens for secrets.
-
-MEMORY_TEXT = "memory_text"  # field metadata: the field holds memory text; its value names what it is
-
-
-def memory_text(write: str) -> dict[str, str]:
-    """The metadata of a field holding memory text, screened for secrets as `write` (memory, fact,
-    compaction ...): `value: str = field(metadata=memory_text("memory"))`."""
-    return {MEMORY_TEXT: write}
-
-
-class TextScreen(Protocol):
-    """What a write with nested memory text screens it with (agentd.memory.screening.SecretScreen)."""
-
-    def text(self, text: str, write: str) -> str: ...
-
-    def value(self, value: Any, write: str) -> Any: ...
-
-
-_MEMORY_TEXT_FIELDS: dict[type, tuple[tuple[str, str], ...]] = {}
-_DAEMON_FIELDS: dict[type, tuple[bool, tuple[str, ...]]] = {}
-
-
-def memory_text_fields(kind: type) -> tuple[tuple[str, str], ...]:
-    """(field, what it is) for each field of a write declared with `memory_text` (read once per kind)."""
-    found = _MEMORY_TEXT_FIELDS.get(kind)
-    if found is None:
-        found = tuple((f.name, f.metadata[MEMORY_TEXT]) for f in fields(kind) if MEMORY_TEXT in f.metadata)
-        _MEMORY_TEXT_FIELDS[kind] = found
-    return found
-
-
-def _daemon_fields(kind: type) -> tuple[bool, tuple[str, ...]]:
-    """Whether a write has a `daemon` field, and its fields holding a record with one (a run row);
-    read once per kind."""
-    found = _DAEMON_FIELDS.get(kind)
-    if found is None:
-        hints = get_type_hints(kind)
-        carried = tuple(
-            f.name
-            for f in fields(kind)
-            if is_dataclass(hint := hints[f.name]) and any(g.name == "daemon" for g in fields(hint))
-        )
-        found = _DAEMON_FIELDS[kind] = (any(f.name == "daemon" for f in fields(kind)), carried)
-    return found
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +94,7 @@ def stamped(ops: Sequence[Write[Any]], daemon: str | None) -> list[Write[Any]]:
         return list(ops)
     out: list[Write[Any]] = []
     for op in ops:
-        own, carried = _daemon_fields(type(op))
+        own, carried = daemon_fields(type(op))
         for name in carried:
             getattr(op, name).daemon = daemon
         out.append(replace(op, daemon=daemon) if own else op)  # type: ignore[type-var]
