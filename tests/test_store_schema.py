@@ -10,14 +10,18 @@ listed here, with the reason.
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 from collections.abc import Mapping
 from pathlib import Path
+
+import pytest
 
 from agentd.store.copy_tables import TABLES
 from agentd.store.postgres import dispatch as postgres_dispatch
 from agentd.store.postgres.connection import SCHEMA, connect
 from agentd.store.postgres.migrations import migrate as migrate_database
+from agentd.store.records import APPROVAL_ROW, RUN_ROW, ApprovalRecord, RowShape, RunRecord
 from agentd.store.sqlite import dispatch as sqlite_dispatch
 from agentd.store.sqlite.migrations import migrate as migrate_file
 from agentd.store.sqlite.store import connect as connect_file
@@ -148,3 +152,33 @@ def test_each_query_and_write_is_answered_by_modules_of_the_same_name_in_both_ba
         if short(fn.__module__) != short(postgres_dispatch.HANDLERS[kind].__module__)
     }
     assert moved == {}
+
+
+def test_a_row_shape_writes_and_reads_its_record_in_field_order() -> None:
+    approval = ApprovalRecord(
+        "a1",
+        "webhook:c",
+        "r1",
+        "search",
+        None,
+        {"q": "café"},
+        {"q": "[…]"},
+        "webhook:u",
+        ["webhook:u"],
+        1.0,
+        2.0,
+    )
+    row = APPROVAL_ROW.values(approval)
+    assert APPROVAL_ROW.columns.split(", ") == [f.name for f in dataclasses.fields(ApprovalRecord)]
+    assert (
+        row[5:7] == ('{"q":"café"}', '{"q":"[…]"}') and row[-1] is None
+    )  # (compact, as written; NULL state)
+    assert APPROVAL_ROW.record_of(row) == approval
+    assert APPROVAL_ROW.marks("%s") == ", ".join(["%s"] * 15)
+    run = RUN_ROW.record_of(RUN_ROW.values(RunRecord("r1", None, "message", None, "ok", 1.0), thread_id=7))
+    assert (run.thread_id, run.tokens_estimated) == (7, False)
+    stored = list(RUN_ROW.values(run))
+    stored[RUN_ROW.names.index("tokens_estimated")] = 1  # (as SQLite holds a boolean)
+    assert RUN_ROW.record_of(stored).tokens_estimated is True
+    with pytest.raises(ValueError, match="no fields"):
+        RowShape(ApprovalRecord, json=("arguments",))
