@@ -62,7 +62,7 @@ from agentd.events import InboundEvent
 from agentd.memory.erasure import DROPPED_LAYER_KEYS, REBUILT_LAYERS_HOLDING
 from agentd.messages import Message
 from agentd.store.audit_chain import link, seal
-from agentd.store.base import Store
+from agentd.store.base import Store, write_one
 from agentd.store.people import subject_of
 from agentd.store.postgres.dispatch import HANDLERS as PG_HANDLERS
 from agentd.store.queries import AuditTrail, PersonData
@@ -368,7 +368,7 @@ async def fill_agent(
     for p in range(people):
         user, key = f"person-{p}", f"discord:dm:person-{p}"
         # a new thread's first turn makes it (its id is read back)
-        [thread_id] = await store.write(exchange(key, None, 1, user, f"hello from {user}", "hi"))
+        thread_id = await write_one(store, exchange(key, None, 1, user, f"hello from {user}", "hi"))
         for seq in range(3, dm_messages, 2):
             said = f"{user} says thing {seq} about {rng.random():.6f}"
             ops.append(exchange(key, thread_id, seq, user, said, f"noted {seq}"))
@@ -385,7 +385,7 @@ async def fill_agent(
     await flush()
     for g in range(groups):
         key = f"discord:group-{g}"
-        [thread_id] = await store.write(exchange(key, None, 1, TARGET, "welcome", "hi all"))
+        thread_id = await write_one(store, exchange(key, None, 1, TARGET, "welcome", "hi all"))
         for seq in range(3, group_messages, 2):
             user = TARGET if rng.random() < 0.02 else f"person-{rng.randrange(people)}"
             ops.append(exchange(key, thread_id, seq, user, f"{user} in the group {seq}", f"reply {seq}"))
@@ -443,7 +443,7 @@ async def erase(backend: Backend, scale: float) -> dict[str, Any]:
             "bench", TARGET, subject, "bench", time.time(), None, REBUILT_LAYERS_HOLDING, DROPPED_LAYER_KEYS
         )
         start = time.perf_counter()
-        [counts] = await store.write(op)
+        counts = await write_one(store, op)
         erase_s = time.perf_counter() - start
         assert not any((await store.read(PersonData(TARGET))).values())
         verdict = await verify_store(store, "bench")

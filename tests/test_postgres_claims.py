@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from agentd.errors import LeaseLost
+from agentd.store.base import write_one
 from agentd.store.claims import Claim, KnownThread, current_fence
 from agentd.store.postgres import PostgresBackend, PostgresStore
 from agentd.store.postgres.claims import TAIL_CAP
@@ -91,7 +92,7 @@ async def test_a_free_conversation_is_granted_with_its_thread_mark(daemon: Daemo
         assert empty.token is not None and empty.memories_version == 0
         assert empty.thread is not None and (empty.thread.thread_id, empty.thread.next_seq) == (None, 1)
         assert current_fence.get() is not None and current_fence.get().token == empty.token  # type: ignore[union-attr]
-        [thread_id] = await a.write(turn(None, 1, "hi", "hello"))
+        thread_id = await write_one(a, turn(None, 1, "hi", "hello"))
         await a.write(UpsertMemory("", "k", "v", None, T0))
     assert current_fence.get() is None
     async with a.claim(KEY) as claim:
@@ -250,7 +251,8 @@ async def test_a_first_turn_from_two_daemons_makes_one_thread(daemon: Daemons) -
     async def first_message(store: PostgresStore, text: str) -> int:
         async with store.claim(KEY) as claim:
             assert claim.thread is not None
-            [thread_id] = await store.write(
+            thread_id = await write_one(
+                store,
                 CommitTurn(
                     KEY,
                     claim.thread.thread_id,
@@ -259,7 +261,7 @@ async def test_a_first_turn_from_two_daemons_makes_one_thread(daemon: Daemons) -
                     None,
                     None,
                     T0,
-                )
+                ),
             )
             return int(thread_id)
 
@@ -299,7 +301,7 @@ async def test_a_claim_brings_exactly_what_the_known_copy_misses(daemon: Daemons
     a = await daemon("a")
     async with a.claim(KEY) as first:
         assert first.tail is None  # nothing known
-        [thread_id] = await a.write(turn(None, 1, "hi", "hello", usage=(123, True)))
+        thread_id = await write_one(a, turn(None, 1, "hi", "hello", usage=(123, True)))
     known = KnownThread(thread_id, 0, 2)
     async with a.claim(KEY, known=known) as claim:
         assert claim.tail is not None and claim.tail.from_seq == 2
@@ -312,7 +314,7 @@ async def test_a_claim_brings_exactly_what_the_known_copy_misses(daemon: Daemons
 async def test_a_tail_of_the_cap_is_sent_and_a_longer_one_is_not(daemon: Daemons) -> None:
     a = await daemon("a")
     async with a.claim(KEY):
-        [thread_id] = await a.write(turn(None, 1, *[f"m{i}" for i in range(TAIL_CAP + 1)]))
+        thread_id = await write_one(a, turn(None, 1, *[f"m{i}" for i in range(TAIL_CAP + 1)]))
     async with a.claim(KEY, known=KnownThread(thread_id, 0, 2)) as claim:
         assert claim.tail is not None and [m.seq for m in claim.tail.messages] == list(range(2, TAIL_CAP + 2))
     async with a.claim(KEY, known=KnownThread(thread_id, 0, 1)) as claim:
@@ -332,7 +334,7 @@ async def test_a_claim_sends_no_tail_for_a_copy_of_another_thread_or_version(
 ) -> None:
     a = await daemon("a")
     async with a.claim(KEY):
-        [thread_id] = await a.write(turn(None, 1, "hi", "hello", "more"))
+        thread_id = await write_one(a, turn(None, 1, "hi", "hello", "more"))
     async with a.claim(KEY, known=known(thread_id)) as claim:
         assert claim.thread is not None and claim.thread.next_seq == 4
         assert claim.tail is None

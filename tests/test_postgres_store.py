@@ -18,6 +18,7 @@ import pytest
 from agentd.config.models import DaemonSpec, StoreSpec
 from agentd.daemon.resources import STORE_URL_ENV, Resources
 from agentd.errors import NewerSchema, StoreError
+from agentd.store.base import write_one
 from agentd.store.postgres import PostgresBackend, PostgresStore, episodes
 from agentd.store.postgres.connection import connect
 from agentd.store.postgres.migrations import MIGRATIONS, applied, migrate
@@ -240,18 +241,19 @@ async def test_vector_changes_list_what_others_wrote_embedded_and_deleted(postgr
         PostgresBackend(postgres_url, daemon="b") as two,
     ):
         writer, reader = await opened(one), await opened(two)
-        [first] = await writer.write(
-            InsertEpisodes([NewEpisode("p", "k", "one", T0, embedder="e", vector=VEC)])
+        first = await write_one(
+            writer, InsertEpisodes([NewEpisode("p", "k", "one", T0, embedder="e", vector=VEC)])
         )
         start = await reader.read(VectorChanges("p", "e", 0))
         assert [v.id for v in start.added] == first and start.change > 0
-        [ids] = await writer.write(
+        ids = await write_one(
+            writer,
             InsertEpisodes(
                 [
                     NewEpisode("p", "k", "two", T0 + 1),
                     NewEpisode("p", "k", "three?", T0 + 2, embedder="e", vector=VEC),
                 ]
-            )
+            ),
         )
         await writer.write(SetVectors("e", [(ids[0], VEC)]))
         await writer.write(PruneEpisodes("bot", "p", 2, None, T0 + 3))  # the least important, oldest: "one"

@@ -18,7 +18,7 @@ import pytest
 from agentd.errors import StoreError
 from agentd.messages import Message
 from agentd.store import queries, writes
-from agentd.store.base import Store
+from agentd.store.base import Store, write_one
 from agentd.store.postgres import PostgresBackend
 from agentd.store.postgres.dispatch import HANDLERS as PG_HANDLERS
 from agentd.store.queries import (
@@ -139,8 +139,7 @@ def turn(thread_id: int | None, first_seq: int, *texts: str, key: str = KEY, **k
 
 
 async def one(store: Store, op: Write[Any]) -> Any:
-    [result] = await store.write(op)
-    return result
+    return await write_one(store, op)
 
 
 def episode(partition: str, text: str, key: str | None = KEY, **kw: Any) -> NewEpisode:

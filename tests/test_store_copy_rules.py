@@ -16,6 +16,7 @@ import pytest
 
 from agentd.cli import main
 from agentd.providers.embedders import HashEmbedder
+from agentd.store.base import write_one
 from agentd.store.copy import copy_folder
 from agentd.store.folder_lock import DataFolderLock
 from agentd.store.postgres import PostgresBackend
@@ -225,12 +226,13 @@ def test_ids_keep_their_order_and_distances_and_the_sequences_move_past_them(
     assert [i - a[0] for i in a] == [0, 3, 4]  # the file's 1, 4, 5
     assert [i - b[0] for i in b] == [0, 1, 2, 3, 4] and not set(a) & set(b)
 
-    async def write_one(store: Any) -> list[int]:
+    async def insert_one(store: Any) -> list[int]:
         [partition] = await store.read(EpisodePartitions())
-        [new] = await store.write(InsertEpisodes([NewEpisode(partition, "webhook:c1", "later", time.time())]))
-        return new  # type: ignore[no-any-return]
+        return await write_one(
+            store, InsertEpisodes([NewEpisode(partition, "webhook:c1", "later", time.time())])
+        )
 
-    assert in_database(postgres_url, "a", write_one)[0] > max(a + b)
+    assert in_database(postgres_url, "a", insert_one)[0] > max(a + b)
 
 
 def test_runs_started_at_one_time_keep_the_files_order(data: Path, postgres_url: str) -> None:

@@ -17,7 +17,7 @@ from agentd.daemon.resources import DAEMON_STORE, Resources
 from agentd.engine.agent import Agent
 from agentd.errors import AgentdError
 from agentd.memory.erasure import DROPPED_LAYER_KEYS, REBUILT_LAYERS_HOLDING
-from agentd.store.base import Store
+from agentd.store.base import Store, write_one
 from agentd.store.people import subject_of
 from agentd.store.queries import PersonData
 from agentd.store.writes import ErasePerson
@@ -76,9 +76,9 @@ async def erase_person(
     record: dict[str, Any] = {"agents": erased, **({"failed": sorted(failed)} if failed else {})}
     summary = _erasure(DAEMON_AGENT, user_id, subject, by, record=record)
     if own is not None:
-        [daemon_counts] = await own.write(summary)
+        daemon_counts = await write_one(own, summary)
     else:
-        [daemon_counts] = await _with_store(resources, DAEMON_STORE, lambda store: store.write(summary))
+        daemon_counts = await _with_store(resources, DAEMON_STORE, lambda store: write_one(store, summary))
     if daemon_counts:
         erased[DAEMON_STORE] = daemon_counts
     return {"user_id": user_id, "subject": subject, "erased": erased, "failed": failed}
@@ -90,7 +90,7 @@ async def _erase_in(
     if agent is not None:
         return await agent.erase_person(user_id, subject, by)
     op = _erasure(name, user_id, subject, by)
-    [counts] = await _with_store(resources, name, lambda store: store.write(op))
+    counts = await _with_store(resources, name, lambda store: write_one(store, op))
     return dict(counts)
 
 

@@ -32,7 +32,7 @@ from agentd.events import InboundEvent, Reply, ReplySink
 from agentd.memory.episode_writes import forget_partition
 from agentd.memory.persistent import persistent_scope
 from agentd.messages import MESSAGE_ADAPTER, Message
-from agentd.store.base import KnowsIfAbsent, Store
+from agentd.store.base import KnowsIfAbsent, Store, write_one
 from agentd.store.queries import ActiveThread, AuditEvents, Conversations, MemoryValue, Runs
 from agentd.store.writes import EnsureIdentity, PruneDeliveries
 from agentd.tools.mcp_servers import McpServers
@@ -355,5 +355,5 @@ class Agent:
         pruned once it is used again)."""
         if self._data != "ready":
             return 0
-        [pruned] = await self.state.store.write(PruneDeliveries(older_than))
+        pruned = await write_one(self.state.store, PruneDeliveries(older_than))
         return int(pruned)

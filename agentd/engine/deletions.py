@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 
 from agentd.engine.state import AgentState
+from agentd.store.base import write_one
 from agentd.store.records import StoredThread
 from agentd.store.writes import DeleteConversation
 
@@ -20,7 +21,7 @@ async def delete_conversation(state: AgentState, conversation_key: str, by: str)
     """
     key = conversation_key
     async with state.locks.hold(key), state.memory_locks.hold(key), state.store.claim(key):
-        [deleted] = await state.store.write(DeleteConversation(state.name, key, by, time.time()))
+        deleted = await write_one(state.store, DeleteConversation(state.name, key, by, time.time()))
         state.threads.put(StoredThread(key))  # the next message starts a fresh thread
     return dict(deleted)
 

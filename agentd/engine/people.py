@@ -19,6 +19,7 @@ from agentd.engine.approvals import OPERATOR, Approvals
 from agentd.engine.state import AgentState
 from agentd.memory.erasure import DROPPED_LAYER_KEYS, REBUILT_LAYERS_HOLDING
 from agentd.memory.vectors import index_cache
+from agentd.store.base import write_one
 from agentd.store.people import names, partition_of
 from agentd.store.queries import PersonConversations, PersonData
 from agentd.store.writes import ErasePerson
@@ -52,7 +53,7 @@ async def erase_person(
             REBUILT_LAYERS_HOLDING,
             DROPPED_LAYER_KEYS,
         )
-        [counts] = await state.store.write(op)
+        counts = await write_one(state.store, op)
         for key in conversations:  # read again at its next turn: gone, or with tombstones and layers rebuilt
             state.threads.forget(key)
     index_cache(state.store).drop(partition_of(user_id))

@@ -18,7 +18,11 @@ reads); an episode must be clean before it reaches an embedder, which is before
 the store; and the hot thread must keep what the store keeps, so the caller
 needs the screened copy. The ops that carry memory text are still screened by
 one function (`SecretScreen.op`), so a strategy that writes through
-`commit_memory_run` is covered with no code of its own.
+`commit_memory_run` is covered with no code of its own. Which ops those are is
+declared on the ops themselves (agentd/store/declarations.py: a field made
+with `memory_text`, or a `screened` method for text nested in records), so a new
+op with memory text is screened once it says so; tests/test_write_declarations.py
+fails for a write with text that says neither that nor why it is exempt.
 
 The policy (`memory.secrets`):
 
@@ -55,16 +59,9 @@ from agentd.errors import ToolError
 from agentd.memory.secrets import redact
 from agentd.messages import Message, Part, TextPart, ToolCallPart, ToolResultPart
 from agentd.store.base import Store
+from agentd.store.declarations import memory_text_fields
 from agentd.store.records import AuditRecord, LayerState
-from agentd.store.writes import (
-    AppendAudit,
-    ApplyCompaction,
-    InsertEpisodes,
-    PutLayerState,
-    UpsertFact,
-    UpsertMemory,
-    Write,
-)
+from agentd.store.writes import AppendAudit, Write
 
 REDACTED, REFUSED = "secret_redacted", "secret_refused"
 
@@ -111,19 +108,18 @@ class SecretScreen:
         return state if data == state.data else replace(state, data=data)
 
     def op(self, op: Write[Any]) -> Write[Any]:
-        """The write with the memory text it carries screened (other writes as they are)."""
-        if isinstance(op, UpsertMemory):
-            return replace(op, value=self.text(op.value, "memory"))
-        if isinstance(op, UpsertFact):
-            source = self.text(op.source, "fact") if op.source is not None else None
-            return replace(op, value=self.text(op.value, "fact"), source=source)
-        if isinstance(op, InsertEpisodes):
-            return replace(op, episodes=[replace(e, text=self.text(e.text, "episode")) for e in op.episodes])
-        if isinstance(op, ApplyCompaction):
-            return replace(op, summary=self.text(op.summary, "compaction"))
-        if isinstance(op, PutLayerState):
-            return replace(op, state=self.layer_state(op.state, op.layer))
-        return op
+        """The write with the memory text it carries screened (other writes as they are): the fields
+        it declares as memory text, or what its own `screened` screens."""
+        screened = getattr(op, "screened", None)
+        if screened is not None:
+            result: Write[Any] = screened(self)
+            return result
+        changes = {
+            name: self.text(value, write)
+            for name, write in memory_text_fields(type(op))
+            if (value := getattr(op, name)) is not None
+        }
+        return replace(op, **changes) if changes else op  # type: ignore[type-var]
 
     def messages(self, messages: Sequence[Message], write: str = "transcript") -> list[Message]:
         """Copies of the messages with every text, tool argument and tool result screened."""

@@ -226,6 +226,19 @@ def stored_event(row: Sequence[Any]) -> dict[str, Any]:
     }
 
 
+# what each backend selects for the listing of events (AuditEvents), in this order (`listed_event` reads it)
+EVENT_COLUMNS = "id, ts, agent, kind, action, conversation_key, run_id, data, daemon, seq, prev_hash, hash"
+_EVENT_NAMES = tuple(EVENT_COLUMNS.split(", "))
+
+
+def listed_event(row: Sequence[Any]) -> dict[str, Any]:
+    """A row of EVENT_COLUMNS as `agentd audit` and the inspector list it: data parsed, hashes in hex."""
+    event = dict(zip(_EVENT_NAMES, row, strict=True))
+    event["data"] = json.loads(event["data"])
+    event["prev_hash"], event["hash"] = hex_of(event["prev_hash"]), hex_of(event["hash"])
+    return event
+
+
 def hex_of(value: bytes | bytearray | memoryview | None) -> str:
     return bytes(value).hex() if isinstance(value, bytes | bytearray | memoryview) else ""
 

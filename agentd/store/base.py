@@ -9,7 +9,7 @@ own SQL; nothing above this package ever sees SQL or a connection.
 from __future__ import annotations
 
 from contextlib import AbstractAsyncContextManager
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, Protocol, TypeVar, cast, runtime_checkable
 
 from agentd.store.claims import Claim, KnownThread
 from agentd.store.queries import Query
@@ -99,3 +99,13 @@ class KnowsIfAbsent(Protocol):
     """
 
     def absent(self) -> bool: ...
+
+
+async def write_one(store: Store, op: Write[T]) -> T:
+    """Apply one write in its own transaction and return its result as the op's type says
+    (`store.write(*ops)` returns a list of results, one per op, so it cannot type them).
+
+    A free function, not a method: every Store (both backends, and the wrappers around them) has it
+    for nothing."""
+    [result] = await store.write(op)
+    return cast(T, result)

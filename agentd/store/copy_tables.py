@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentd.store.records import RUN_COLUMNS, ApprovalRecord
+from agentd.store.records import APPROVAL_ROW, EPISODE_ROW, FACT_ROW, RUN_ROW
 
 Row = tuple[Any, ...]
 
@@ -105,11 +105,7 @@ THREADS = Table(
     numbered=True,
     flags=("last_tokens_estimated",),
 )
-EPISODES = Table(
-    "episodes",
-    _columns("id partition conversation_key text importance created_at run_id embedder vector"),
-    numbered=True,
-)
+EPISODES = Table("episodes", (*EPISODE_ROW.names, "vector"), numbered=True)
 AUDIT = Table(
     "audit",
     _columns("id ts agent kind action conversation_key run_id data daemon salts erased seq prev_hash hash"),
@@ -142,23 +138,14 @@ TABLES: tuple[Table, ...] = (
         threads=("thread_id",),
         rewrite=_recalled_episodes,
     ),
-    Table("runs", RUN_COLUMNS, threads=("thread_id",), flags=("tokens_estimated",), order=("rowid",)),
+    Table("runs", RUN_ROW.names, threads=("thread_id",), flags=RUN_ROW.flags, order=("rowid",)),
     Table("memories", ("scope", "key", "value", "created_at", "updated_at", "run_id"), key=("scope", "key")),
-    Table(
-        "facts",
-        ("partition", "key", "value", "confidence", "source", "created_at", "updated_at", "run_id"),
-        key=("partition", "key"),
-    ),
+    Table("facts", FACT_ROW.names, key=("partition", "key")),
     Table(
         "inbound_events",
         ("channel", "event_id", "conversation_key", "run_id", "received_at"),
         key=("channel", "event_id"),
     ),
-    Table(
-        "approvals",
-        tuple(ApprovalRecord.__dataclass_fields__),
-        rewrite=_paused_run_thread,
-        order=("rowid",),
-    ),
+    Table("approvals", APPROVAL_ROW.names, rewrite=_paused_run_thread, order=("rowid",)),
     AUDIT,  # last: its chain head is the last lock a copy takes, as in a daemon's batch
 )

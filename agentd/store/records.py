@@ -1,12 +1,76 @@
-"""The rows agentd stores, as plain data every backend reads and writes the same way."""
+"""The rows agentd stores, as plain data every backend reads and writes the same way.
+
+A record stored as one row has a `RowShape` (below each record): its columns are the record's fields,
+in order, so a new field is a new column everywhere it is read or written (both backends, and `agentd
+store copy`) once the two migrations add it.
+"""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, fields
+from typing import Any, Generic, TypeVar
 
 from agentd.messages import Message, load_messages
+
+R = TypeVar("R")
+
+
+class RowShape(Generic[R]):
+    """How a record is one row: its columns (the record's fields, in order), which of them are stored
+    as compact JSON text, and which are booleans (0/1 on SQLite, read back as bool). Both backends
+    build their SQL from it and read their rows with it, so they cannot disagree on an order."""
+
+    __slots__ = ("_flag_at", "_index", "_json_at", "columns", "flags", "json", "names", "record")
+
+    def __init__(self, record: type[R], *, json: tuple[str, ...] = (), flags: tuple[str, ...] = ()):
+        self.record = record
+        self.names: tuple[str, ...] = tuple(f.name for f in fields(record))  # type: ignore[arg-type]
+        unknown = (set(json) | set(flags)) - set(self.names)
+        if unknown:
+            raise ValueError(f"{record.__name__} has no fields {sorted(unknown)}")
+        self.json, self.flags = json, flags
+        self.columns = ", ".join(self.names)  # "id, conversation_key, ..." for SELECT and INSERT
+        self._index = {name: i for i, name in enumerate(self.names)}
+        self._json_at = tuple(self._index[name] for name in json)
+        self._flag_at = tuple(self._index[name] for name in flags)
+
+    def marks(self, mark: str) -> str:
+        """One placeholder per column: "?, ?, ..." (SQLite) or "%s, %s, ..." (PostgreSQL)."""
+        return ", ".join([mark] * len(self.names))
+
+    def qualified(self, alias: str) -> str:
+        """The columns of a table aliased `alias` in a join: "n.id, n.partition, ..."."""
+        return ", ".join(f"{alias}.{name}" for name in self.names)
+
+    def values(self, record: R, **given: Any) -> tuple[Any, ...]:
+        """The record as the row's values, in column order (JSON fields dumped; `given` overrides
+        fields, e.g. a thread id made earlier in the same batch)."""
+        row = [getattr(record, name) for name in self.names]
+        for name, value in given.items():
+            row[self._index[name]] = value
+        for i in self._json_at:
+            if row[i] is not None:
+                row[i] = dump_json(row[i])
+        return tuple(row)
+
+    def record_of(self, row: Sequence[Any]) -> R:
+        """The record a row of `columns` holds (JSON fields loaded, flags as bool)."""
+        if not self._json_at and not self._flag_at:
+            return self.record(*row)
+        values = list(row)
+        for i in self._json_at:
+            if values[i] is not None:
+                values[i] = json.loads(values[i])
+        for i in self._flag_at:
+            values[i] = bool(values[i])
+        return self.record(*values)
+
+
+def dump_json(value: Any) -> str:
+    """A JSON field as a row holds it: compact, non-ASCII kept as it is."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
 @dataclass(slots=True)
@@ -31,7 +95,7 @@ class RunRecord:
     daemon: str | None = None  # which daemon ran it (stamped by the store that writes it)
 
 
-RUN_COLUMNS: tuple[str, ...] = tuple(RunRecord.__dataclass_fields__)
+RUN_ROW = RowShape(RunRecord, flags=("tokens_estimated",))
 
 
 @dataclass(slots=True)
@@ -69,6 +133,9 @@ class ApprovalRecord:
     decided_by: str | None = None
     decided_at: float | None = None
     state: dict[str, Any] | None = None
+
+
+APPROVAL_ROW = RowShape(ApprovalRecord, json=("args", "shown_args", "approvers", "state"))
 
 
 @dataclass(slots=True)
@@ -144,6 +211,9 @@ class NewEpisode:
     vector: bytes | None = None  # float32 .tobytes(); None (with embedder None) = not embedded yet
 
 
+NEW_EPISODE_ROW = RowShape(NewEpisode)  # (an episode as written: its id is the store's)
+
+
 @dataclass(frozen=True, slots=True)
 class Episode:
     id: int
@@ -154,6 +224,9 @@ class Episode:
     created_at: float
     run_id: str | None
     embedder: str | None
+
+
+EPISODE_ROW = RowShape(Episode)  # (an episode as read: the stored row less its vector)
 
 
 def ends_by_asking(text: str) -> bool:
@@ -228,3 +301,6 @@ class Fact:
     created_at: float
     updated_at: float
     run_id: str | None = None
+
+
+FACT_ROW = RowShape(Fact)

@@ -11,12 +11,14 @@ the error reaches the caller.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Generic, TypeVar
 
+from agentd.store.declarations import TextScreen, daemon_fields, memory_text
 from agentd.store.records import (
     ApprovalRecord,
     AuditRecord,
+    Fact,
     LayerState,
     NewEpisode,
     Pruned,
@@ -86,18 +88,16 @@ class AppendAudit(Write[None]):
 
 def stamped(ops: Sequence[Write[Any]], daemon: str | None) -> list[Write[Any]]:
     """The ops with the writing daemon recorded on every run row and audit event (also the audit
-    rows that retention and erasure write)."""
+    rows that retention and erasure write): on each op with a `daemon` field, and on each record it
+    carries that has one (a run row, recorded on the record itself)."""
     if daemon is None:
         return list(ops)
     out: list[Write[Any]] = []
     for op in ops:
-        if isinstance(
-            op, AppendAudit | PruneEpisodes | DeletePartitionEpisodes | DeleteConversation | ErasePerson
-        ):
-            op = replace(op, daemon=daemon)
-        elif isinstance(op, InsertRun | CommitTurn):
-            op.run.daemon = daemon
-        out.append(op)
+        own, carried = daemon_fields(type(op))
+        for name in carried:
+            getattr(op, name).daemon = daemon
+        out.append(replace(op, daemon=daemon) if own else op)  # type: ignore[type-var]
     return out
 
 
@@ -179,7 +179,7 @@ class ApplyCompaction(Write[int]):
 
     thread_id: int
     upto_seq: int
-    summary: str
+    summary: str = field(metadata=memory_text("compaction"))
     run_id: str
     now: float
 
@@ -194,6 +194,11 @@ class PutLayerState(Write[int | None]):
     state: LayerState
     now: float
 
+    def screened(self, screen: TextScreen) -> PutLayerState:
+        """The write with every string of the layer's state screened (a summary, Σ, a recall ...)."""
+        data = screen.value(self.state.data, f"layer:{self.layer}")
+        return replace(self, state=self.state if data == self.state.data else replace(self.state, data=data))
+
 
 # -- persistent memory and facts ------------------------------------------------------------
 
@@ -204,7 +209,7 @@ class UpsertMemory(Write[bool]):
 
     scope: str
     key: str
-    value: str
+    value: str = field(metadata=memory_text("memory"))
     run_id: str | None
     now: float
 
@@ -224,11 +229,24 @@ class UpsertFact(Write[str]):
 
     partition: str
     key: str
-    value: str
+    value: str = field(metadata=memory_text("fact"))
     confidence: float
-    source: str | None
+    source: str | None = field(metadata=memory_text("fact"))
     run_id: str | None
     now: float
+
+    def fact(self) -> Fact:
+        """The row it writes when the key is new (on a conflict the row keeps its created_at)."""
+        return Fact(
+            self.partition,
+            self.key,
+            self.value,
+            self.confidence,
+            self.source,
+            self.now,
+            self.now,
+            self.run_id,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,6 +263,12 @@ class InsertEpisodes(Write[list[int]]):
     """Insert in order; the result is the new ids (keyword indexes follow)."""
 
     episodes: Sequence[NewEpisode]
+
+    def screened(self, screen: TextScreen) -> InsertEpisodes:
+        """The write with each episode's text screened."""
+        return replace(
+            self, episodes=[replace(e, text=screen.text(e.text, "episode")) for e in self.episodes]
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,7 +25,8 @@ from agentd.providers.embedders import HashEmbedder
 from agentd.providers.remembered import material_of
 from agentd.store.queries import KeywordSearch
 from agentd.store.records import NewEpisode, StoredMessage
-from agentd.store.sqlite.episodes import fts_match, insert_episodes, keyword_search
+from agentd.store.sqlite.episode_reads import fts_match, keyword_search
+from agentd.store.sqlite.episodes import insert_episodes
 from agentd.store.sqlite.migrations import migrate
 from agentd.store.writes import InsertEpisodes
 from testkit.scripted import ScriptedProvider

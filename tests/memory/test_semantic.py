@@ -11,6 +11,7 @@ from agentd.engine.agent import Agent
 from agentd.memory.base import TurnInput
 from agentd.memory.patches import PatchRefused
 from agentd.memory.semantic import SemanticMemory, parse_facts
+from agentd.store.base import write_one
 from agentd.store.queries import AuditEvents, Facts
 from agentd.store.sqlite import SqliteStore, StoreExecutor
 from agentd.store.writes import DeleteFact, UpsertFact
@@ -105,7 +106,7 @@ async def test_facts_upsert_newer_wins_and_keeps_created_at(tmp_path: Any) -> No
     await store.open()
 
     async def upsert(partition: str, key: str, value: str, *rest: Any) -> str:
-        [outcome] = await store.write(UpsertFact(partition, key, value, *rest))
+        outcome = await write_one(store, UpsertFact(partition, key, value, *rest))
         return str(outcome)
 
     try:

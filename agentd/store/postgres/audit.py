@@ -11,13 +11,21 @@ A second daemon appending to the same chain waits for the first one's commit, ne
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import psycopg
 
-from agentd.store.audit_chain import GENESIS, TRAIL_COLUMNS, hex_of, seal, seal_existing, stored_event
-from agentd.store.postgres.dispatch import Cx, Later, handles
+from agentd.store.audit_chain import (
+    EVENT_COLUMNS,
+    GENESIS,
+    TRAIL_COLUMNS,
+    hex_of,
+    listed_event,
+    seal,
+    seal_existing,
+    stored_event,
+)
+from agentd.store.postgres.handlers import Cx, Later, handles
 from agentd.store.queries import AuditEvents, AuditHead, AuditTrail
 from agentd.store.writes import AppendAudit
 
@@ -33,7 +41,6 @@ _APPEND = (
     " SELECT %(agent_id)s, %(ts)s, %(agent)s, %(kind)s, %(action)s, %(key)s, %(run_id)s, %(data)s,"
     " %(daemon)s, link.seq, %(salts)s, link.prev, link.head FROM link"
 )
-_EVENT_COLUMNS = "id, ts, agent, kind, action, conversation_key, run_id, data, daemon, seq, prev_hash, hash"
 
 
 @handles(AppendAudit)
@@ -88,19 +95,10 @@ def query_audit(cx: Cx, q: AuditEvents) -> Later[list[dict[str, Any]]]:
         clauses.append("(data::jsonb ->> 'tool') = %s")
         args.append(q.tool)
     cur = cx.run(
-        f"SELECT {_EVENT_COLUMNS} FROM audit WHERE {' AND '.join(clauses)} ORDER BY ts DESC, id DESC LIMIT %s",
+        f"SELECT {EVENT_COLUMNS} FROM audit WHERE {' AND '.join(clauses)} ORDER BY ts DESC, id DESC LIMIT %s",
         (*args, q.limit),
     )
-
-    def read() -> list[dict[str, Any]]:
-        names = _EVENT_COLUMNS.split(", ")
-        events = [dict(zip(names, row, strict=True)) for row in reversed(cur.fetchall())]
-        for event in events:
-            event["data"] = json.loads(event["data"])
-            event["prev_hash"], event["hash"] = hex_of(event["prev_hash"]), hex_of(event["hash"])
-        return events
-
-    return Later(read)
+    return Later(lambda: [listed_event(row) for row in reversed(cur.fetchall())])
 
 
 @handles(AuditTrail)

@@ -5,7 +5,7 @@ The de-duplication is the table's primary key (agent, channel, event id), not an
 
 from __future__ import annotations
 
-from agentd.store.postgres.dispatch import Cx, Later, handles, rowcount
+from agentd.store.postgres.handlers import Cx, Later, handles, rowcount
 from agentd.store.queries import DeliverySeen
 from agentd.store.writes import PruneDeliveries, RecordDelivery
 

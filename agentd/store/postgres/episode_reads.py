@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from agentd.store.postgres.dispatch import Cx, Later, handles
+from agentd.store.postgres.handlers import Cx, Later, handles
 from agentd.store.queries import (
     ConversationPartitions,
     EpisodeCounts,
@@ -28,9 +28,9 @@ from agentd.store.queries import (
     NeighbourEpisodes,
     PendingEpisodes,
 )
+from agentd.store.records import EPISODE_ROW as ROW
 from agentd.store.records import Episode, KeywordHit
 
-COLUMNS = "id, partition, conversation_key, text, importance, created_at, run_id, embedder"
 NEIGHBOUR_WINDOW = 200  # ids searched on each side of an episode for its neighbours (as on SQLite)
 # normalisation 1: divided by 1 + log(the text's length in words), as bm25 weighs long texts down
 RANK = "ts_rank(words, q, 1)"
@@ -41,13 +41,13 @@ _SAME_TALK = (
 
 
 def _episodes(found: list[tuple[Any, ...]]) -> list[Episode]:
-    return [Episode(*row) for row in found]
+    return [ROW.record_of(row) for row in found]
 
 
 @handles(PendingEpisodes)
 def pending_episodes(cx: Cx, q: PendingEpisodes) -> Later[list[Episode]]:
     cur = cx.run(
-        f"SELECT {COLUMNS} FROM episodes WHERE agent_id = %s AND partition = %s AND embedder IS NULL"
+        f"SELECT {ROW.columns} FROM episodes WHERE agent_id = %s AND partition = %s AND embedder IS NULL"
         " AND vector IS NULL ORDER BY id LIMIT %s",
         (cx.agent_id, q.partition, q.limit),
     )
@@ -59,9 +59,9 @@ def get_episodes(cx: Cx, q: EpisodesById) -> Any:
     if not q.ids:
         return {}
     cur = cx.run(
-        f"SELECT {COLUMNS} FROM episodes WHERE agent_id = %s AND id = ANY(%s)", (cx.agent_id, list(q.ids))
+        f"SELECT {ROW.columns} FROM episodes WHERE agent_id = %s AND id = ANY(%s)", (cx.agent_id, list(q.ids))
     )
-    return Later(lambda: {row[0]: Episode(*row) for row in cur.fetchall()})
+    return Later(lambda: {row[0]: ROW.record_of(row) for row in cur.fetchall()})
 
 
 def tsquery(terms: Sequence[str]) -> str:
@@ -98,12 +98,12 @@ def neighbour_episodes(cx: Cx, q: NeighbourEpisodes) -> Later[list[list[Episode]
     for anchor in q.anchors:
         same = (cx.agent_id, anchor.partition, anchor.conversation_key, q.embedder)
         before = cx.run(
-            f"SELECT {COLUMNS} FROM episodes WHERE id < %s AND id >= %s AND {_SAME_TALK}"
+            f"SELECT {ROW.columns} FROM episodes WHERE id < %s AND id >= %s AND {_SAME_TALK}"
             " ORDER BY id DESC LIMIT %s",
             (anchor.id, anchor.id - NEIGHBOUR_WINDOW, *same, q.each_side),
         )
         after = cx.run(
-            f"SELECT {COLUMNS} FROM episodes WHERE id > %s AND id <= %s AND {_SAME_TALK} ORDER BY id LIMIT %s",
+            f"SELECT {ROW.columns} FROM episodes WHERE id > %s AND id <= %s AND {_SAME_TALK} ORDER BY id LIMIT %s",
             (anchor.id, anchor.id + NEIGHBOUR_WINDOW, *same, q.each_side),
         )
         pairs.append((before, after))
@@ -116,17 +116,16 @@ def neighbour_episodes(cx: Cx, q: NeighbourEpisodes) -> Later[list[list[Episode]
 def following_episodes(cx: Cx, q: FollowingEpisodes) -> Any:
     if not q.ids:
         return {}
-    columns = ", ".join(f"n.{c}" for c in COLUMNS.split(", "))
     cur = cx.run(
-        f"SELECT a.id, {columns} FROM episodes a CROSS JOIN LATERAL ("
-        f" SELECT {COLUMNS} FROM episodes b WHERE b.agent_id = a.agent_id AND b.id > a.id"
+        f"SELECT a.id, {ROW.qualified('n')} FROM episodes a CROSS JOIN LATERAL ("
+        f" SELECT {ROW.columns} FROM episodes b WHERE b.agent_id = a.agent_id AND b.id > a.id"
         " AND b.id <= a.id + %s AND b.partition = a.partition"
         " AND b.conversation_key IS NOT DISTINCT FROM a.conversation_key"
         " AND (b.embedder = %s OR b.embedder IS NULL) ORDER BY b.id LIMIT 1) n"
         " WHERE a.agent_id = %s AND a.id = ANY(%s)",
         (NEIGHBOUR_WINDOW, q.embedder, cx.agent_id, list(q.ids)),
     )
-    return Later(lambda: {row[0]: Episode(*row[1:]) for row in cur.fetchall()})
+    return Later(lambda: {row[0]: ROW.record_of(row[1:]) for row in cur.fetchall()})
 
 
 @handles(EpisodePartitions)

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from agentd.store.postgres.audit import insert_audit
-from agentd.store.postgres.dispatch import Cx, Later, handles
+from agentd.store.postgres.handlers import Cx, Later, handles
 from agentd.store.queries import VectorChanges, Vectors
 from agentd.store.records import AuditRecord, Pruned, StoredVector, VectorDelta
 from agentd.store.writes import (

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from agentd.store.postgres.dispatch import Cx, Later, handles
+from agentd.store.postgres.handlers import Cx, Later, handles
 from agentd.store.queries import Facts
+from agentd.store.records import FACT_ROW as ROW
 from agentd.store.records import Fact
 from agentd.store.writes import DeleteFact, UpsertFact
-
-_COLUMNS = "partition, key, value, confidence, source, created_at, updated_at, run_id"
 
 
 @handles(UpsertFact)
@@ -15,12 +14,12 @@ def upsert_fact(cx: Cx, op: UpsertFact) -> Later[str]:
     """As on SQLite: a conflict keeps created_at and takes the rest, unless the row was updated after
     `now` (no row comes back: "kept"); xmax = 0 on the returned row tells an insert ("created")."""
     cur = cx.run(
-        f"INSERT INTO facts AS f (agent_id, {_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
+        f"INSERT INTO facts AS f (agent_id, {ROW.columns}) VALUES (%s, {ROW.marks('%s')})"
         " ON CONFLICT (agent_id, partition, key) DO UPDATE SET value = excluded.value,"
         " confidence = excluded.confidence, source = excluded.source,"
         " updated_at = excluded.updated_at, run_id = excluded.run_id"
         " WHERE excluded.updated_at >= f.updated_at RETURNING xmax = 0",
-        (cx.agent_id, op.partition, op.key, op.value, op.confidence, op.source, op.now, op.now, op.run_id),
+        (cx.agent_id, *ROW.values(op.fact())),
     )
 
     def read() -> str:
@@ -35,11 +34,11 @@ def upsert_fact(cx: Cx, op: UpsertFact) -> Later[str]:
 @handles(Facts)
 def list_facts(cx: Cx, q: Facts) -> Later[list[Fact]]:
     cur = cx.run(
-        f"SELECT {_COLUMNS} FROM facts WHERE agent_id = %s AND partition = %s"
+        f"SELECT {ROW.columns} FROM facts WHERE agent_id = %s AND partition = %s"
         " ORDER BY updated_at DESC, key LIMIT %s",
         (cx.agent_id, q.partition, q.limit),
     )
-    return Later(lambda: [Fact(*row) for row in cur.fetchall()])
+    return Later(lambda: [ROW.record_of(row) for row in cur.fetchall()])
 
 
 @handles(DeleteFact)

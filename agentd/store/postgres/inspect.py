@@ -14,6 +14,8 @@ from typing import Any, TypeVar
 
 import psycopg
 
+from agentd.store.records import APPROVAL_ROW, FACT_ROW
+
 T = TypeVar("T")
 
 VIEWS: dict[str, str] = {
@@ -44,13 +46,8 @@ VIEWS: dict[str, str] = {
         "SELECT id, id AS rowid, partition, conversation_key, text, importance, created_at, run_id, embedder,"
         " vector, words::text AS words FROM agentd.episodes"
     ),
-    "approvals": (
-        "SELECT id, conversation_key, run_id, tool, server, args, shown_args, requested_by, approvers,"
-        " created_at, expires_at, status, decided_by, decided_at, state FROM agentd.approvals"
-    ),
-    "facts": (
-        "SELECT partition, key, value, confidence, source, created_at, updated_at, run_id FROM agentd.facts"
-    ),
+    "approvals": f"SELECT {APPROVAL_ROW.columns} FROM agentd.approvals",
+    "facts": f"SELECT {FACT_ROW.columns} FROM agentd.facts",
 }
 
 

@@ -1,4 +1,4 @@
-"""Persistent memories by (scope, key), and the agent's identity, on PostgreSQL.
+"""Persistent memories by (scope, key), on PostgreSQL.
 
 Every memory write moves the agent's `memories_version`, which each claim reports: a daemon reads the
 keys again only when another one changed them.
@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentd.store.postgres.dispatch import Cx, Later, handles
+from agentd.store.postgres.handlers import Cx, Later, handles
 from agentd.store.queries import Memories, MemoryKeys, MemoryValue
-from agentd.store.writes import DeleteMemory, EnsureIdentity, RowMissing, UpsertMemory
+from agentd.store.writes import DeleteMemory, RowMissing, UpsertMemory
 
 _BUMP = "UPDATE agents SET memories_version = memories_version + 1 WHERE id = %s"
 
@@ -79,17 +79,6 @@ def list_memories(cx: Cx, q: Memories) -> Later[list[dict[str, Any]]]:
             for s, k, v, c, u in cur.fetchall()
         ]
     )
-
-
-@handles(EnsureIdentity)
-def ensure_identity(cx: Cx, op: EnsureIdentity) -> Later[dict[str, str]]:
-    cx.run(
-        "INSERT INTO identity (agent_id, key, value) SELECT %s, x.key, x.value"
-        " FROM unnest(%s::text[], %s::text[]) AS x(key, value) ON CONFLICT DO NOTHING",
-        (cx.agent_id, list(op.values), list(op.values.values())),
-    )
-    cur = cx.run("SELECT key, value FROM identity WHERE agent_id = %s", (cx.agent_id,))
-    return Later(lambda: dict(cur.fetchall()))
 
 
 def _first(row: tuple[Any, ...] | None) -> Any:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from agentd.store.postgres.dispatch import Cx, Later, handles
+from agentd.store.postgres.handlers import Cx, Later, handles
 from agentd.store.queries import LayerStateOf
 from agentd.store.records import LayerState
 from agentd.store.writes import PutLayerState

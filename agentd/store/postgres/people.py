@@ -21,10 +21,10 @@ from typing import Any
 from agentd.store import people as person
 from agentd.store.audit_chain import TRAIL_COLUMNS, Erased, stored_event
 from agentd.store.postgres.audit import insert_audit
-from agentd.store.postgres.dispatch import Cx, handles
 from agentd.store.postgres.episodes import erase_partition
+from agentd.store.postgres.handlers import Cx, handles
 from agentd.store.queries import PersonConversations, PersonData
-from agentd.store.records import RUN_COLUMNS, AuditRecord, RunRecord
+from agentd.store.records import RUN_ROW, AuditRecord
 from agentd.store.writes import AppendAudit, ErasePerson
 
 _THREADS_OF = "SELECT id FROM threads WHERE agent_id = %s AND conversation_key = ANY(%s)"
@@ -118,7 +118,7 @@ def person_data(cx: Cx, q: PersonData) -> dict[str, Any]:
     exchanges = cx.run(_EXCHANGES, (cx.agent_id, shared, user, runs)).fetchall()
     conversations = [{"conversation_key": k, "shared": False, "threads": _threads(cx, k)} for k in theirs]
     run_rows = cx.run(
-        f"SELECT {', '.join(RUN_COLUMNS)} FROM runs WHERE agent_id = %s"
+        f"SELECT {RUN_ROW.columns} FROM runs WHERE agent_id = %s"
         " AND (conversation_key = ANY(%s) OR id = ANY(%s)) ORDER BY started_at, n",
         (cx.agent_id, theirs, runs),
     ).fetchall()
@@ -139,7 +139,7 @@ def person_data(cx: Cx, q: PersonData) -> dict[str, Any]:
             " WHERE agent_id = %s AND partition = %s ORDER BY id",
             scope,
         ).fetchall(),
-        [asdict(RunRecord(*row)) for row in run_rows],
+        [asdict(RUN_ROW.record_of(row)) for row in run_rows],
         person.their_approvals(
             cx.run(_APPROVALS + " WHERE agent_id = %s ORDER BY created_at", (cx.agent_id,)).fetchall(),
             user,

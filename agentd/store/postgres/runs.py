@@ -5,22 +5,18 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from agentd.store.postgres.dispatch import Cx, Later, handles
+from agentd.store.postgres.handlers import Cx, Later, handles
 from agentd.store.queries import Runs, RunTotals
-from agentd.store.records import RUN_COLUMNS, RunRecord
+from agentd.store.records import RUN_ROW as ROW
+from agentd.store.records import RunRecord
 from agentd.store.writes import InsertRun
 
-_INSERT_RUN = f"INSERT INTO runs (agent_id, {', '.join(RUN_COLUMNS)}) VALUES (%s, {', '.join(['%s'] * len(RUN_COLUMNS))})"
-_THREAD = RUN_COLUMNS.index("thread_id")
-_UNSET: Any = object()
+_INSERT_RUN = f"INSERT INTO runs (agent_id, {ROW.columns}) VALUES (%s, {ROW.marks('%s')})"
 
 
-def insert_run(cx: Cx, run: RunRecord, thread_id: Any = _UNSET) -> None:
+def insert_run(cx: Cx, run: RunRecord, **given: Any) -> None:
     """Insert a run row; `thread_id`, when given, is what the row records (a thread made in the same batch)."""
-    values = [getattr(run, c) for c in RUN_COLUMNS]
-    if thread_id is not _UNSET:
-        values[_THREAD] = thread_id
-    cx.run(_INSERT_RUN, (cx.agent_id, *values))
+    cx.run(_INSERT_RUN, (cx.agent_id, *ROW.values(run, **given)))
 
 
 @handles(InsertRun)
@@ -32,11 +28,11 @@ def _insert_run(cx: Cx, op: InsertRun) -> None:
 def list_runs(cx: Cx, q: Runs) -> Later[list[dict[str, Any]]]:
     where, args = ("AND conversation_key = %s", [q.conversation_key]) if q.conversation_key else ("", [])
     cur = cx.run(
-        f"SELECT {', '.join(RUN_COLUMNS)} FROM runs WHERE agent_id = %s {where}"
+        f"SELECT {ROW.columns} FROM runs WHERE agent_id = %s {where}"
         " ORDER BY started_at DESC, n DESC LIMIT %s",
         (cx.agent_id, *args, q.limit),
     )
-    return Later(lambda: [asdict(RunRecord(*row)) for row in reversed(cur.fetchall())])
+    return Later(lambda: [asdict(ROW.record_of(row)) for row in reversed(cur.fetchall())])
 
 
 @handles(RunTotals)

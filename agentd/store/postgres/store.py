@@ -15,19 +15,6 @@ from typing import Any, Protocol, TypeVar
 
 from agentd.errors import StoreError
 from agentd.store.claims import Claim, KnownThread, current_fence
-from agentd.store.postgres import (  # noqa: F401  (importing the SQL modules registers their handlers)
-    approvals,
-    audit,
-    deliveries,
-    episode_reads,
-    episodes,
-    facts,
-    memories,
-    memory_state,
-    people,
-    runs,
-    transcripts,
-)
 from agentd.store.postgres.claims import ClaimQueue
 from agentd.store.postgres.executor import PgExecutor, read_batch, write_batch
 from agentd.store.postgres.inspect import SqliteShaped, run_as_sqlite

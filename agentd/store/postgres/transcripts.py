@@ -15,7 +15,7 @@ from agentd.messages import dump_message
 from agentd.store.claims import Claim, ThreadMark
 from agentd.store.postgres.audit import insert_audit
 from agentd.store.postgres.deliveries import record_delivery
-from agentd.store.postgres.dispatch import Cx, Later, handles, rowcount
+from agentd.store.postgres.handlers import Cx, Later, handles, rowcount
 from agentd.store.postgres.runs import insert_run
 from agentd.store.queries import (
     ActiveThread,
@@ -128,7 +128,7 @@ def commit_turn(cx: Cx, op: CommitTurn) -> int | None:
                 " WHERE id = %s AND agent_id = %s",
                 (op.usage[0], op.usage[1], thread_id, cx.agent_id),
             )
-    insert_run(cx, op.run, thread_id)
+    insert_run(cx, op.run, thread_id=thread_id)
     if op.delivery is not None:
         d = op.delivery
         record_delivery(cx, d.channel, d.event_id, d.conversation_key, op.run.id, op.now)

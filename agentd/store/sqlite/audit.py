@@ -3,13 +3,22 @@ chain per file (agentd/store/audit_chain.py says what each hash covers)."""
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from typing import Any
 
-from agentd.store.audit_chain import GENESIS, TRAIL_COLUMNS, hex_of, link, seal, seal_existing, stored_event
+from agentd.store.audit_chain import (
+    EVENT_COLUMNS,
+    GENESIS,
+    TRAIL_COLUMNS,
+    hex_of,
+    link,
+    listed_event,
+    seal,
+    seal_existing,
+    stored_event,
+)
 from agentd.store.queries import AuditEvents, AuditHead, AuditTrail
-from agentd.store.sqlite.dispatch import handles
+from agentd.store.sqlite.handlers import handles
 from agentd.store.writes import AppendAudit
 
 _INSERT = (
@@ -75,27 +84,9 @@ def query_audit(conn: sqlite3.Connection, q: AuditEvents) -> list[dict[str, Any]
         args.append(q.tool)
     where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
     rows = conn.execute(
-        "SELECT id, ts, agent, kind, action, conversation_key, run_id, data, daemon, seq, prev_hash, hash"
-        f" FROM audit {where} ORDER BY ts DESC, id DESC LIMIT ?",
-        (*args, q.limit),
+        f"SELECT {EVENT_COLUMNS} FROM audit {where} ORDER BY ts DESC, id DESC LIMIT ?", (*args, q.limit)
     ).fetchall()
-    return [
-        {
-            "id": row[0],
-            "ts": row[1],
-            "agent": row[2],
-            "kind": row[3],
-            "action": row[4],
-            "conversation_key": row[5],
-            "run_id": row[6],
-            "data": json.loads(row[7]),
-            "daemon": row[8],
-            "seq": row[9],
-            "prev_hash": hex_of(row[10]),
-            "hash": hex_of(row[11]),
-        }
-        for row in reversed(rows)
-    ]
+    return [listed_event(row) for row in reversed(rows)]
 
 
 @handles(AuditTrail)

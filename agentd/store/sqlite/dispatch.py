@@ -1,25 +1,43 @@
-"""Which SQL answers which query or write: each module registers its functions with `handles`."""
+"""Which SQL answers which query or write: the SQL modules, one per section of agentd/store/queries.py
+and agentd/store/writes.py, each registering its handlers (agentd/store/sqlite/handlers.py) as it is
+imported here. tests/test_store_contract.py checks that every Query and Write has one."""
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
-F = TypeVar("F", bound=Callable[[sqlite3.Connection, Any], Any])
-HANDLERS: dict[type, Callable[[sqlite3.Connection, Any], Any]] = {}
+from agentd.store.sqlite import (
+    approvals,
+    audit,
+    deliveries,
+    episode_reads,
+    episodes,
+    facts,
+    identity,
+    memories,
+    memory_state,
+    people,
+    runs,
+    transcripts,
+)
+from agentd.store.sqlite.handlers import HANDLERS
 
-
-def handles(kind: type) -> Callable[[F], F]:
-    """Register the decorated function as the SQLite answer to `kind` (a Query or Write class)."""
-
-    def register(fn: F) -> F:
-        if kind in HANDLERS:
-            raise RuntimeError(f"two SQLite handlers for {kind.__name__}")
-        HANDLERS[kind] = fn
-        return fn
-
-    return register
+MODULES = (
+    identity,
+    deliveries,
+    transcripts,
+    runs,
+    audit,
+    approvals,
+    memories,
+    facts,
+    episodes,
+    episode_reads,
+    memory_state,
+    people,
+)
+__all__ = ["HANDLERS", "MODULES", "apply"]
 
 
 def apply(conn: sqlite3.Connection, item: Any) -> Any:

@@ -9,11 +9,10 @@ from __future__ import annotations
 import sqlite3
 
 from agentd.store.queries import Facts
+from agentd.store.records import FACT_ROW as ROW
 from agentd.store.records import Fact
-from agentd.store.sqlite.dispatch import handles
+from agentd.store.sqlite.handlers import handles
 from agentd.store.writes import DeleteFact, UpsertFact
-
-_COLUMNS = "partition, key, value, confidence, source, created_at, updated_at, run_id"
 
 
 @handles(UpsertFact)
@@ -25,12 +24,12 @@ def upsert_fact(conn: sqlite3.Connection, op: UpsertFact) -> str:
         "SELECT 1 FROM facts WHERE partition = ? AND key = ?", (op.partition, op.key)
     ).fetchone()
     cur = conn.execute(
-        f"INSERT INTO facts ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+        f"INSERT INTO facts ({ROW.columns}) VALUES ({ROW.marks('?')})"
         " ON CONFLICT (partition, key) DO UPDATE SET value = excluded.value,"
         " confidence = excluded.confidence, source = excluded.source,"
         " updated_at = excluded.updated_at, run_id = excluded.run_id"
         " WHERE excluded.updated_at >= facts.updated_at",
-        (op.partition, op.key, op.value, op.confidence, op.source, op.now, op.now, op.run_id),
+        ROW.values(op.fact()),
     )
     if existed is None:
         return "created"
@@ -40,10 +39,10 @@ def upsert_fact(conn: sqlite3.Connection, op: UpsertFact) -> str:
 @handles(Facts)
 def list_facts(conn: sqlite3.Connection, q: Facts) -> list[Fact]:
     rows = conn.execute(
-        f"SELECT {_COLUMNS} FROM facts WHERE partition = ? ORDER BY updated_at DESC, key LIMIT ?",
+        f"SELECT {ROW.columns} FROM facts WHERE partition = ? ORDER BY updated_at DESC, key LIMIT ?",
         (q.partition, -1 if q.limit is None else q.limit),
     ).fetchall()
-    return [Fact(*row) for row in rows]
+    return [ROW.record_of(row) for row in rows]
 
 
 @handles(DeleteFact)

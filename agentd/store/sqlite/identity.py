@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from agentd.store.sqlite.dispatch import handles
+from agentd.store.sqlite.handlers import handles
 from agentd.store.writes import EnsureIdentity
 
 

@@ -10,7 +10,7 @@ import sqlite3
 from typing import Any
 
 from agentd.store.queries import Memories, MemoryKeys, MemoryValue
-from agentd.store.sqlite.dispatch import handles
+from agentd.store.sqlite.handlers import handles
 from agentd.store.writes import DeleteMemory, RowMissing, UpsertMemory
 
 

@@ -7,7 +7,7 @@ import sqlite3
 
 from agentd.store.queries import LayerStateOf
 from agentd.store.records import LayerState
-from agentd.store.sqlite.dispatch import handles
+from agentd.store.sqlite.handlers import handles
 from agentd.store.writes import PutLayerState
 
 

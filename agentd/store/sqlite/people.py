@@ -17,9 +17,9 @@ from typing import Any
 from agentd.store import people as person
 from agentd.store.audit_chain import TRAIL_COLUMNS, Erased, stored_event
 from agentd.store.queries import PersonConversations, PersonData
-from agentd.store.records import RUN_COLUMNS, AuditRecord, RunRecord
+from agentd.store.records import RUN_ROW, AuditRecord
 from agentd.store.sqlite.audit import insert_audit
-from agentd.store.sqlite.dispatch import handles
+from agentd.store.sqlite.handlers import handles
 from agentd.store.writes import AppendAudit, ErasePerson
 
 _IN = "(SELECT value FROM json_each(?))"  # a list passed as one JSON parameter, whatever its length
@@ -117,7 +117,7 @@ def person_data(conn: sqlite3.Connection, q: PersonData) -> dict[str, Any]:
     exchanges = conn.execute(_EXCHANGES, (_as_list(shared), user, _as_list(runs))).fetchall()
     conversations = [{"conversation_key": k, "shared": False, "threads": _threads(conn, k)} for k in theirs]
     run_rows = conn.execute(
-        f"SELECT {', '.join(RUN_COLUMNS)} FROM runs WHERE conversation_key IN {_IN} OR id IN {_IN}"
+        f"SELECT {RUN_ROW.columns} FROM runs WHERE conversation_key IN {_IN} OR id IN {_IN}"
         " ORDER BY started_at, rowid",
         (_as_list(theirs), _as_list(runs)),
     ).fetchall()
@@ -137,7 +137,7 @@ def person_data(conn: sqlite3.Connection, q: PersonData) -> dict[str, Any]:
             " WHERE partition = ? ORDER BY id",
             (partition,),
         ),
-        [asdict(RunRecord(*row)) for row in run_rows],
+        [asdict(RUN_ROW.record_of(row)) for row in run_rows],
         person.their_approvals(conn.execute(_APPROVALS + " ORDER BY created_at"), user, set(theirs)),
         _events_naming(conn, user, theirs),
         user,

@@ -7,20 +7,17 @@ from dataclasses import asdict
 from typing import Any
 
 from agentd.store.queries import Runs, RunTotals
-from agentd.store.records import RUN_COLUMNS, RunRecord
-from agentd.store.sqlite.dispatch import handles
+from agentd.store.records import RUN_ROW as ROW
+from agentd.store.records import RunRecord
+from agentd.store.sqlite.handlers import handles
 from agentd.store.writes import InsertRun
 
-_INSERT = f"INSERT INTO runs ({', '.join(RUN_COLUMNS)}) VALUES ({', '.join('?' * len(RUN_COLUMNS))})"
-_UNSET = object()
+_INSERT = f"INSERT INTO runs ({ROW.columns}) VALUES ({ROW.marks('?')})"
 
 
-def insert_run(conn: sqlite3.Connection, run: RunRecord, thread_id: Any = _UNSET) -> None:
+def insert_run(conn: sqlite3.Connection, run: RunRecord, **given: Any) -> None:
     """Insert a run row; `thread_id`, when given, is what the row records (a thread made in the same batch)."""
-    values = [getattr(run, c) for c in RUN_COLUMNS]
-    if thread_id is not _UNSET:
-        values[RUN_COLUMNS.index("thread_id")] = thread_id
-    conn.execute(_INSERT, values)
+    conn.execute(_INSERT, ROW.values(run, **given))
 
 
 @handles(InsertRun)
@@ -32,13 +29,10 @@ def _insert_run(conn: sqlite3.Connection, op: InsertRun) -> None:
 def list_runs(conn: sqlite3.Connection, q: Runs) -> list[dict[str, Any]]:
     where, args = ("WHERE conversation_key = ?", [q.conversation_key]) if q.conversation_key else ("", [])
     rows = conn.execute(
-        f"SELECT {', '.join(RUN_COLUMNS)} FROM runs {where} ORDER BY started_at DESC, rowid DESC LIMIT ?",
+        f"SELECT {ROW.columns} FROM runs {where} ORDER BY started_at DESC, rowid DESC LIMIT ?",
         (*args, q.limit),
     ).fetchall()
-    out = [asdict(RunRecord(*row)) for row in reversed(rows)]
-    for run in out:
-        run["tokens_estimated"] = bool(run["tokens_estimated"])
-    return out
+    return [asdict(ROW.record_of(row)) for row in reversed(rows)]
 
 
 @handles(RunTotals)

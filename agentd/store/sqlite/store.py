@@ -13,21 +13,6 @@ from typing import Any, TypeVar
 from agentd.errors import NotStored, StoreError
 from agentd.store.claims import Claim, KnownThread
 from agentd.store.queries import Query
-
-# Importing the SQL modules registers their handlers.
-from agentd.store.sqlite import (
-    approvals,  # noqa: F401 - imported for its handlers alone, as every module here
-    audit,
-    episodes,
-    facts,
-    identity,
-    inbound,
-    memories,
-    memory_state,
-    people,
-    runs,
-    transcripts,
-)
 from agentd.store.sqlite.dispatch import apply
 from agentd.store.sqlite.executor import Outcome, StoreExecutor
 from agentd.store.sqlite.migrations import migrate
@@ -36,7 +21,6 @@ from agentd.store.writes import ErasePerson, Write, stamped
 T = TypeVar("T")
 Batch = Sequence[Write[Any]]
 NO_CLAIM = Claim()
-_SQL_MODULES = (audit, episodes, facts, identity, inbound, memories, memory_state, people, runs, transcripts)
 # writes after whose commit the log is checkpointed and truncated: no page image of what they
 # deleted stays in the WAL file
 _SCRUBBING = (ErasePerson,)

@@ -17,8 +17,8 @@ from agentd.store.queries import (
 )
 from agentd.store.records import AuditRecord, StoredMessage, StoredThread, stored_messages
 from agentd.store.sqlite.audit import insert_audit
-from agentd.store.sqlite.dispatch import handles
-from agentd.store.sqlite.inbound import record_delivery
+from agentd.store.sqlite.deliveries import record_delivery
+from agentd.store.sqlite.handlers import handles
 from agentd.store.sqlite.runs import insert_run
 from agentd.store.writes import (
     AppendAudit,

@@ -5,12 +5,12 @@ from __future__ import annotations
 import sqlite3
 
 from agentd.store.queries import DeliverySeen
-from agentd.store.sqlite.dispatch import handles
+from agentd.store.sqlite.handlers import handles
 from agentd.store.writes import PruneDeliveries, RecordDelivery
 
 
 @handles(DeliverySeen)
-def event_seen(conn: sqlite3.Connection, q: DeliverySeen) -> bool:
+def delivery_seen(conn: sqlite3.Connection, q: DeliverySeen) -> bool:
     row = conn.execute(
         "SELECT 1 FROM inbound_events WHERE channel = ? AND event_id = ?", (q.channel, q.event_id)
     ).fetchone()
@@ -28,5 +28,5 @@ def record_delivery(conn: sqlite3.Connection, op: RecordDelivery) -> None:
 
 
 @handles(PruneDeliveries)
-def prune_events(conn: sqlite3.Connection, op: PruneDeliveries) -> int:
+def prune_deliveries(conn: sqlite3.Connection, op: PruneDeliveries) -> int:
     return conn.execute("DELETE FROM inbound_events WHERE received_at < ?", (op.older_than,)).rowcount
