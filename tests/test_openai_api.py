@@ -271,3 +271,18 @@ async def test_the_readme_example_runs_as_written(served: tuple[Daemon, str]) ->
 
     await asyncio.to_thread(run)  # a blocking client, off the loop that serves it
     assert printed.getvalue() == "['assistant', 'offline-bot']\nfake reply to: what do you remember?\n"
+
+
+async def test_a_failed_stateless_call_does_not_say_the_message_is_saved(
+    client: openai.AsyncOpenAI, fake: FakeLLM
+) -> None:
+    fake.fail(500)
+    with pytest.raises(openai.InternalServerError) as stateless:
+        await client.chat.completions.create(model="assistant", messages=[{"role": "user", "content": "hi"}])
+    assert "Nothing was kept" in stateless.value.message and "saved" not in stateless.value.message
+    fake.fail(500)
+    with pytest.raises(openai.InternalServerError) as named:
+        await client.chat.completions.create(
+            model="assistant", user="ana", messages=[{"role": "user", "content": "hi"}]
+        )
+    assert "Your message is saved" in named.value.message

@@ -34,6 +34,24 @@ class RunRecord:
 RUN_COLUMNS: tuple[str, ...] = tuple(RunRecord.__dataclass_fields__)
 
 
+# Every kind of audit event agentd writes: `GET /audit?kind=` and the audit page refuse any other.
+AUDIT_KINDS = (
+    "auth",
+    "channel",
+    "command",
+    "compaction",
+    "config",
+    "conversation",
+    "extraction",
+    "fold",
+    "memory",
+    "permission",
+    "person",
+    "summary",
+    "tool",
+)
+
+
 @dataclass(slots=True)
 class AuditRecord:
     """One audit event: memory writes, commands, compactions, permission and config decisions."""
