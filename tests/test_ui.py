@@ -94,7 +94,7 @@ async def test_every_value_is_escaped(ui: httpx.AsyncClient) -> None:
     hostile = '<script>alert(1)</script> & "quotes"'
     r = await ui.post(
         "/agents/assistant/messages",
-        json={"conversation_id": "x", "text": hostile, "user_id": "<img src=x>"},
+        json={"conversation_id": "x", "text": hostile, "user_id": "<img>x"},  # a user id has no spaces
         headers=BEARER,
     )
     assert r.status_code == 200
@@ -103,7 +103,7 @@ async def test_every_value_is_escaped(ui: httpx.AsyncClient) -> None:
         assert "<script>" not in page and "<img" not in page and "<b>" not in page
     page = (await ui.get("/ui/agents/assistant/conversations/webhook:x", headers=BEARER)).text
     assert "&lt;script&gt;alert(1)&lt;/script&gt; &amp; &#34;quotes&#34;" in page  # Jinja's autoescape
-    assert "user (&lt;img src=x&gt;)" in page
+    assert "user (&lt;img&gt;x)" in page
 
 
 @pytest.mark.parametrize(

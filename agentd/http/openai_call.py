@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from agentd.events import USER_ID_FORM, USER_ID_PATTERN, is_user_id
 from agentd.http.bodies import MAX_TEXT
 from agentd.http.errors import ApiError
 from agentd.messages import Message
@@ -54,7 +55,9 @@ class ChatCompletionIn(BaseModel):
     stream: bool = False
     stream_options: StreamOptionsIn | None = None
     user: str | None = Field(
-        default=None, description="names the conversation (openai:<user>) unless the header does; the speaker"
+        default=None,
+        json_schema_extra={"pattern": USER_ID_PATTERN},
+        description=f"names the conversation (openai:<user>) unless the header does; the speaker: {USER_ID_FORM}",
     )
     n: int | None = None
     tools: list[Any] | None = None
@@ -83,6 +86,8 @@ class Call:
                 413, f"the last user message is {len(self.text)} characters; the limit is {MAX_TEXT}"
             )
         self.user = _name(body.user, "user")
+        if self.user is not None and not is_user_id(self.user):  # the speaker too: the people routes' rule
+            raise ApiError(400, f"user: not a user id ({USER_ID_FORM})", param="user")
         named = _name(header, CONVERSATION_HEADER) or self.user
         self.key = f"{CHANNEL}:{named}" if named else STATELESS_KEY
         # Stateless: the caller's conversation so far, without its system messages (they are instructions).

@@ -7,10 +7,9 @@ from typing import Any
 from fastapi import FastAPI, Path, Query
 from fastapi.params import Depends
 
-from agentd.events import CONVERSATION_KEY_PATTERN
+from agentd.events import CONVERSATION_KEY_PATTERN, USER_ID_PATTERN
 from agentd.http.bodies import (
     TIME_SCHEMA,
-    USER_ID_PATTERN,
     agent_param,
     documented_pattern,
     iso,
