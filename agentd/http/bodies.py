@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from agentd.events import CONVERSATION_ID_RE, USER_ID_FORM, USER_ID_PATTERN, Reply, is_user_id
 from agentd.http.errors import ApiError, reasons
+from agentd.http.idempotency import KEY_DOC, KEY_PATTERN
 
 MAX_TEXT = 32_000
 AGENT_PATTERN = r"^[a-z0-9][a-z0-9_-]*$"
@@ -38,6 +39,9 @@ class MessageIn(BaseModel):
         default=None,
         json_schema_extra={"pattern": USER_ID_PATTERN},
         description=f"who is speaking: {USER_ID_FORM} (the id the people routes take)",
+    )
+    message_id: str | None = Field(
+        default=None, pattern=KEY_PATTERN, description=f"the Idempotency-Key: {KEY_DOC}"
     )
     sent_at: float | None = Field(
         default=None,

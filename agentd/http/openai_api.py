@@ -23,6 +23,9 @@ before it calls one of the agent's tools streams too, followed by a blank line
 only. Errors are OpenAI's shape: `{"error": {"message", "type", "param", "code"}}`;
 a model that failed is a 502 with `x-should-retry: false` (the person's
 message is already stored in a named conversation: a retry would say it twice).
+With an `Idempotency-Key` header (or `message_id`), a retry is answered with the
+first request's reply and stores nothing (idempotency.py): the official client
+retries timeouts and 5xx with the headers it was given.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Literal
 from urllib.parse import quote
 
-from fastapi import Depends, FastAPI, Request
+from fastapi import Depends, FastAPI, Header, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, Field
 
@@ -44,6 +47,15 @@ from agentd.events import InboundEvent, Reply, ReplySink
 from agentd.http.bodies import body_schema, read_json, sse_event_schema
 from agentd.http.directory import AgentDirectory
 from agentd.http.errors import ApiError
+from agentd.http.idempotency import (
+    HEADER,
+    KEY_DOC,
+    KEY_PATTERN,
+    REPLAYED_HEADER,
+    Idempotency,
+    key_of,
+    replay_headers,
+)
 from agentd.http.openai_call import CHANNEL, CONVERSATION_HEADER, Call, ChatCompletionIn
 from agentd.http.streaming import SSE_HEADERS, Failed, Restart, TurnStream
 
@@ -152,6 +164,7 @@ def add_openai_routes(
     directory: AgentDirectory,
     require_token: Callable[[Request], Awaitable[None]],
     turns: set[asyncio.Task[None]],
+    once: Idempotency,
 ) -> None:
     def agent_of(name: str) -> Agent:
         agent = directory.agent(name)
@@ -202,31 +215,48 @@ def add_openai_routes(
         tags=["openai"],
         dependencies=[Depends(require_token)],
         responses={
-            **openai_errors(404, 413, 502, 503),
+            **openai_errors(404, 409, 413, 502, 503),
             200: {
                 "headers": {
                     CONVERSATION_HEADER: {
                         "schema": {"type": "string"},
                         "description": CONVERSATION_HEADER_DOC,
-                    }
+                    },
+                    REPLAYED_HEADER: {
+                        "schema": {"type": "string", "enum": ["true"]},
+                        "description": "present on the answer to a retry: the first request's reply",
+                    },
                 }
             },
         },
         openapi_extra=body_schema(ChatCompletionIn, stream=sse_event_schema(None)),
     )
-    async def chat_completions(request: Request) -> Any:
+    async def chat_completions(
+        request: Request,
+        idempotency_key: str | None = Header(None, alias=HEADER, pattern=KEY_PATTERN, description=KEY_DOC),
+    ) -> Any:
         """Talk to an agent as to an OpenAI model (see the module docstring for the rules)."""
         body = await read_json(request, ChatCompletionIn, directory.max_body_bytes)
         agent = agent_of(body.model)
         call = Call(body, request.headers.get(CONVERSATION_HEADER))
-        event = InboundEvent(agent.name, call.key, call.text, CHANNEL, user_id=call.user)
+        key = key_of(idempotency_key, body.message_id)
+        stateless = call.earlier is not None
+        # a stateless call stores nothing: its key is honoured in this process only (idempotency.py)
+        event_id = None if stateless else key
+        event = InboundEvent(agent.name, call.key, call.text, CHANNEL, user_id=call.user, event_id=event_id)
 
-        async def run(sink: ReplySink | None) -> Reply:
+        async def turn(sink: ReplySink | None) -> Reply:
             if call.earlier is not None:
                 return await agent.answer_stateless(
                     event, call.earlier, sink=sink, instructions=call.instructions
                 )
             return await agent.handle(event, sink=sink, instructions=call.instructions)
+
+        async def run(sink: ReplySink | None) -> Reply:
+            if key is None:
+                return await turn(sink)
+            stored = None if stateless else (lambda: agent.delivered(CHANNEL, key))
+            return await once.once((agent.name, CHANNEL, key), call.key, lambda: turn(sink), stored)
 
         headers = {CONVERSATION_HEADER: conversation_header(call.key)}
         if body.stream:
@@ -234,6 +264,7 @@ def add_openai_routes(
             chunks = _chunks(TurnStream(run, turns), agent.name)
             return StreamingResponse(chunks, media_type="text/event-stream", headers=SSE_HEADERS | headers)
         reply = await run(None)
+        headers |= replay_headers(reply)
         if reply.error is not None:
             return openai_error(
                 502, reply.text, code=reply.error, headers={"x-should-retry": "false"} | headers

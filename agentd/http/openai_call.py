@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from agentd.events import USER_ID_FORM, USER_ID_PATTERN, is_user_id
 from agentd.http.bodies import MAX_TEXT
 from agentd.http.errors import ApiError
+from agentd.http.idempotency import KEY_DOC, KEY_PATTERN
 from agentd.messages import Message
 
 CHANNEL = "openai"
@@ -63,6 +64,9 @@ class ChatCompletionIn(BaseModel):
     tools: list[Any] | None = None
     functions: list[Any] | None = None
     response_format: dict[str, Any] | None = None
+    message_id: str | None = Field(
+        default=None, pattern=KEY_PATTERN, description=f"as the Idempotency-Key: {KEY_DOC}"
+    )
 
 
 class Call:

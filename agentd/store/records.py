@@ -52,6 +52,24 @@ AUDIT_KINDS = (
 )
 
 
+@dataclass(frozen=True, slots=True)
+class Delivered:
+    """What became of a delivery already answered: its conversation, its run and that run's outcome,
+    and the reply it stored (None: a command, or an agent that keeps no transcript)."""
+
+    conversation_key: str | None
+    run_id: str | None
+    status: str | None
+    error: str | None
+    reply: str | None
+
+    @classmethod
+    def of_row(cls, row: Sequence[Any]) -> Delivered:
+        """(conversation key, run id, status, error, stored reply body) as both backends read it."""
+        key, run_id, status, error, body = row
+        return cls(key, run_id, status, error, None if body is None else load_messages([body])[0].text)
+
+
 @dataclass(slots=True)
 class AuditRecord:
     """One audit event: memory writes, commands, compactions, permission and config decisions."""
