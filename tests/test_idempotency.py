@@ -170,3 +170,35 @@ async def test_openai_retries_with_one_key_are_answered_once_and_a_stateless_one
             assert again.headers["idempotent-replayed"] == "true"
     assert len(fake.requests) == 2
     assert len(await served.messages("openai:ana")) == 2
+
+
+async def test_two_daemons_on_one_database_answer_a_key_once(
+    tmp_path: Path, fake: FakeLLM, postgres_url: str
+) -> None:
+    agents = write_folder(tmp_path, fake)
+    (tmp_path / "agentd.yaml").write_text(
+        (tmp_path / "agentd.yaml").read_text() + f"store: {{url: '{postgres_url}'}}\n"
+    )
+    daemons = [Daemon(agents, tmp_path / name, reload_interval=60) for name in ("a", "b")]
+    for daemon in daemons:
+        await daemon.start()
+    try:
+        async with (
+            serve_on_loopback(create_app(daemons[0])) as a,
+            serve_on_loopback(create_app(daemons[1])) as b,
+        ):
+            fake.hang(1.0)
+            body = {"conversation_id": "two", "text": "once only"}
+            first = asyncio.create_task(post(a, body, key="k-2"))
+            await asyncio.to_thread(fake.wait_for_requests, 1)
+            retry = await post(b, body, key="k-2")  # the load balancer sent the retry elsewhere
+            answered = await first
+            later = await post(b, body, key="k-2")
+            stored = await Served(daemons[1], b).messages("webhook:two")
+    finally:
+        for daemon in daemons:
+            await daemon.shutdown()
+    assert answered.status_code == retry.status_code == later.status_code == 200, retry.text
+    assert retry.json() == answered.json() == later.json()
+    assert retry.headers["idempotent-replayed"] == later.headers["idempotent-replayed"] == "true"
+    assert len(fake.requests) == 1 and stored == ["once only", "fake reply to: once only"]
