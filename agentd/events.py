@@ -26,6 +26,20 @@ def is_conversation_key(value: str) -> bool:
     return bool(_KEY_RE.match(value))
 
 
+# A user id: one rule at every intake (the webhook's user_id, the OpenAI endpoint's `user`, the
+# channels) and every people route (export, erase, episodes; `agentd person`), so every id that is
+# accepted can be exported and erased while the daemon runs: 1-128 characters, none of them
+# whitespace (in Python's and ECMAScript's sense, as NOT_SPACE), a control character, or `/` (a URL
+# path segment cannot carry it).
+USER_ID_PATTERN = r"^[^\x00-\x20\x7f-\xa0/\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff]{1,128}$"
+USER_ID_FORM = "1-128 characters, none of them a space, a control character or '/'"
+_USER_ID_RE = re.compile(USER_ID_PATTERN)
+
+
+def is_user_id(value: str) -> bool:
+    return _USER_ID_RE.fullmatch(value) is not None  # fullmatch: `$` would let a final \n through
+
+
 @dataclass(frozen=True, slots=True)
 class InboundEvent:
     """One message from a person, on its way to an agent.

@@ -211,10 +211,12 @@ async def test_token_guards_every_route_but_healthz(secured: tuple[httpx.AsyncCl
     assert r.status_code == 401 and "wrong bearer token" in r.json()["error"]
     ok = {"Authorization": "Bearer s3cret"}
     assert (await post(api, {"conversation_id": "a", "text": "hi"}, headers=ok)).status_code == 200
-    events = (await api.get("/audit", params={"kind": "auth"}, headers=ok)).json()["events"]
-    assert [(e["action"], e["data"]["reason"]) for e in events] == [
-        ("denied", "missing token"),
-        ("denied", "wrong token"),
+    # refusals are audited coalesced: one event per source and minute, with the counts
+    [event] = (await api.get("/audit", params={"kind": "auth"}, headers=ok)).json()["events"]
+    assert event["action"] == "denied" and event["data"]["count"] == 2
+    assert sorted((d["reason"], d["count"]) for d in event["data"]["denials"]) == [
+        ("missing token", 1),
+        ("wrong token", 1),
     ]
 
 

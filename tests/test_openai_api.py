@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import io
 import re
+import urllib.parse
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -271,3 +272,55 @@ async def test_the_readme_example_runs_as_written(served: tuple[Daemon, str]) ->
 
     await asyncio.to_thread(run)  # a blocking client, off the loop that serves it
     assert printed.getvalue() == "['assistant', 'offline-bot']\nfake reply to: what do you remember?\n"
+
+
+async def test_a_failed_stateless_call_does_not_say_the_message_is_saved(
+    client: openai.AsyncOpenAI, fake: FakeLLM
+) -> None:
+    fake.fail(500)
+    with pytest.raises(openai.InternalServerError) as stateless:
+        await client.chat.completions.create(model="assistant", messages=[{"role": "user", "content": "hi"}])
+    assert "Nothing was kept" in stateless.value.message and "saved" not in stateless.value.message
+    fake.fail(500)
+    with pytest.raises(openai.InternalServerError) as named:
+        await client.chat.completions.create(
+            model="assistant", user="ana", messages=[{"role": "user", "content": "hi"}]
+        )
+    assert "Your message is saved" in named.value.message
+
+
+@pytest.mark.parametrize("user", ["ana-✓", "小明", "ana🙂", "a%b"])
+async def test_a_user_outside_latin_1_is_answered_and_stored_once(
+    served: tuple[Daemon, str], fake: FakeLLM, user: str
+) -> None:
+    _, url = served
+    # the official client retries a 500 twice: a reply that fails after the turn would store it 3 times
+    async with openai.AsyncOpenAI(base_url=f"{url}/v1", api_key=TOKEN, max_retries=2) as client:
+        raw = await client.chat.completions.with_raw_response.create(
+            model="assistant", user=user, messages=[{"role": "user", "content": "hi"}]
+        )
+    assert raw.parse().choices[0].message.content == "fake reply to: hi"
+    assert urllib.parse.unquote(raw.headers["x-agentd-conversation"]) == f"openai:{user}"
+    raw.headers["x-agentd-conversation"].encode("ascii")
+    assert len(fake.requests) == 1
+    daemon, _ = served
+    agent = daemon.agent("assistant")
+    assert agent is not None
+    [conversation] = await agent.conversations()
+    assert (conversation["conversation_key"], conversation["messages"]) == (f"openai:{user}", 2)
+
+
+async def test_text_that_is_not_unicode_is_refused_before_the_turn(
+    served: tuple[Daemon, str], fake: FakeLLM
+) -> None:
+    _, url = served
+    headers = {"Authorization": f"Bearer {TOKEN}", "content-type": "application/json"}
+    async with httpx.AsyncClient(base_url=url, headers=headers) as http:
+        for body in (
+            b'{"model": "assistant", "user": "ana", "messages": [{"role": "user", "content": "hi \\ud800"}]}',
+            b'{"model": "assistant", "user": "\\ud800", "messages": [{"role": "user", "content": "hi"}]}',
+        ):
+            response = await http.post("/v1/chat/completions", content=body)
+            assert response.status_code == 400, response.text
+            assert "not Unicode text" in response.json()["error"]["message"]
+    assert fake.requests == []

@@ -83,7 +83,9 @@ async def test_the_token_is_traded_once_for_an_httponly_cookie(ui: httpx.AsyncCl
     assert (await ui.get("/ui/", headers={"Authorization": "Bearer nope"})).status_code == 401
 
     denied = (await ui.get("/audit", params={"kind": "auth"}, headers=BEARER)).json()["events"]
-    reasons = [(e["data"]["path"], e["data"]["reason"]) for e in denied]
+    reasons = [
+        (d["path"], d["reason"]) for e in denied for d in e["data"]["denials"] for _ in range(d["count"])
+    ]
     assert ("/ui/", "missing token") in reasons and ("/ui/", "stale session cookie") in reasons
     assert reasons.count(("/ui/", "wrong token")) == 2
 
@@ -92,7 +94,7 @@ async def test_every_value_is_escaped(ui: httpx.AsyncClient) -> None:
     hostile = '<script>alert(1)</script> & "quotes"'
     r = await ui.post(
         "/agents/assistant/messages",
-        json={"conversation_id": "x", "text": hostile, "user_id": "<img src=x>"},
+        json={"conversation_id": "x", "text": hostile, "user_id": "<img>x"},  # a user id has no spaces
         headers=BEARER,
     )
     assert r.status_code == 200
@@ -101,7 +103,7 @@ async def test_every_value_is_escaped(ui: httpx.AsyncClient) -> None:
         assert "<script>" not in page and "<img" not in page and "<b>" not in page
     page = (await ui.get("/ui/agents/assistant/conversations/webhook:x", headers=BEARER)).text
     assert "&lt;script&gt;alert(1)&lt;/script&gt; &amp; &#34;quotes&#34;" in page  # Jinja's autoescape
-    assert "user (&lt;img src=x&gt;)" in page
+    assert "user (&lt;img&gt;x)" in page
 
 
 @pytest.mark.parametrize(

@@ -100,10 +100,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     audit = sub.add_parser(
         "audit",
-        help="print an agent's audit trail (audit AGENT), verify the hash chains (audit verify [AGENT]) "
-        "or export them as JSON lines (audit export [--since T] [--agent A] [-o FILE])",
+        help="print an agent's audit trail (audit AGENT, or audit show AGENT for any name, verify and "
+        "export included), verify the hash chains (audit verify [AGENT]) or export them as JSON lines "
+        "(audit export [--since T] [--agent A] [-o FILE])",
     )
-    audit.add_argument("what", metavar="AGENT | verify | export")
+    audit.add_argument("what", metavar="AGENT | show AGENT | verify | export")
     audit.add_argument(
         "name", nargs="?", default=None, help="verify: only this agent's chain (_daemon: the daemon's)"
     )

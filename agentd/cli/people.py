@@ -22,6 +22,7 @@ from agentd.cli.settings import settings_of
 from agentd.daemon.people import erase_person, export_person
 from agentd.daemon.resources import Resources
 from agentd.errors import AgentdError
+from agentd.events import USER_ID_FORM, is_user_id
 
 
 def _request(
@@ -33,10 +34,12 @@ def _request(
     path), else of this process (`here`); a partial answer here is an error naming what was missed."""
     with running_daemon(args) as client:
         if client is not None:
-            if "/" in args.user_id:
+            if not is_user_id(args.user_id):
+                # the daemon's routes take the ids its intake accepts; one kept before that rule
+                # (say, with a space) is reached with the daemon stopped
                 raise AgentdError(
-                    f"{args.user_id!r} holds '/', which no URL path segment can carry, and a daemon owns "
-                    f"{args.data}: stop it, and run this again (it then runs here)"
+                    f"{args.user_id!r} is not a user id ({USER_ID_FORM}), so the daemon that owns "
+                    f"{args.data} never took it in: stop it, and run this again (it then runs here)"
                 )
             return answer(remote(client, quote(args.user_id, safe="")))
 

@@ -46,6 +46,8 @@ from agentd.engine.breakers import Breakers
 from agentd.engine.collector import collector_paused
 from agentd.errors import OperatorError
 from agentd.http.app import create_app
+from agentd.http.auth_failures import FLUSH_EVERY as AUTH_FLUSH_EVERY
+from agentd.http.auth_failures import AuthFailures
 from agentd.providers.base import Embedder, ModelProvider
 from agentd.store.base import Store
 from agentd.store.folder_lock import DataFolderLock
@@ -104,6 +106,8 @@ class Daemon:
         self._signals = 0
         self._audit_batch: list[Write[Any]] | None = None  # while agents load: committed together
         self._folder_lock: DataFolderLock | None = None
+        # refused token checks: counted, audited per source and minute (never before the 401)
+        self.auth_failures = AuthFailures(lambda data: self.daemon_audit("auth", "denied", None, data))
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -144,6 +148,7 @@ class Daemon:
             self.daemon_store = self.resources.store(DAEMON_STORE)
             await self.daemon_store.open()
             stack.push_async_callback(self.daemon_store.close)
+            stack.push_async_callback(self.auth_failures.flush_all)  # before the store closes
             self._group = await stack.enter_async_context(asyncio.TaskGroup())
             stack.push_async_callback(self._cancel_tasks)
             stack.push_async_callback(self.fleet.close_all)
@@ -156,6 +161,7 @@ class Daemon:
             self.spawn(every(self.reload_interval, self.sync_agents, "reloading agents"))
             self.spawn(every(GC_FREEZE_EVERY, freeze_gc, "freezing the GC"))
             self.spawn(every(PRUNE_EVERY, self._prune, "pruning old delivery ids and episodes"))
+            self.spawn(every(AUTH_FLUSH_EVERY, self.auth_failures.flush, "auditing refused token checks"))
             sweep = min(CLOSE_IDLE_FILES_EVERY, self.settings.store.close_idle_after_s / 2)
             self.spawn(every(sweep, self.resources.close_idle_files, "closing idle agent files"))
         except BaseException:
@@ -298,6 +304,8 @@ class Daemon:
         self, agent: str | None, kind: str | None, since: float | None, limit: int, tool: str | None = None
     ) -> list[dict[str, Any]]:
         assert self.daemon_store is not None
+        if self.auth_failures.pending:
+            await self.auth_failures.flush_all()  # what is read is never behind the refusals counted
         query = AuditEvents(agent, kind, since, limit, tool)
         # each event names its chain (the store it is in) and its place there: seq, prev_hash, hash
         merged = [
@@ -321,8 +329,8 @@ class Daemon:
         """Erase one person everywhere, hot caches included (agentd.daemon.people)."""
         return await erase_person(self.resources, self.fleet.agent, self.daemon_store, user_id, by)
 
-    async def audit_auth_failure(self, path: str, reason: str, client: str | None) -> None:
-        await self.daemon_audit("auth", "denied", None, {"path": path, "reason": reason, "client": client})
+    def note_auth_failure(self, path: str, reason: str, client: str | None) -> None:
+        self.auth_failures.note(path, reason, client)
 
     def platform_endpoint(self, path: str) -> Callable[[Any], Awaitable[Any]] | None:
         for entry in self.fleet.entries.values():

@@ -13,7 +13,7 @@ from agentd.channels.registry import CHANNEL_KINDS, build_channel
 from agentd.config.models import AgentSpec
 from agentd.engine.agent import Agent
 from agentd.errors import StoreError
-from agentd.events import InboundEvent, Reply, ReplySink
+from agentd.events import USER_ID_FORM, InboundEvent, Reply, ReplySink, is_user_id
 from agentd.store.base import Leases
 
 log = logging.getLogger("agentd")
@@ -39,6 +39,20 @@ class AgentHost:
         agent = self._owner.agent
         if agent is None or agent.status != "running":
             raise RuntimeError(f"agent {self.agent} is not running")
+        if event.user_id is not None and not is_user_id(event.user_id):
+            # a person whose id the people routes refuse could not be erased: never taken in
+            log.warning(
+                "agent %s: %s: refused user id %r (%s)",
+                self.agent,
+                event.channel,
+                event.user_id,
+                USER_ID_FORM,
+            )
+            return Reply(
+                text="Sorry, I cannot take in messages from this account: its id is not one I can keep.",
+                conversation_key=event.conversation_key,
+                error="bad_user_id",
+            )
         try:
             return await agent.handle(event, sink=sink)
         except StoreError as e:

@@ -33,7 +33,8 @@ from agentd.memory.episode_writes import forget_partition
 from agentd.memory.persistent import persistent_scope
 from agentd.messages import MESSAGE_ADAPTER, Message
 from agentd.store.base import KnowsIfAbsent, Store, write_one
-from agentd.store.queries import ActiveThread, AuditEvents, Conversations, MemoryValue, Runs
+from agentd.store.queries import ActiveThread, AuditEvents, Conversations, DeliveredReply, MemoryValue, Runs
+from agentd.store.records import Delivered
 from agentd.store.writes import EnsureIdentity, PruneDeliveries
 from agentd.tools.mcp_servers import McpServers
 
@@ -272,6 +273,11 @@ class Agent:
     async def runs(self, conversation_key: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
         await self.ready()
         return await self.state.store.read(Runs(conversation_key, limit))
+
+    async def delivered(self, channel: str, event_id: str) -> Delivered | None:
+        """What a delivery already answered became (an idempotent retry is answered with it)."""
+        await self.ready()
+        return await self.state.store.read(DeliveredReply(channel, event_id))
 
     async def conversations(self, limit: int = 200, offset: int = 0) -> list[dict[str, Any]]:
         await self.ready()

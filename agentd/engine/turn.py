@@ -175,9 +175,13 @@ async def _drive(
             step_sink.restart()  # a stream broken off half-way is no answer
         run.status, run.error = "error", str(e)
         error = "provider_error"
-        reply_text = (
-            f"Sorry, I could not reach the model just now ({e}). Your message is saved; please try again."
+        # only a kept transcript holds the message: a stateless call keeps nothing to retry from
+        kept = (
+            "Your message is saved; please try again."
+            if conv.memory.keeps_transcript
+            else "Nothing was kept; please try again."
         )
+        reply_text = f"Sorry, I could not reach the model just now ({e}). {kept}"
         log.warning("agent %s run %s failed: %s", state.name, run.id, e)
     if not reply_text and error is None:
         reply_text = "(the model returned an empty reply)"

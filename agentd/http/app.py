@@ -12,8 +12,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from fastapi import Depends, FastAPI, Query, Request
-from fastapi.responses import RedirectResponse, Response, StreamingResponse
+from fastapi import Depends, FastAPI, Header, Query, Request
+from fastapi.responses import JSONResponse, RedirectResponse, Response, StreamingResponse
 
 from agentd import __version__
 from agentd.engine.agent import Agent
@@ -33,6 +33,15 @@ from agentd.http.deletes import add_delete_routes
 from agentd.http.directory import AgentDirectory
 from agentd.http.docs import add_docs_routes
 from agentd.http.errors import ApiError, errors, install_error_handlers
+from agentd.http.idempotency import (
+    HEADER,
+    KEY_DOC,
+    KEY_PATTERN,
+    REPLAYED_HEADER,
+    Idempotency,
+    key_of,
+    replay_headers,
+)
 from agentd.http.lookup import running_agent
 from agentd.http.openai_api import add_openai_routes, is_openai_path, openai_error
 from agentd.http.people import add_people_routes
@@ -80,6 +89,7 @@ def create_app(directory: AgentDirectory) -> FastAPI:
         return Response(body, media_type=content_type)
 
     turns: set[asyncio.Task[None]] = set()  # streamed turns, alive whether or not their client stays
+    once = Idempotency()  # requests named by an Idempotency-Key: a retry gets the first one's reply
 
     async def streamed(target: Agent, event: InboundEvent) -> StreamingResponse:
         await target.ready()  # data that cannot be opened is a 503 now, not an event in a 200 stream
@@ -94,26 +104,48 @@ def create_app(directory: AgentDirectory) -> FastAPI:
         response_model=MessageOut,
         tags=["agents"],
         dependencies=protected,
-        responses=errors(400, 404, 413, 422, 503),
+        responses={**errors(400, 404, 409, 413, 422, 503), 200: {"headers": REPLAYED}},
         openapi_extra=streamable(MessageIn),
     )
     async def post_message(
-        request: Request, agent: str = agent_param(), stream: bool = Query(False, description=STREAM_DOC)
+        request: Request,
+        agent: str = agent_param(),
+        stream: bool = Query(False, description=STREAM_DOC),
+        idempotency_key: str | None = Header(None, alias=HEADER, pattern=KEY_PATTERN, description=KEY_DOC),
     ) -> Any:
         """A message to the agent's webhook channel (conversation `webhook:<conversation_id>`); text starting
-        with `/` runs a command."""
+        with `/` runs a command. With an Idempotency-Key (or `message_id`), a retry is answered with the
+        first request's reply and the message is stored once."""
         message = await read_json(request, MessageIn, directory.max_body_bytes)
         target = running_agent(directory, agent)
         if not directory.has_webhook(agent):
             raise ApiError(404, f"agent {agent!r} has no webhook channel: add `channels: {{webhook: {{}}}}`")
+        key = key_of(idempotency_key, message.message_id)
         event = InboundEvent(
             agent=agent,
             conversation_key=f"webhook:{message.conversation_id}",
             text=message.text,
             channel="webhook",
             user_id=message.user_id,
+            event_id=key,
             sent_at=message.sent_at,
         )
+        if key is not None:
+
+            async def handle(sink: ReplySink | None = None) -> Reply:
+                assert key is not None
+                return await once.once(
+                    (agent, "webhook", key),
+                    event.conversation_key,
+                    lambda: target.handle(event, sink=sink),
+                    lambda: target.delivered("webhook", key),
+                )
+
+            if stream:
+                await target.ready()
+                return reply_events(TurnStream(handle, turns), lambda reply: reply_out(reply).model_dump())
+            reply = await handle()
+            return JSONResponse(reply_out(reply).model_dump(), headers=replay_headers(reply))
         if stream:
             return await streamed(target, event)
         return reply_out(await target.handle(event))
@@ -151,13 +183,19 @@ def create_app(directory: AgentDirectory) -> FastAPI:
     # so they are not behind the bearer token: Slack and Telegram cannot send one.
     app.add_api_route("/slack/{agent}/events", platform, methods=["POST"], include_in_schema=False)
     app.add_api_route("/telegram/{agent}", platform, methods=["POST"], include_in_schema=False)
-    add_openai_routes(app, directory, require_token, turns)
+    add_openai_routes(app, directory, require_token, turns, once)
     add_tool_routes(app, directory, protected)
     add_ui_routes(app, directory)
     add_docs_routes(app, directory, require_token)
     return app
 
 
+REPLAYED = {
+    REPLAYED_HEADER: {
+        "schema": {"type": "string", "enum": ["true"]},
+        "description": "present on the answer to a retry: the reply is the first request's (Idempotency-Key)",
+    }
+}
 STREAM_DOC = (
     "true: answer as Server-Sent Events while the model writes: `delta` {text} pieces, `restart` {} when "
     "the text so far was not the reply (the model went on to call a tool), then `reply` (the JSON below) "

@@ -19,17 +19,18 @@ def client_of(request: Request) -> str | None:
 
 
 def bearer_token(directory: AgentDirectory) -> TokenCheck:
-    """The dependency that refuses a request without the token (401, audited as an `auth` event)."""
+    """The dependency that refuses a request without the token: a 401 first and always, whatever the
+    store is doing (the refusal is only counted; auth_failures.py audits the counts later)."""
 
     async def require_token(request: Request) -> None:
         if directory.token is None:
             return
         scheme, _, given = request.headers.get("authorization", "").partition(" ")
         if scheme.lower() != "bearer" or not given:
-            await directory.audit_auth_failure(request.url.path, "missing token", client_of(request))
+            directory.note_auth_failure(request.url.path, "missing token", client_of(request))
             raise ApiError(401, "missing bearer token: send Authorization: Bearer <http.token>")
         if not hmac.compare_digest(given.encode(), directory.token.encode()):
-            await directory.audit_auth_failure(request.url.path, "wrong token", client_of(request))
+            directory.note_auth_failure(request.url.path, "wrong token", client_of(request))
             raise ApiError(401, "wrong bearer token")
 
     return require_token

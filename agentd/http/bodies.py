@@ -13,11 +13,11 @@ from typing import Any, TypeVar
 from fastapi import Path, Request
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from agentd.events import CONVERSATION_ID_RE, NOT_SPACE, Reply
+from agentd.events import CONVERSATION_ID_RE, USER_ID_FORM, USER_ID_PATTERN, Reply, is_user_id
 from agentd.http.errors import ApiError, reasons
+from agentd.http.idempotency import KEY_DOC, KEY_PATTERN
 
 MAX_TEXT = 32_000
-USER_ID_PATTERN = rf"^{NOT_SPACE}{{1,128}}$"
 AGENT_PATTERN = r"^[a-z0-9][a-z0-9_-]*$"
 # A time: epoch seconds, or an RFC 3339 date-time (`T` or a space; an offset, else UTC).
 _RFC3339 = re.compile(
@@ -35,7 +35,14 @@ class MessageIn(BaseModel):
 
     conversation_id: str = Field(pattern=CONVERSATION_ID_RE.pattern, description="1-128 of [A-Za-z0-9_.:-]")
     text: str = Field(min_length=1, max_length=MAX_TEXT)
-    user_id: str | None = Field(default=None, min_length=1, max_length=128, description="who is speaking")
+    user_id: str | None = Field(
+        default=None,
+        json_schema_extra={"pattern": USER_ID_PATTERN},
+        description=f"who is speaking: {USER_ID_FORM} (the id the people routes take)",
+    )
+    message_id: str | None = Field(
+        default=None, pattern=KEY_PATTERN, description=f"the Idempotency-Key: {KEY_DOC}"
+    )
     sent_at: float | None = Field(
         default=None,
         json_schema_extra={
@@ -44,6 +51,13 @@ class MessageIn(BaseModel):
             "episodic memories of it carry this time",
         },
     )
+
+    @field_validator("user_id")
+    @classmethod
+    def _user_id(cls, value: str | None) -> str | None:
+        if value is not None and not is_user_id(value):
+            raise ValueError(f"not a user id ({USER_ID_FORM})")
+        return value
 
     @field_validator("sent_at", mode="before")
     @classmethod

@@ -10,12 +10,12 @@ from fastapi import FastAPI, Path, Query, Request
 from fastapi.params import Depends
 
 from agentd.errors import ToolError
-from agentd.events import CONVERSATION_KEY_PATTERN
+from agentd.events import CONVERSATION_KEY_PATTERN, USER_ID_FORM, USER_ID_PATTERN
 from agentd.http.auth import client_of
-from agentd.http.bodies import USER_ID_PATTERN, agent_param, documented_pattern
+from agentd.http.bodies import agent_param, documented_pattern
 from agentd.http.directory import AgentDirectory
 from agentd.http.errors import ApiError, routes
-from agentd.http.lookup import USER_ID_FORM, check_user, conversation_agent, running_agent
+from agentd.http.lookup import check_user, conversation_agent, running_agent
 from agentd.http.reads import conversation_key_param
 
 MEMORY_KEY_PATTERN = r"^[A-Za-z0-9_.:-]{1,64}$"  # agentd.memory.persistent.KEY_RE

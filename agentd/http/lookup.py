@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import re
-
 from agentd.engine.agent import Agent
-from agentd.events import is_conversation_key
-from agentd.http.bodies import USER_ID_PATTERN
+from agentd.events import USER_ID_FORM, is_conversation_key, is_user_id
 from agentd.http.directory import AgentDirectory
 from agentd.http.errors import ApiError
 
@@ -38,9 +35,7 @@ def check_key(conversation_key: str) -> None:
         )
 
 
-USER_ID_FORM = "1-128 characters, no spaces"
-
-
 def check_user(user_id: str | None) -> None:
-    if user_id is not None and not re.match(USER_ID_PATTERN, user_id):
+    """A people route's user id, by the one rule of agentd.events (what the intake accepts)."""
+    if user_id is not None and not is_user_id(user_id):
         raise ApiError(400, f"not a user id: {user_id!r} ({USER_ID_FORM})")

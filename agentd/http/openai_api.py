@@ -23,6 +23,9 @@ before it calls one of the agent's tools streams too, followed by a blank line
 only. Errors are OpenAI's shape: `{"error": {"message", "type", "param", "code"}}`;
 a model that failed is a 502 with `x-should-retry: false` (the person's
 message is already stored in a named conversation: a retry would say it twice).
+With an `Idempotency-Key` header (or `message_id`), a retry is answered with the
+first request's reply and stores nothing (idempotency.py): the official client
+retries timeouts and 5xx with the headers it was given.
 """
 
 from __future__ import annotations
@@ -33,62 +36,35 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Literal
+from urllib.parse import quote
 
-from fastapi import Depends, FastAPI, Request
+from fastapi import Depends, FastAPI, Header, Request
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from agentd.engine.agent import Agent
 from agentd.events import InboundEvent, Reply, ReplySink
-from agentd.http.bodies import MAX_TEXT, body_schema, read_json, sse_event_schema
+from agentd.http.bodies import body_schema, read_json, sse_event_schema
 from agentd.http.directory import AgentDirectory
 from agentd.http.errors import ApiError
+from agentd.http.idempotency import (
+    HEADER,
+    KEY_DOC,
+    KEY_PATTERN,
+    REPLAYED_HEADER,
+    Idempotency,
+    key_of,
+    replay_headers,
+)
+from agentd.http.openai_call import CHANNEL, CONVERSATION_HEADER, Call, ChatCompletionIn
 from agentd.http.streaming import SSE_HEADERS, Failed, Restart, TurnStream
-from agentd.messages import Message
 
-CHANNEL = "openai"
-CONVERSATION_HEADER = "X-Agentd-Conversation"
-STATELESS_KEY = f"{CHANNEL}:(stateless)"  # "(" never appears in a conversation name: no named one collides
-NAME_CHARS = 128
-
-
-class TextPartIn(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-    type: str
-    text: str | None = None
-
-
-class ChatMessageIn(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-    role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[TextPartIn] | None = None
-    tool_calls: list[Any] | None = None
-
-
-class StreamOptionsIn(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-    include_usage: bool | None = None
-
-
-class ChatCompletionIn(BaseModel):
-    """A Chat Completions request; options not listed here are accepted and ignored."""
-
-    model_config = ConfigDict(extra="allow")
-
-    model: str = Field(description="the agent's name")
-    messages: list[ChatMessageIn] = Field(min_length=1)
-    stream: bool = False
-    stream_options: StreamOptionsIn | None = None
-    user: str | None = Field(
-        default=None, description="names the conversation (openai:<user>) unless the header does; the speaker"
-    )
-    n: int | None = None
-    tools: list[Any] | None = None
-    functions: list[Any] | None = None
-    response_format: dict[str, Any] | None = None
+# What a header value may carry as is: printable ASCII but `%`, which starts an escape (RFC 3986).
+_HEADER_SAFE = "".join(chr(c) for c in range(0x21, 0x7F) if chr(c) != "%")
+CONVERSATION_HEADER_DOC = (
+    "the conversation's key (openai:<name>), percent-encoded as UTF-8 (RFC 3986) where it has a "
+    "character outside printable ASCII, or `%`: an HTTP header carries Latin-1 at most"
+)
 
 
 class AssistantOut(BaseModel):
@@ -165,38 +141,22 @@ def openai_error(
     if status == 401:
         kind, code = "authentication_error", code or "invalid_api_key"
     body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
-    return JSONResponse(body, status_code=status, headers=headers)
+    return AsciiJSONResponse(body, status_code=status, headers=headers)
 
 
-class _Call:
-    """One request read: whose conversation, what is new, what came before, what the caller adds."""
+class AsciiJSONResponse(JSONResponse):
+    """JSON written in ASCII (other characters as \\u escapes): rendering it cannot fail, whatever the
+    text holds (a lone surrogate in what the model wrote), so a turn already committed is never
+    answered with a 500 that a client's retry would store again."""
 
-    def __init__(self, body: ChatCompletionIn, header: str | None):
-        _refuse_what_agentd_cannot_do(body)
-        *earlier, last = body.messages
-        self.instructions = "\n\n".join(
-            _text(m, i) for i, m in enumerate(body.messages) if m.role in ("system", "developer")
-        )
-        if last.role != "user":
-            raise ApiError(
-                400, f"the last message must be the user's new turn, not {last.role!r}", param="messages"
-            )
-        self.text = _text(last, len(body.messages) - 1)
-        if not self.text.strip():
-            raise ApiError(400, "the last user message has no text", param="messages")
-        if len(self.text) > MAX_TEXT:
-            raise ApiError(
-                413, f"the last user message is {len(self.text)} characters; the limit is {MAX_TEXT}"
-            )
-        self.user = _name(body.user, "user")
-        named = _name(header, CONVERSATION_HEADER) or self.user
-        self.key = f"{CHANNEL}:{named}" if named else STATELESS_KEY
-        # Stateless: the caller's conversation so far, without its system messages (they are instructions).
-        self.earlier: list[Message] | None = None
-        if named is None:
-            self.earlier = [
-                _message(m, i) for i, m in enumerate(earlier) if m.role not in ("system", "developer")
-            ]
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode("ascii")
+
+
+def conversation_header(key: str) -> str:
+    """The X-Agentd-Conversation response header: the key, percent-encoded where a header cannot
+    carry it (a `user` like `ana-✓` would otherwise fail the response after the turn was stored)."""
+    return quote(key, safe=_HEADER_SAFE)
 
 
 def add_openai_routes(
@@ -204,6 +164,7 @@ def add_openai_routes(
     directory: AgentDirectory,
     require_token: Callable[[Request], Awaitable[None]],
     turns: set[asyncio.Task[None]],
+    once: Idempotency,
 ) -> None:
     def agent_of(name: str) -> Agent:
         agent = directory.agent(name)
@@ -253,29 +214,57 @@ def add_openai_routes(
         response_model=ChatCompletionOut,
         tags=["openai"],
         dependencies=[Depends(require_token)],
-        responses=openai_errors(404, 413, 502, 503),
+        responses={
+            **openai_errors(404, 409, 413, 502, 503),
+            200: {
+                "headers": {
+                    CONVERSATION_HEADER: {
+                        "schema": {"type": "string"},
+                        "description": CONVERSATION_HEADER_DOC,
+                    },
+                    REPLAYED_HEADER: {
+                        "schema": {"type": "string", "enum": ["true"]},
+                        "description": "present on the answer to a retry: the first request's reply",
+                    },
+                }
+            },
+        },
         openapi_extra=body_schema(ChatCompletionIn, stream=sse_event_schema(None)),
     )
-    async def chat_completions(request: Request) -> Any:
+    async def chat_completions(
+        request: Request,
+        idempotency_key: str | None = Header(None, alias=HEADER, pattern=KEY_PATTERN, description=KEY_DOC),
+    ) -> Any:
         """Talk to an agent as to an OpenAI model (see the module docstring for the rules)."""
         body = await read_json(request, ChatCompletionIn, directory.max_body_bytes)
         agent = agent_of(body.model)
-        call = _Call(body, request.headers.get(CONVERSATION_HEADER))
-        event = InboundEvent(agent.name, call.key, call.text, CHANNEL, user_id=call.user)
+        call = Call(body, request.headers.get(CONVERSATION_HEADER))
+        key = key_of(idempotency_key, body.message_id)
+        stateless = call.earlier is not None
+        # a stateless call stores nothing: its key is honoured in this process only (idempotency.py)
+        event_id = None if stateless else key
+        event = InboundEvent(agent.name, call.key, call.text, CHANNEL, user_id=call.user, event_id=event_id)
 
-        async def run(sink: ReplySink | None) -> Reply:
+        async def turn(sink: ReplySink | None) -> Reply:
             if call.earlier is not None:
                 return await agent.answer_stateless(
                     event, call.earlier, sink=sink, instructions=call.instructions
                 )
             return await agent.handle(event, sink=sink, instructions=call.instructions)
 
-        headers = {CONVERSATION_HEADER: call.key}
+        async def run(sink: ReplySink | None) -> Reply:
+            if key is None:
+                return await turn(sink)
+            stored = None if stateless else (lambda: agent.delivered(CHANNEL, key))
+            return await once.once((agent.name, CHANNEL, key), call.key, lambda: turn(sink), stored)
+
+        headers = {CONVERSATION_HEADER: conversation_header(call.key)}
         if body.stream:
             await agent.ready()  # data that cannot be opened is a 503 now, not an error chunk in a 200
             chunks = _chunks(TurnStream(run, turns), agent.name)
             return StreamingResponse(chunks, media_type="text/event-stream", headers=SSE_HEADERS | headers)
         reply = await run(None)
+        headers |= replay_headers(reply)
         if reply.error is not None:
             return openai_error(
                 502, reply.text, code=reply.error, headers={"x-should-retry": "false"} | headers
@@ -286,7 +275,7 @@ def add_openai_routes(
             model=agent.name,
             choices=[ChoiceOut(message=AssistantOut(content=reply.text))],
         )
-        return JSONResponse(out.model_dump(), headers=headers)
+        return AsciiJSONResponse(out.model_dump(), headers=headers)
 
 
 async def _chunks(stream: TurnStream, model: str) -> AsyncIterator[str]:
@@ -327,58 +316,4 @@ async def _chunks(stream: TurnStream, model: str) -> AsyncIterator[str]:
 
 
 def _data(payload: dict[str, Any]) -> str:
-    return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
-
-
-def _refuse_what_agentd_cannot_do(body: ChatCompletionIn) -> None:
-    if body.n not in (None, 1):
-        raise ApiError(400, "n: an agent gives one answer per call; leave n out or set it to 1", param="n")
-    if body.tools or body.functions:
-        raise ApiError(
-            400,
-            "tools: an agent calls its own tools (its agent file); client-side tools are not supported",
-            param="tools",
-        )
-    kind = (body.response_format or {}).get("type", "text")
-    if kind != "text":
-        raise ApiError(400, f"response_format {kind!r} is not supported; only text", param="response_format")
-
-
-def _text(message: ChatMessageIn, index: int) -> str:
-    content = message.content
-    if content is None:
-        if message.tool_calls:
-            raise ApiError(
-                400, f"messages[{index}]: tool calls from the client are not supported", param="messages"
-            )
-        raise ApiError(400, f"messages[{index}]: content is missing", param="messages")
-    if isinstance(content, str):
-        return content
-    texts = []
-    for part in content:
-        if part.type != "text" or part.text is None:
-            raise ApiError(
-                400,
-                f"messages[{index}]: a {part.type!r} content part; agents take text only",
-                param="messages",
-            )
-        texts.append(part.text)
-    return "".join(texts)
-
-
-def _message(message: ChatMessageIn, index: int) -> Message:
-    """An earlier message of a stateless call, as agentd's."""
-    if message.role == "tool" or message.tool_calls:
-        raise ApiError(
-            400, f"messages[{index}]: tool messages from the client are not supported", param="messages"
-        )
-    text = _text(message, index)
-    return Message.user(text) if message.role == "user" else Message.assistant(text)
-
-
-def _name(value: str | None, what: str) -> str | None:
-    if value is None or value == "":
-        return None
-    if len(value) > NAME_CHARS or any(c.isspace() for c in value):
-        raise ApiError(400, f"{what}: 1-{NAME_CHARS} characters without spaces (it names the conversation)")
-    return value
+    return f"data: {json.dumps(payload)}\n\n"  # ASCII: no text the model wrote can fail the stream

@@ -11,11 +11,12 @@ from typing import Any
 
 from fastapi import FastAPI, Path, Request
 
+from agentd.events import USER_ID_FORM, USER_ID_PATTERN
 from agentd.http.auth import client_of
-from agentd.http.bodies import USER_ID_PATTERN, documented_pattern
+from agentd.http.bodies import documented_pattern
 from agentd.http.directory import AgentDirectory
 from agentd.http.errors import ApiError, routes
-from agentd.http.lookup import USER_ID_FORM, check_user
+from agentd.http.lookup import check_user
 
 
 def user_param() -> Any:

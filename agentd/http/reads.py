@@ -7,10 +7,9 @@ from typing import Any
 from fastapi import FastAPI, Path, Query
 from fastapi.params import Depends
 
-from agentd.events import CONVERSATION_KEY_PATTERN
+from agentd.events import CONVERSATION_KEY_PATTERN, USER_ID_PATTERN
 from agentd.http.bodies import (
     TIME_SCHEMA,
-    USER_ID_PATTERN,
     agent_param,
     documented_pattern,
     iso,
@@ -19,6 +18,7 @@ from agentd.http.bodies import (
 from agentd.http.directory import AgentDirectory
 from agentd.http.errors import ApiError, routes
 from agentd.http.lookup import check_user, conversation_agent, running_agent
+from agentd.store.records import AUDIT_KINDS
 
 KEY_DESCRIPTION = "a conversation key, <channel>:<id> (webhook:t-1, repl:local, discord:123, ...)"
 RUN_KEYS = (
@@ -57,7 +57,11 @@ def add_read_routes(app: FastAPI, directory: AgentDirectory, protected: list[Dep
     @get("/audit", 400, 404, tag="daemon")
     async def audit(
         agent: str | None = Query(default=None, description="one agent's events, its config events too"),
-        kind: str | None = Query(default=None, description="config, memory, command, auth, permission, ..."),
+        kind: str | None = Query(
+            default=None,
+            json_schema_extra={"enum": ["", *AUDIT_KINDS]},
+            description="only events of this kind (another is a 400); empty: any kind",
+        ),
         since: str | None = Query(
             default=None,
             json_schema_extra={"anyOf": [*TIME_SCHEMA["anyOf"], {"type": "string", "maxLength": 0}]},
@@ -72,6 +76,10 @@ def add_read_routes(app: FastAPI, directory: AgentDirectory, protected: list[Dep
         hash chain (`chain`: the agent, or `_daemon`), its place there (`seq`), its `hash` and the hash
         of the event before it in that chain (`prev_hash`): consecutive events of a chain link up."""
         agent, kind, tool = agent or None, kind or None, tool or None  # `?agent=` filters nothing
+        if kind is not None and kind not in AUDIT_KINDS:  # a typo would read as "no such events"
+            raise ApiError(
+                400, f"kind: no audit events are of kind {kind!r}; the kinds: {', '.join(AUDIT_KINDS)}"
+            )
         events = await directory.query_audit(agent, kind, parse_since(since), limit, tool)
         if agent is not None and not events and not await _known(directory, agent):
             raise ApiError(404, f"no agent named {agent!r}, and no audit events of one")

@@ -14,6 +14,7 @@ from typing import Any, Generic, TypeVar
 from agentd.store.claims import Claim
 from agentd.store.records import (
     ApprovalRecord,
+    Delivered,
     Episode,
     Fact,
     KeywordHit,
@@ -171,6 +172,15 @@ class OpenApprovals(Query[list[ApprovalRecord]]):
 @dataclass(frozen=True, slots=True)
 class ApprovalById(Query[ApprovalRecord | None]):
     id: str
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveredReply(Query[Delivered | None]):
+    """What an answered delivery (channel, event id) became: a retry with the same idempotency key
+    is answered with it. None when it was never answered (or was pruned)."""
+
+    channel: str
+    event_id: str
 
 
 @dataclass(frozen=True, slots=True)

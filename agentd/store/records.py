@@ -98,6 +98,42 @@ class RunRecord:
 RUN_ROW = RowShape(RunRecord, flags=("tokens_estimated",))
 
 
+# Every kind of audit event agentd writes: `GET /audit?kind=` and the audit page refuse any other.
+AUDIT_KINDS = (
+    "auth",
+    "channel",
+    "command",
+    "compaction",
+    "config",
+    "conversation",
+    "extraction",
+    "fold",
+    "memory",
+    "permission",
+    "person",
+    "summary",
+    "tool",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Delivered:
+    """What became of a delivery already answered: its conversation, its run and that run's outcome,
+    and the reply it stored (None: a command, or an agent that keeps no transcript)."""
+
+    conversation_key: str | None
+    run_id: str | None
+    status: str | None
+    error: str | None
+    reply: str | None
+
+    @classmethod
+    def of_row(cls, row: Sequence[Any]) -> Delivered:
+        """(conversation key, run id, status, error, stored reply body) as both backends read it."""
+        key, run_id, status, error, body = row
+        return cls(key, run_id, status, error, None if body is None else load_messages([body])[0].text)
+
+
 @dataclass(slots=True)
 class AuditRecord:
     """One audit event: memory writes, commands, compactions, permission and config decisions."""

@@ -67,6 +67,6 @@ async def check_access(request: Request, directory: AgentDirectory, area: str = 
     else:
         reason = "missing token"
     client = request.client.host if request.client else None
-    await directory.audit_auth_failure(request.url.path, reason, client)
+    directory.note_auth_failure(request.url.path, reason, client)
     entry = "/ui/" if area == "/ui" else area
     return render(request, "token_needed.html", {"reason": reason, "entry": entry}, status=401)

@@ -13,7 +13,8 @@ from agentd.events import is_conversation_key
 from agentd.http.ui.access import check_access
 from agentd.http.ui.persistent import persistent_keys, whose
 from agentd.http.ui.render import Problem, auto_refresh, reload_links, render, render_problem
-from agentd.http.ui.views import AUDIT_KINDS, agent_path, conversation_path
+from agentd.http.ui.views import agent_path, conversation_path
+from agentd.store.records import AUDIT_KINDS
 
 if TYPE_CHECKING:
     from agentd.engine.agent import Agent

@@ -11,21 +11,6 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote, urlencode
 
-# every kind of audit event agentd writes (the filter of the audit page offers these)
-AUDIT_KINDS = (
-    "auth",
-    "channel",
-    "command",
-    "compaction",
-    "config",
-    "extraction",
-    "fold",
-    "memory",
-    "permission",
-    "summary",
-)
-
-
 # What the keys strategies report mean, for people; a key missing here reads as its words.
 LABELS = {
     "context_tokens": "context (tokens, last call)",

@@ -6,7 +6,8 @@ The de-duplication is the table's primary key (agent, channel, event id), not an
 from __future__ import annotations
 
 from agentd.store.postgres.handlers import Cx, Later, handles, rowcount
-from agentd.store.queries import DeliverySeen
+from agentd.store.queries import DeliveredReply, DeliverySeen
+from agentd.store.records import Delivered
 from agentd.store.writes import PruneDeliveries, RecordDelivery
 
 
@@ -33,6 +34,20 @@ def delivery_seen(cx: Cx, q: DeliverySeen) -> Later[bool]:
         (cx.agent_id, q.channel, q.event_id),
     )
     return Later(lambda: cur.fetchone() is not None)
+
+
+@handles(DeliveredReply)
+def delivered_reply(cx: Cx, q: DeliveredReply) -> Later[Delivered | None]:
+    cur = cx.run(
+        """SELECT e.conversation_key, e.run_id, r.status, r.error,
+                  (SELECT m.body FROM messages m
+                    WHERE m.thread_id = r.thread_id AND m.run_id = e.run_id AND m.role = 'assistant'
+                    ORDER BY m.seq DESC LIMIT 1)
+             FROM inbound_events e LEFT JOIN runs r ON r.agent_id = e.agent_id AND r.id = e.run_id
+            WHERE e.agent_id = %s AND e.channel = %s AND e.event_id = %s""",
+        (cx.agent_id, q.channel, q.event_id),
+    )
+    return Later(lambda: None if (row := cur.fetchone()) is None else Delivered.of_row(row))
 
 
 @handles(PruneDeliveries)

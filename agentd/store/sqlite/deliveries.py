@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import sqlite3
 
-from agentd.store.queries import DeliverySeen
+from agentd.store.queries import DeliveredReply, DeliverySeen
+from agentd.store.records import Delivered
 from agentd.store.sqlite.handlers import handles
 from agentd.store.writes import PruneDeliveries, RecordDelivery
 
@@ -15,6 +16,23 @@ def delivery_seen(conn: sqlite3.Connection, q: DeliverySeen) -> bool:
         "SELECT 1 FROM inbound_events WHERE channel = ? AND event_id = ?", (q.channel, q.event_id)
     ).fetchone()
     return row is not None
+
+
+# the delivery, its run's outcome, and the last reply that run stored in its thread (the thread's key
+# leads the messages' primary key: only that thread's rows are read)
+DELIVERED_SQL = """
+    SELECT e.conversation_key, e.run_id, r.status, r.error,
+           (SELECT m.body FROM messages m
+             WHERE m.thread_id = r.thread_id AND m.run_id = e.run_id AND m.role = 'assistant'
+             ORDER BY m.seq DESC LIMIT 1)
+      FROM inbound_events e LEFT JOIN runs r ON r.id = e.run_id
+     WHERE e.channel = ? AND e.event_id = ?"""
+
+
+@handles(DeliveredReply)
+def delivered_reply(conn: sqlite3.Connection, q: DeliveredReply) -> Delivered | None:
+    row = conn.execute(DELIVERED_SQL, (q.channel, q.event_id)).fetchone()
+    return None if row is None else Delivered.of_row(row)
 
 
 @handles(RecordDelivery)
