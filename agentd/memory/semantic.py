@@ -23,15 +23,16 @@ import logging
 import math
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from agentd.config.models import MemorySpec
 from agentd.config.strategies import SemanticStrategy
 from agentd.errors import OperatorError, ProviderError
 from agentd.memory.base import MemoryContext, MemoryView, TurnInput, speaker_partition
 from agentd.memory.cursor import after_cursor, cursor_behind, layer_state
+from agentd.memory.erasure import Erasure
 from agentd.memory.patches import TOOL_RESULT_CHARS, PatchRefused, parse_json_answer, rejected_request
 from agentd.memory.runs import commit_memory_run, structured_model
 from agentd.messages import Message, render_transcript
@@ -172,6 +173,8 @@ class SemanticMemory:
     """Facts per speaker, extracted after each run; see the module docstring."""
 
     kind = "semantic"
+    # its layer state is only a cursor (the facts are rows of their own, erased by partition)
+    LAYER_KEYS: ClassVar[Mapping[str, Erasure]] = {}
     keeps_transcript = True
 
     def __init__(self, spec: SemanticStrategy, memory: MemorySpec | None = None, layer: str = "semantic"):

@@ -27,14 +27,15 @@ layers of a composite read them); the model just never sees them again.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
 
 from agentd.config.models import MemorySpec
 from agentd.config.strategies import StateStrategy
 from agentd.errors import OperatorError, ProviderError
 from agentd.memory.base import MemoryContext, MemoryView, TurnInput
 from agentd.memory.cursor import after_cursor, back_to_call, cursor_behind, layer_state
+from agentd.memory.erasure import Erasure
 from agentd.memory.patches import (
     TOOL_RESULT_CHARS,
     FoldResult,
@@ -109,6 +110,8 @@ class StateMemory:
 
     kind = "state"
     keeps_transcript = True
+    # Σ is made of the thread's messages: an erasure there deletes it and the fold starts over
+    LAYER_KEYS: ClassVar[Mapping[str, Erasure]] = {"sigma": Erasure.REBUILD}
 
     def __init__(self, spec: StateStrategy, memory: MemorySpec | None = None, layer: str = "state"):
         self.spec = spec
