@@ -38,8 +38,8 @@ from agentd.memory.cursor import after_cursor, back_to_call, cursor_behind, laye
 from agentd.memory.erasure import Erasure
 from agentd.memory.patches import (
     TOOL_RESULT_CHARS,
+    AnswerRefused,
     FoldResult,
-    PatchRefused,
     fold_answer,
     rejected_request,
     sigma_json,
@@ -264,7 +264,7 @@ class StateMemory:
                 runs.append(attempt_run)
                 try:
                     result = fold_answer(answer, sigma, self.fields, self.spec.max_chars)
-                except PatchRefused as refused:
+                except AnswerRefused as refused:
                     reason = refused.reason
                     attempt_run.status, attempt_run.error = "error", f"patch refused: {reason}"
                 else:

@@ -33,7 +33,12 @@ from agentd.config.models import MemorySpec
 from agentd.config.strategies import SummarizedStrategy
 from agentd.errors import OperatorError, ProviderError
 from agentd.memory.base import MemoryContext, MemoryView, TurnInput
-from agentd.memory.compaction import compacted_section, render_for_summary, verbatim_tail_start
+from agentd.memory.compaction import (
+    compacted_section,
+    render_for_summary,
+    summary_heading,
+    verbatim_tail_start,
+)
 from agentd.memory.cursor import after_cursor, layer_state
 from agentd.memory.erasure import Erasure
 from agentd.memory.runs import commit_memory_run
@@ -44,9 +49,7 @@ from agentd.store.records import AuditRecord, LayerState, StoredMessage, StoredT
 
 log = logging.getLogger(__name__)
 
-SUMMARY_HEADING = (
-    "Summary of the earlier part of this conversation (a rolling summary; the messages since follow)."
-)
+SUMMARY_HEADING = summary_heading("a rolling summary; the messages since follow")
 REFRESH_INSTRUCTIONS = (
     "You keep a running summary of a conversation so it can continue without its older messages. "
     "Rewrite the summary so far to take in the later messages below: keep decisions made, facts "
