@@ -59,7 +59,7 @@ from agentd.daemon.audit_trail import export_line, verify_store
 from agentd.daemon.resources import Resources
 from agentd.engine.agent import Agent
 from agentd.events import InboundEvent
-from agentd.memory.erasure import DROPPED_LAYER_KEYS, REBUILT_LAYERS_HOLDING
+from agentd.memory.erasure import layer_erasure
 from agentd.messages import Message
 from agentd.store.audit_chain import link, seal
 from agentd.store.base import Store
@@ -439,9 +439,8 @@ async def erase(backend: Backend, scale: float) -> dict[str, Any]:
         data = await store.read(PersonData(TARGET))
         export_s = time.perf_counter() - start
         subject = subject_of(TARGET)
-        op = ErasePerson(
-            "bench", TARGET, subject, "bench", time.time(), None, REBUILT_LAYERS_HOLDING, DROPPED_LAYER_KEYS
-        )
+        layers = layer_erasure()
+        op = ErasePerson("bench", TARGET, subject, "bench", time.time(), None, layers.rebuild, layers.drop)
         start = time.perf_counter()
         [counts] = await store.write(op)
         erase_s = time.perf_counter() - start
