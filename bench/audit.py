@@ -36,8 +36,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import os
-import platform
 import random
 import statistics
 import subprocess
@@ -49,9 +47,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import _common  # noqa: F401  (bench/_common.py: puts the repository root, and so testkit/, on the path)
 import numpy as np
 import psycopg
+from _common import log, write_results  # bench/_common.py: first, it puts the repository root on the path
 
 from agentd.config.loader import parse_agent
 from agentd.config.models import DaemonSpec, StoreSpec
@@ -79,15 +77,10 @@ from agentd.store.writes import (
 )
 from testkit.postgres import PostgresServer
 
-RESULTS = Path(__file__).resolve().parent / "results"
 VERIFIER = Path(__file__).resolve().parent.parent / "docs" / "verify_audit.py"
 DIM = 256
 SPEC = parse_agent(Path("bench.yaml"), text="memory: {scope: thread, persistent: true}\n", env={})
 MODES = ("chained", "unchained")
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 # -- where a part runs, and the append it replaced --------------------------------------------------
@@ -540,11 +533,8 @@ def main() -> None:
             backends.append(Backend("PostgreSQL", root / "postgres", server))
         for backend in backends:
             results[backend.name] = asyncio.run(run_parts(backend, args.quick))
-    machine = {"python": platform.python_version(), "cpus": os.cpu_count(), "load": os.getloadavg()}
     print("\n\n".join(report(name, r) for name, r in results.items()))
-    RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / f"audit-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    out.write_text(json.dumps({**results, "machine": machine}, indent=2))
+    out = write_results("audit", results, indent=2)
     log(f"wrote {out}")
 
 

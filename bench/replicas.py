@@ -28,11 +28,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import random
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -40,30 +38,23 @@ import time
 from pathlib import Path
 from typing import Any
 
-import _common  # noqa: F401  (bench/_common.py: puts the repository root, and so testkit/, on the path)
 import turns  # (bench/ is on the path: the benchmark scripts' folder)
+from _common import (  # bench/_common.py: first, it puts the repository root on the path
+    RESULTS,
+    log,
+    median,
+    pct,
+    write_results,
+)
 from http_load import Load, Meter, WaitSampler, drive
 from pg_drivers import Database, Samples, pgbench_round
 
 from agents import DaemonRun
 from testkit.postgres import PostgresServer
 
-RESULTS = Path(__file__).resolve().parent / "results"
 HERE = Path(__file__).resolve().parent.parent
 AGENT = "memory: {scope: thread, compact_at_tokens: false}\nchannels: {webhook: {}}\n"
 SEQ_KINDS = ("agentd-zero", "agentd-pg", "base-pg")
-
-
-def log(*parts: Any) -> None:
-    print(*parts, file=sys.stderr, flush=True)
-
-
-def median(xs: list[float]) -> float:
-    return statistics.median(xs) if xs else float("nan")
-
-
-def pct(xs: list[float], p: float) -> float:
-    return turns.pct(xs, p)
 
 
 # -- 1. the turn ---------------------------------------------------------------------------------------
@@ -389,11 +380,9 @@ def main() -> None:
     with PostgresServer(settings={}) as server:  # PostgreSQL's defaults, as performance.md's pgbench
         turns.POSTGRES = server
         data = asyncio.run(run(server, a))
-    data |= {"kind": "replicas", "started": started, "argv": sys.argv[1:], "versions": turns.versions()}
+    data |= {"kind": "replicas", "started": started, "argv": sys.argv[1:]}
     data["config"] = {**vars(a), "cpus": os.cpu_count()}
-    RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / f"replicas-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    path.write_text(json.dumps(data, indent=1))
+    path = write_results("replicas", data)
     log("wrote", path)
     print(report(data))
 
