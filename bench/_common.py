@@ -95,10 +95,11 @@ def versions() -> dict[str, Any]:
     return v
 
 
-def write_results(name: str, data: Any, indent: int = 1) -> Path:
-    """bench/results/<name>-<timestamp>.json, with the versions the run was made on beside `data`."""
+def write_results(name: str, data: dict[str, Any], indent: int = 1) -> Path:
+    """bench/results/<name>-<timestamp>.json; `data` gets the versions the run was made on (`versions`,
+    unless it has them already), for the report printed after it too."""
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    body = {"data": data} if not isinstance(data, dict) else data
-    path.write_text(json.dumps({**body, "versions": body.get("versions") or versions()}, indent=indent))
+    data.setdefault("versions", versions())
+    path.write_text(json.dumps(data, indent=indent))
     return path

@@ -1,7 +1,7 @@
 """Thousands of agents in one daemon: start time, memory, open files and turn latency of `agentd run`.
 
     python bench/agents.py                    # 100 / 1,000 / 10,000 agents, then 300 x 3,000 messages
-    python bench/agents.py --quick            # 100 / 1,000 agents, 30 x 3,000 messages
+    python bench/agents.py --quick            # smoke run: 100 agents, 40 messages; 10 x 500 messages
     python bench/agents.py --tree DIR --label before   # the same against another checkout of agentd
 
 Each cell starts the real daemon (`python -m agentd.cli run`, the offline model, webhook over HTTP) as
@@ -290,7 +290,11 @@ def main() -> int:
     p.add_argument("--long-length", type=int, default=3000)
     p.add_argument("--skip-long", action="store_true")
     p.add_argument("--skip-agents", action="store_true")
-    p.add_argument("--quick", action="store_true", help="100 and 1,000 agents; 30 long conversations")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="a smoke run: 100 agents, 40 messages; 10 long conversations of 500",
+    )
     p.add_argument("--tree", type=Path, default=HERE, help="the agentd checkout the daemon runs from")
     p.add_argument("--label", default=None, help="names the run in the tables (default: the tree's commit)")
     p.add_argument("--nofile", default=None, help="SOFT[:HARD] descriptor limit the daemon starts with")
@@ -298,7 +302,7 @@ def main() -> int:
     p.add_argument("--keep", action="store_true", help="keep the temporary folders")
     args = p.parse_args()
     if args.quick:
-        args.counts, args.long_conversations = "100,1000", 30
+        args.counts, args.turns, args.long_conversations, args.long_length = "100", 40, 10, 500
     if args.nofile:
         soft, _, hard = args.nofile.partition(":")
         args.nofile = (int(soft), int(hard or soft))

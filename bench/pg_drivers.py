@@ -356,7 +356,9 @@ async def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
-        "--quick", action="store_true", help="a smoke run: fewer blocks and rounds, 1 s pgbench"
+        "--quick",
+        action="store_true",
+        help="a smoke run: fewer blocks, one round of one pool size, 1 s pgbench",
     )
     parser.add_argument("--blocks", type=int, default=20, help="sequential: blocks per driver")
     parser.add_argument("--block", type=int, default=100, help="sequential: turns per block")
@@ -371,7 +373,8 @@ async def main() -> None:
     parser.add_argument("--pgbench-clients", type=sizes, default=[1, 16])
     args = parser.parse_args()
     if args.quick:
-        args.blocks, args.block, args.warm, args.rounds, args.pgbench_seconds = 3, 50, 20, 1, 1
+        args.blocks, args.block, args.warm, args.rounds, args.pgbench_seconds = 2, 30, 10, 1, 1
+        args.per_conversation, args.pool_sizes, args.threads = 2, [4], [4]
 
     load_before = os.getloadavg()
     rng = random.Random(7)

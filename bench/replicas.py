@@ -328,14 +328,16 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--parts", type=lambda s: s.split(","), default=["seq", "daemons"])
     ap.add_argument("--reps", type=int, help="reps of the turn table (3; quick 1)")
     ap.add_argument("--rounds", type=int, help="rounds of daemons and pgbench cells (3; quick 1)")
-    ap.add_argument("--lengths", type=lambda s: [int(x) for x in s.split(",")], default=[10, 1000, 10000])
-    ap.add_argument("--daemons", type=lambda s: [int(x) for x in s.split(",")], default=[1, 2, 3])
+    ap.add_argument(
+        "--lengths", type=lambda s: [int(x) for x in s.split(",")], help="(10,1000,10000; quick 10,1000)"
+    )
+    ap.add_argument("--daemons", type=lambda s: [int(x) for x in s.split(",")], help="(1,2,3; quick 1,2)")
     ap.add_argument("--conversations", type=int, default=100)
     ap.add_argument(
         "--no-sticky", dest="sticky", action="store_false", help="skip the cells that pin each conversation"
     )
-    ap.add_argument("--seconds", type=float, help="timed seconds per daemons cell (8; quick 3)")
-    ap.add_argument("--warmup", type=float, default=1.5, help="untimed seconds of load first")
+    ap.add_argument("--seconds", type=float, help="timed seconds per daemons cell (8; quick 2)")
+    ap.add_argument("--warmup", type=float, help="untimed seconds of load first (1.5; quick 0.5)")
     ap.add_argument("--pgbench-clients", type=lambda s: [int(x) for x in s.split(",")], default=[1, 16])
     ap.add_argument("--pgbench-seconds", type=int, help="(5; quick 2)")
     # bench/turns.py's cells read these
@@ -343,7 +345,7 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--conc-turns", type=int, help="timed turns per in-process conversation (20; quick 5)")
     ap.add_argument("--n", type=int, help="timed turns per turn cell (60; quick 30)")
     ap.add_argument("--min-n", type=int, default=10)
-    ap.add_argument("--budget", type=float, help="seconds per turn cell (10; quick 3)")
+    ap.add_argument("--budget", type=float, help="seconds per turn cell (10; quick 1.5)")
     ap.add_argument("--dir", default=None, help="where temporary files go")
     ap.add_argument(
         "--profile", action="store_true", help="py-spy the first daemon of each cell (see profile())"
@@ -354,10 +356,13 @@ def parse_args() -> argparse.Namespace:
     a.conc_turns = a.conc_turns or (5 if a.quick else 20)
     a.reps = a.reps or (1 if a.quick else 3)
     a.rounds = a.rounds or (1 if a.quick else 3)
-    a.seconds = a.seconds or (3.0 if a.quick else 8.0)
+    a.lengths = a.lengths or ([10, 1000] if a.quick else [10, 1000, 10000])
+    a.daemons = a.daemons or ([1, 2] if a.quick else [1, 2, 3])
+    a.warmup = a.warmup or (0.5 if a.quick else 1.5)
+    a.seconds = a.seconds or (2.0 if a.quick else 8.0)
     a.pgbench_seconds = a.pgbench_seconds or (2 if a.quick else 5)
     a.n = a.n or (30 if a.quick else 60)
-    a.budget = a.budget or (3.0 if a.quick else 10.0)
+    a.budget = a.budget or (1.5 if a.quick else 10.0)
     return a
 
 
