@@ -773,7 +773,7 @@ def conc_table(a: dict[str, Any], runs: list[dict[str, Any]]) -> list[str]:
 HTTP_ROWS = {
     "http-agentd": "POST /agents/hook/messages on the in-process daemon (offline model, scope thread)",
     "http-echo": "floor: FastAPI + uvicorn echo of the same request",
-    "inproc-agentd": "same agent, `runtime.handle()` without HTTP",
+    "inproc-agentd": "same agent, `agent.handle()` without HTTP",
 }
 
 
@@ -823,13 +823,13 @@ async def profile(L: int, args: argparse.Namespace) -> None:
 def main() -> None:
     global POSTGRES
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="smoke run: 1 rep, fewer samples (~20-60 s)")
+    ap.add_argument("--quick", action="store_true", help="smoke run: 1 rep, L 10 and 1000, fewer samples")
     ap.add_argument("--reps", type=int)
     ap.add_argument("--n", type=int, help="timed turns per sequential cell")
     ap.add_argument("--min-n", type=int, default=10)
     ap.add_argument("--budget", type=float, help="seconds per sequential cell before stopping at >= min-n")
     ap.add_argument(
-        "--lengths", type=lambda s: [int(x) for x in s.split(",")], default=[10, 100, 1000, 10000]
+        "--lengths", type=lambda s: [int(x) for x in s.split(",")], help="(10,100,1000,10000; quick 10,1000)"
     )
     ap.add_argument(
         "--seq-rows", type=lambda s: s.split(","), default=[k for k in SEQ_ROWS if k != "agentd-pg"]
@@ -850,10 +850,11 @@ def main() -> None:
     )
     a = ap.parse_args()
     a.reps = a.reps or (1 if a.quick else 5)
-    a.n = a.n or (30 if a.quick else 60)
-    a.budget = a.budget or (3.0 if a.quick else 15.0)
+    a.lengths = a.lengths or ([10, 1000] if a.quick else [10, 100, 1000, 10000])
+    a.n = a.n or (20 if a.quick else 60)
+    a.budget = a.budget or (1.0 if a.quick else 15.0)
     a.conc_turns = a.conc_turns or (3 if a.quick else 10)
-    a.http_n = a.http_n or (100 if a.quick else 300)
+    a.http_n = a.http_n or (50 if a.quick else 300)
     if a.profile is not None:
         asyncio.run(profile(a.profile, a))
         return
