@@ -8,7 +8,9 @@ Channels know only this module: they turn a platform message into an
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Protocol
 
 # A conversation key is "<channel>:<id...>", e.g. "webhook:ticket-7",
@@ -38,6 +40,23 @@ _USER_ID_RE = re.compile(USER_ID_PATTERN)
 
 def is_user_id(value: str) -> bool:
     return _USER_ID_RE.fullmatch(value) is not None  # fullmatch: `$` would let a final \n through
+
+
+# The commands every channel understands, name -> what it does: /help lists them, a channel with a
+# command menu (Telegram's) offers them, the engine runs them (agentd/engine/commands.py, and
+# agentd/engine/approval_commands.py for /approve and /deny). tests/test_commands.py checks that the
+# engine runs exactly these.
+COMMANDS: Mapping[str, str] = MappingProxyType(
+    {
+        "compact": "summarise older turns now, keeping the last two verbatim",
+        "new": "archive this conversation's thread and start a fresh one",
+        "reset": "delete this conversation's transcript",
+        "status": "show the agent, model, context size, totals and approvals waiting",
+        "approve": "/approve <id>: let a tool call that waits for approval run",
+        "deny": "/deny <id>: refuse a tool call that waits for approval",
+        "help": "list these commands",
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,7 @@
 """Thousands of agents in one daemon: start time, memory, open files and turn latency of `agentd run`.
 
     python bench/agents.py                    # 100 / 1,000 / 10,000 agents, then 300 x 3,000 messages
-    python bench/agents.py --quick            # 100 / 1,000 agents, 30 x 3,000 messages
+    python bench/agents.py --quick            # smoke run: 100 agents, 40 messages; 10 x 500 messages
     python bench/agents.py --tree DIR --label before   # the same against another checkout of agentd
 
 Each cell starts the real daemon (`python -m agentd.cli run`, the offline model, webhook over HTTP) as
@@ -15,14 +15,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import os
 import platform
 import random
 import resource
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -33,13 +31,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from _common import free_port, log, pct, write_results  # bench/_common.py
 
 from agentd.messages import Message
 from agentd.store.records import RunRecord, StoredMessage
 from agentd.store.sqlite import SqliteStore, StoreExecutor
 from agentd.store.writes import CommitTurn
 
-RESULTS = Path(__file__).resolve().parent / "results"
 HERE = Path(__file__).resolve().parent.parent
 AGENT = "purpose: You answer questions.\nmemory: {scope: thread}\nchannels: {webhook: {}}\n"
 LONG_AGENTS = {
@@ -47,16 +45,6 @@ LONG_AGENTS = {
     "window 20": "memory: {strategy: {kind: window, messages: 20}}\nchannels: {webhook: {}}\n",
 }
 START_TIMEOUT = 600.0
-
-
-def log(*parts: Any) -> None:
-    print(*parts, file=sys.stderr, flush=True)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def proc_status(pid: int) -> dict[str, int]:
@@ -67,11 +55,6 @@ def proc_status(pid: int) -> dict[str, int]:
         if key in ("VmRSS", "VmHWM"):
             out[key] = int(value.split()[0])
     return out
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 class DaemonRun:
@@ -149,7 +132,7 @@ def turns(run: DaemonRun, targets: list[tuple[str, str]]) -> dict[str, Any]:
     return {
         "n": len(took),
         "p50_ms": statistics.median(took) * 1000,
-        "p95_ms": percentile(took, 0.95) * 1000,
+        "p95_ms": pct(took, 95) * 1000,
         "errors": len(errors),
         "first_errors": errors[:3],
     }
@@ -307,7 +290,11 @@ def main() -> int:
     p.add_argument("--long-length", type=int, default=3000)
     p.add_argument("--skip-long", action="store_true")
     p.add_argument("--skip-agents", action="store_true")
-    p.add_argument("--quick", action="store_true", help="100 and 1,000 agents; 30 long conversations")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="a smoke run: 100 agents, 40 messages; 10 long conversations of 500",
+    )
     p.add_argument("--tree", type=Path, default=HERE, help="the agentd checkout the daemon runs from")
     p.add_argument("--label", default=None, help="names the run in the tables (default: the tree's commit)")
     p.add_argument("--nofile", default=None, help="SOFT[:HARD] descriptor limit the daemon starts with")
@@ -315,7 +302,7 @@ def main() -> int:
     p.add_argument("--keep", action="store_true", help="keep the temporary folders")
     args = p.parse_args()
     if args.quick:
-        args.counts, args.long_conversations = "100,1000", 30
+        args.counts, args.turns, args.long_conversations, args.long_length = "100", 40, 10, 500
     if args.nofile:
         soft, _, hard = args.nofile.partition(":")
         args.nofile = (int(soft), int(hard or soft))
@@ -365,9 +352,7 @@ def main() -> int:
         out.append(long_table(cells, label, disk, args.long_conversations, args.long_length))
     report["load_at_end"] = os.getloadavg()
     print("\n\n".join(out))
-    RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / f"agents-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    path.write_text(json.dumps(report, indent=2))
+    path = write_results("agents", report, indent=2)
     log(f"wrote {path}")
     return 0
 

@@ -36,8 +36,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import os
-import platform
 import random
 import statistics
 import subprocess
@@ -49,9 +47,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import _common  # noqa: F401  (bench/_common.py: puts the repository root, and so testkit/, on the path)
 import numpy as np
 import psycopg
+from _common import log, write_results  # bench/_common.py: first, it puts the repository root on the path
 
 from agentd.config.loader import parse_agent
 from agentd.config.models import DaemonSpec, StoreSpec
@@ -59,7 +57,7 @@ from agentd.daemon.audit_trail import export_line, verify_store
 from agentd.daemon.resources import Resources
 from agentd.engine.agent import Agent
 from agentd.events import InboundEvent
-from agentd.memory.erasure import DROPPED_LAYER_KEYS, REBUILT_LAYERS_HOLDING
+from agentd.memory.erasure import layer_erasure
 from agentd.messages import Message
 from agentd.store.audit_chain import link, seal
 from agentd.store.base import Store, write_one
@@ -79,15 +77,10 @@ from agentd.store.writes import (
 )
 from testkit.postgres import PostgresServer
 
-RESULTS = Path(__file__).resolve().parent / "results"
 VERIFIER = Path(__file__).resolve().parent.parent / "docs" / "verify_audit.py"
 DIM = 256
 SPEC = parse_agent(Path("bench.yaml"), text="memory: {scope: thread, persistent: true}\n", env={})
 MODES = ("chained", "unchained")
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 # -- where a part runs, and the append it replaced --------------------------------------------------
@@ -439,9 +432,8 @@ async def erase(backend: Backend, scale: float) -> dict[str, Any]:
         data = await store.read(PersonData(TARGET))
         export_s = time.perf_counter() - start
         subject = subject_of(TARGET)
-        op = ErasePerson(
-            "bench", TARGET, subject, "bench", time.time(), None, REBUILT_LAYERS_HOLDING, DROPPED_LAYER_KEYS
-        )
+        layers = layer_erasure()
+        op = ErasePerson("bench", TARGET, subject, "bench", time.time(), None, layers.rebuild, layers.drop)
         start = time.perf_counter()
         counts = await write_one(store, op)
         erase_s = time.perf_counter() - start
@@ -541,11 +533,8 @@ def main() -> None:
             backends.append(Backend("PostgreSQL", root / "postgres", server))
         for backend in backends:
             results[backend.name] = asyncio.run(run_parts(backend, args.quick))
-    machine = {"python": platform.python_version(), "cpus": os.cpu_count(), "load": os.getloadavg()}
     print("\n\n".join(report(name, r) for name, r in results.items()))
-    RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / f"audit-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    out.write_text(json.dumps({**results, "machine": machine}, indent=2))
+    out = write_results("audit", results, indent=2)
     log(f"wrote {out}")
 
 

@@ -8,14 +8,29 @@ requests a second on a 2-core machine the load generator's own CPU must stay sma
 daemons' (httpx costs several hundred µs of CPU per request; this, a few tens). Its CPU is measured too.
 `WaitSampler` samples what PostgreSQL's backends are doing (pg_stat_activity) every few milliseconds:
 running, waiting on a lock, on the WAL, or idle waiting for a client.
+
+Run on its own, it drives one `agentd run` (SQLite files, the offline model, one webhook agent) and says
+what a turn over HTTP costs: turns/s, latency, and the daemon's CPU per turn (the figure that holds on a
+busy machine). `--configs` runs the same load on uvicorn's pure-Python defaults (`pure`: h11 and the
+asyncio loop, as without httptools and uvloop) and on `standard` (httptools and uvloop, uvicorn[standard]),
+interleaved round by round in alternating order:
+
+    python bench/http_load.py [--seconds 10] [--conversations 16] [--rounds 3] [--configs pure,standard]
+    python bench/http_load.py --quick    # smoke run: 2 s, 1 round
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import os
 import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
 import threading
 import time
 from collections import Counter
@@ -24,7 +39,15 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+import httpx
 import psycopg
+from _common import (  # bench/_common.py: first, it puts the repository root on the path
+    REPO,
+    free_port,
+    log,
+    pct,
+    write_results,
+)
 from pg_drivers import server_cpu_ns
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -188,3 +211,126 @@ class WaitSampler:
     def shares(self) -> dict[str, float]:
         """Per state, the mean number of backends found in it at a sample."""
         return {state: count / max(self.samples, 1) for state, count in self.seen.most_common()}
+
+
+# -- run on its own: one daemon over HTTP ----------------------------------------------------------------
+
+AGENT = "memory: {scope: thread, compact_at_tokens: false}\nchannels: {webhook: {}}\n"
+# what each configuration hides from the daemon: an import of None fails as if it were not installed, so
+# uvicorn's "auto" picks h11 and agentd the asyncio loop
+CONFIGS = {"pure": ("httptools", "uvloop"), "standard": (), "httptools": ("uvloop",)}
+LAUNCH = (
+    "import sys\n"
+    "for name in filter(None, sys.argv[1].split(',')):\n"
+    "    sys.modules[name] = None\n"
+    "from agentd.cli.main import main\n"
+    "sys.exit(main(sys.argv[2:]))\n"
+)
+
+
+def start_daemon(root: Path, hidden: tuple[str, ...]) -> tuple[subprocess.Popen[bytes], int]:
+    """`agentd run` in `root` (agents/, data/) on a free port, answering /healthz."""
+    port = free_port()
+    args = [
+        sys.executable,
+        "-c",
+        LAUNCH,
+        ",".join(hidden),
+        "run",
+        "--port",
+        str(port),
+        "--reload-interval",
+        "3600",
+    ]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env.pop("AGENTD_MODEL", None)
+    with (root / "daemon.log").open("ab") as out:
+        proc = subprocess.Popen(args, cwd=root, env=env, stdout=out, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 60
+    with httpx.Client(timeout=1.0, trust_env=False) as client:
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"the daemon exited ({proc.returncode}): see {root}/daemon.log")
+            try:
+                if client.get(f"http://127.0.0.1:{port}/healthz").status_code == 200:
+                    return proc, port
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.02)
+    proc.kill()
+    raise RuntimeError("the daemon did not answer in time")
+
+
+def one_cell(config: str, args: argparse.Namespace, rng: random.Random) -> dict[str, Any]:
+    root = Path(tempfile.mkdtemp(prefix="agentd-http-"))
+    (root / "agents").mkdir()
+    (root / "agents" / "bench.yaml").write_text(AGENT)
+    proc, port = start_daemon(root, CONFIGS[config])
+    try:
+        keys = [f"{config}-{i}" for i in range(args.conversations)]
+        asyncio.run(drive([port], keys, 0.5, rng, "bench"))  # warm: threads opened, code paths hot
+        cpu = process_cpu_s(proc.pid)
+        load = asyncio.run(drive([port], keys, args.seconds, rng, "bench"))
+        daemon_cpu = process_cpu_s(proc.pid) - cpu
+    finally:
+        proc.terminate()
+        proc.wait(60)
+        shutil.rmtree(root, ignore_errors=True)
+    return {
+        "config": config,
+        "turns": load.turns,
+        "turns_per_s": load.turns_per_s,
+        "p50_ms": pct(load.latencies_ms, 50),
+        "p99_ms": pct(load.latencies_ms, 99),
+        "daemon_cpu_us_per_turn": 1e6 * daemon_cpu / max(load.turns, 1),
+        "client_cpu_us_per_turn": 1e6 * load.client_cpu_s / max(load.turns, 1),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="a smoke run: 2 s, 1 round")
+    ap.add_argument("--seconds", type=float, default=None, help="timed seconds per cell (10; quick 2)")
+    ap.add_argument("--conversations", type=int, default=16, help="conversations sending at once")
+    ap.add_argument("--rounds", type=int, default=None, help="rounds of every configuration (3; quick 1)")
+    ap.add_argument("--configs", default="standard", help=f"comma-separated, of {', '.join(CONFIGS)}")
+    args = ap.parse_args()
+    args.seconds = args.seconds or (2.0 if args.quick else 10.0)
+    args.rounds = args.rounds or (1 if args.quick else 3)
+    configs = args.configs.split(",")
+    rng = random.Random(5)
+    cells: list[dict[str, Any]] = []
+    for number in range(args.rounds):
+        for config in configs if number % 2 == 0 else configs[::-1]:  # alternating order: drift falls on both
+            cells.append(one_cell(config, args, rng))
+            log(f"round {number + 1} {config}: {cells[-1]['turns_per_s']:.0f} turns/s")
+    first = configs[0]
+    print(
+        f"| config | turns/s | p50 ms | p99 ms | daemon CPU µs/turn | turns/s / {first}'s | CPU / {first}'s |\n"
+        "|---|---:|---:|---:|---:|---:|---:|"
+    )
+    for config in configs:
+        mine = [c for c in cells if c["config"] == config]
+        base = [c for c in cells if c["config"] == first]
+
+        def med(key: str, mine: list[dict[str, Any]] = mine) -> float:
+            return statistics.median(c[key] for c in mine)
+
+        def ratio(key: str, mine: list[dict[str, Any]] = mine, base: list[dict[str, Any]] = base) -> float:
+            # per round (each round ran both), then the median: the machine's drift cancels in a pair
+            return statistics.median(m[key] / b[key] for m, b in zip(mine, base, strict=True))
+
+        print(
+            f"| {config} | {med('turns_per_s'):.0f} | {med('p50_ms'):.2f} | {med('p99_ms'):.2f} | "
+            f"{med('daemon_cpu_us_per_turn'):.0f} | {ratio('turns_per_s'):.2f} | "
+            f"{ratio('daemon_cpu_us_per_turn'):.2f} |"
+        )
+    print(
+        f"\nmedians of {args.rounds} rounds; {args.conversations} conversations at once, {args.seconds:g} s a cell"
+    )
+    out = write_results("http_load", {"argv": sys.argv[1:], "cells": cells})
+    log(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()

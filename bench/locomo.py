@@ -3,6 +3,7 @@
     python bench/locomo.py                          # hash/384 and local, all five conversations
     python bench/locomo.py --embedders hash/384 --conversations 26,30
     python bench/locomo.py --strategy '{"neighbours": 1}'   # override episodic settings
+    python bench/locomo.py --quick                  # smoke run: hash/384, conversation 30's first turns
 
 The data is LoCoMo's development split (Maharana et al., "Evaluating Very Long-Term
 Conversational Memory of LLM Agents", ACL 2024; snap-research/locomo), read from
@@ -41,7 +42,6 @@ import io
 import json
 import re
 import statistics
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -49,10 +49,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import _common  # noqa: F401  (bench/_common.py: puts the repository root, and so testkit/, on the path)
 import httpx
 import numpy as np
-from turns import free_port  # bench/turns.py: this script runs from bench/
+from _common import (  # bench/_common.py: first, it puts the repository root on the path
+    free_port,
+    log,
+    write_results,
+)
 
 from agentd.daemon import Daemon
 from agentd.memory.recall_section import HEADING
@@ -61,8 +64,8 @@ from testkit.fake_llm import FakeLLM
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT.parent / "shared" / "data" / "locomo-dev"
-RESULTS = ROOT / "bench" / "results"
 TURN_GAP_S = 30.0
+QUICK_TURNS = 60  # --quick: enough turns for a few questions to have their evidence fed
 CATEGORIES = (1, 2, 3, 4)
 _STAMP = re.compile(r"^(\[\d{4}-\d\d-\d\d \d\d:\d\d\] |  )")
 
@@ -126,6 +129,14 @@ def load(path: Path) -> Conversation:
     return Conversation(path.stem, turns, questions)
 
 
+def first_turns(conversation: Conversation, n: int) -> Conversation:
+    """The conversation's first `n` turns, and only the questions whose evidence is all among them."""
+    turns = conversation.turns[:n]
+    kept = {t.dia_id for t in turns}
+    questions = [q for q in conversation.questions if set(q.evidence) <= kept]
+    return Conversation(conversation.name, turns, questions)
+
+
 def shown_turns(system: str, by_line: dict[str, list[str]]) -> set[str]:
     """The dia_ids whose text is a line of the recalled section of a system prompt."""
     if HEADING not in system:
@@ -134,10 +145,6 @@ def shown_turns(system: str, by_line: dict[str, list[str]]) -> set[str]:
     for line in system[system.index(HEADING) :].splitlines()[1:]:
         found.update(by_line.get(_STAMP.sub("", line, count=1), ()))
     return found
-
-
-def say(*args: Any) -> None:
-    print(*args, file=sys.stderr, flush=True)
 
 
 async def run_embedder(
@@ -209,7 +216,7 @@ async def one_conversation(
                 "sent_at": sent_at,
             },
         )
-    say(
+    log(
         f"{embedder} {conversation.name}: fed {len(conversation.turns)} turns in {time.perf_counter() - started:.0f}s"
     )
     by_line: dict[str, list[str]] = {}
@@ -295,19 +302,27 @@ def main() -> None:
         "--embedders", default="hash/384,local", help="agentd.yaml embedder refs; 'local' = MiniLM"
     )
     ap.add_argument("--strategy", default="{}", help="JSON: episodic settings over the bench's defaults")
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"a smoke run: hash/384 on conversation 30's first {QUICK_TURNS} turns and their questions",
+    )
     args = ap.parse_args()
+    if args.quick:
+        args.embedders, args.conversations = "hash/384", args.conversations or "30"
     args.embedder_refs = [default_local() if e == "local" else e for e in args.embedders.split(",")]
     names = args.conversations.split(",") if args.conversations else None
     paths = sorted(p for p in Path(args.data).glob("*.json") if names is None or p.stem in names)
     if not paths:
         raise SystemExit(f"no LoCoMo conversations in {args.data} (--data)")
-    rows = asyncio.run(run(args, [load(p) for p in paths]))
+    conversations = [load(p) for p in paths]
+    if args.quick:
+        conversations = [first_turns(c, QUICK_TURNS) for c in conversations]
+    rows = asyncio.run(run(args, conversations))
     labels = list(dict.fromkeys(r["embedder"] for r in rows))
     print(table(rows, labels))
-    RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / f"locomo-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    path.write_text(json.dumps({"strategy": json.loads(args.strategy), "rows": rows}, indent=1))
-    say(f"wrote {path}")
+    path = write_results("locomo", {"strategy": json.loads(args.strategy), "quick": args.quick, "rows": rows})
+    log(f"wrote {path}")
 
 
 if __name__ == "__main__":

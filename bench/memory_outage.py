@@ -22,14 +22,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import _common  # noqa: F401  (bench/_common.py: puts the repository root, and so testkit/, on the path)
+from _common import (  # bench/_common.py: first, it puts the repository root on the path
+    log,
+    pct,
+    write_results,
+)
 
 from agentd.config.loader import parse_agent
 from agentd.config.models import DaemonSpec
@@ -39,7 +42,6 @@ from agentd.messages import Message
 from agentd.providers.base import Completion, CompletionRequest, Usage
 from testkit.fake_llm import FakeLLM
 
-RESULTS = Path(__file__).resolve().parent / "results"
 AGENT = """\
 model: chat/m
 memory:
@@ -57,13 +59,6 @@ class InstantChat:
 
     async def complete(self, request: CompletionRequest) -> Completion:
         return Completion(Message.assistant("ok, noted."), Usage(100, 5))
-
-
-def pct(xs: list[float], p: float) -> float:
-    s = sorted(xs)
-    k = (len(s) - 1) * p / 100
-    f = int(k)
-    return s[f] + (s[min(f + 1, len(s) - 1)] - s[f]) * (k - f)
 
 
 async def one_rep(turns: int, folder: Path) -> dict[str, dict[str, float]]:
@@ -133,10 +128,8 @@ async def main() -> None:
         folds = statistics.median(r[phase]["fold_requests"] for r in runs)
         lines.append(f"| {phase} | {p50:.2f} ms | {p95:.2f} ms | {ratio:.2f}× | {folds:.0f} |")
     print("\n".join(lines))
-    RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / f"memory_outage-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    out.write_text(json.dumps({"turns": turns, "reps": reps, "runs": runs}, indent=1))
-    print(f"wrote {out}", file=sys.stderr)
+    out = write_results("memory_outage", {"turns": turns, "reps": reps, "runs": runs})
+    log(f"wrote {out}")
 
 
 if __name__ == "__main__":

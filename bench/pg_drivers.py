@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
-import json
 import os
 import platform
 import random
@@ -38,13 +37,12 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
-import _common  # noqa: F401  (bench/_common.py: puts the repository root, and so testkit/, on the path)
 import psycopg
+from _common import pct, write_results  # bench/_common.py: first, it puts the repository root on the path
 from pg_turn import DRIVERS, SCHEMA, Conversation, Driver, Turn, body, open_driver
 
 from testkit.postgres import PostgresServer
 
-RESULTS = Path(__file__).resolve().parent / "results"
 CONVERSATIONS = 100  # threads 1..100: the concurrent cells' conversations
 SEQUENTIAL_BASE = 200  # threads 201..: one per driver for the sequential cells
 PGBENCH_BASE = 1000  # threads 1001..: one per pgbench client
@@ -134,10 +132,9 @@ class Samples:
     turns: int = 0
 
     def summary(self) -> dict[str, float]:
-        ordered = sorted(self.latencies_ms)
         summary = {
-            "p50_ms": ordered[len(ordered) // 2],
-            "p95_ms": ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))],
+            "p50_ms": pct(self.latencies_ms, 50),
+            "p95_ms": pct(self.latencies_ms, 95),
             "turns": self.turns,
         }
         if self.throughputs:
@@ -359,7 +356,9 @@ async def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
-        "--quick", action="store_true", help="a smoke run: fewer blocks and rounds, 1 s pgbench"
+        "--quick",
+        action="store_true",
+        help="a smoke run: fewer blocks, one round of one pool size, 1 s pgbench",
     )
     parser.add_argument("--blocks", type=int, default=20, help="sequential: blocks per driver")
     parser.add_argument("--block", type=int, default=100, help="sequential: turns per block")
@@ -374,9 +373,9 @@ async def main() -> None:
     parser.add_argument("--pgbench-clients", type=sizes, default=[1, 16])
     args = parser.parse_args()
     if args.quick:
-        args.blocks, args.block, args.warm, args.rounds, args.pgbench_seconds = 3, 50, 20, 1, 1
+        args.blocks, args.block, args.warm, args.rounds, args.pgbench_seconds = 2, 30, 10, 1, 1
+        args.per_conversation, args.pool_sizes, args.threads = 2, [4], [4]
 
-    started = time.strftime("%Y%m%d-%H%M%S")
     load_before = os.getloadavg()
     rng = random.Random(7)
     user, reply = body(rng, "user"), body(rng, "assistant")
@@ -392,8 +391,6 @@ async def main() -> None:
         f"\nPostgreSQL {server_version}, default settings; load average {load_before[0]:.2f} before, "
         f"{load_after[0]:.2f} after, on {os.cpu_count()} cores; nice {os.nice(0)}"
     )
-    RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / f"pg_drivers-{started}.json"
     result: dict[str, Any] = {
         "config": vars(args),
         "server_version": server_version,
@@ -406,7 +403,7 @@ async def main() -> None:
         "sequential": {name: s.summary() | {"latencies_ms": s.latencies_ms} for name, s in seq.items()},
         "concurrent": {name: s.summary() | {"throughputs": s.throughputs} for name, s in conc.items()},
     }
-    out.write_text(json.dumps(result, indent=1))
+    out = write_results("pg_drivers", result)
     print(f"raw numbers: {out}", file=sys.stderr)
 
 

@@ -9,21 +9,31 @@ A turn is one transaction of five statements:
   5. bump the version:  UPDATE threads SET version = version + 1, updated_at = now() WHERE id = $1
 between BEGIN and COMMIT: 7 round trips, or 2 in psycopg's pipeline mode (BEGIN and both checks, then
 the writes and COMMIT). A plain turn writes no audit row (as in agentd), so `audit` is only there.
+
+Run on its own, it checks each driver's turn against a throwaway server (testkit.postgres) and says
+how long one takes, one conversation per driver, one after another; bench/pg_drivers.py is the
+measurement (interleaved blocks, concurrency, pgbench as the floor):
+
+    python bench/pg_turn.py [--turns 200]
+    python bench/pg_turn.py --quick    # smoke run: 20 turns per driver
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import random
 import re
 import threading
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+import _common  # noqa: F401  (bench/_common.py: first, it puts the repository root on the path)
 import asyncpg
 import psycopg
 import psycopg_pool
@@ -295,3 +305,64 @@ async def open_driver(
         threaded.close()
 
     return threaded.turn(user, reply), close_threaded
+
+
+# -- run on its own: every driver's turn, checked -----------------------------------------------------
+
+
+async def check_drivers(url: str, turns: int) -> dict[str, float]:
+    """`turns` turns of each driver on a conversation of its own; p50 ms per driver."""
+    from _common import pct
+
+    rng = random.Random(7)
+    user, reply = body(rng, "user"), body(rng, "assistant")
+    p50: dict[str, float] = {}
+    for index, driver in enumerate(DRIVERS):
+        turn, close = await open_driver(driver, url, 1, user, reply)
+        conv, took = Conversation(index + 1), []
+        try:
+            for _ in range(turns):
+                began = time.perf_counter()
+                await turn(conv)
+                took.append(1e3 * (time.perf_counter() - began))
+        finally:
+            await close()
+        p50[driver.name] = pct(took, 50)
+    return p50
+
+
+def main() -> None:
+    from testkit.postgres import PostgresServer
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="a smoke run: 20 turns per driver")
+    ap.add_argument("--turns", type=int, default=None, help="turns per driver (200; quick 20)")
+    args = ap.parse_args()
+    turns = args.turns or (20 if args.quick else 200)
+    with PostgresServer(settings={}) as server:
+        server.create_database("turn")
+        server.psql(SCHEMA, "turn")
+        server.psql(
+            f"INSERT INTO threads (id, conversation_key) SELECT i, 'webhook:c' || i FROM generate_series(1, {len(DRIVERS)}) i;"
+            "INSERT INTO conversation_leases (thread_id, holder, fence, expires_at) "
+            "SELECT id, 'bench', 1, now() + interval '1 day' FROM threads;",
+            "turn",
+        )
+        p50 = asyncio.run(check_drivers(server.url("turn"), turns))
+        counts = server.psql(
+            "SELECT (SELECT count(*) FROM messages), (SELECT count(*) FROM runs), (SELECT sum(version) FROM threads)",
+            "turn",
+        )
+    expected = len(DRIVERS) * turns
+    found = tuple(int(part) for part in counts.strip().split("|"))
+    if found != (2 * expected, expected, expected):
+        raise SystemExit(
+            f"expected (messages, runs, versions) {(2 * expected, expected, expected)}, found {found}"
+        )
+    print(f"| driver | turn p50 ({turns} turns, one conversation) |\n|---|---:|")
+    for name, ms in p50.items():
+        print(f"| {name} | {ms:.2f} ms |")
+
+
+if __name__ == "__main__":
+    main()

@@ -41,9 +41,6 @@ import argparse
 import asyncio
 import contextlib
 import functools
-import json
-import os
-import platform
 import random
 import statistics
 import subprocess
@@ -55,8 +52,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import _common  # noqa: F401  (bench/_common.py: puts the repository root, and so testkit/, on the path)
 import numpy as np
+from _common import log as say  # bench/_common.py: first, it puts the repository root on the path
+from _common import write_results
 
 from agentd.memory.keywords import keyword_terms
 from agentd.memory.recall import Weights, load_index, recall_episodes
@@ -70,7 +68,6 @@ from agentd.store.sqlite import SqliteStore, StoreExecutor
 from agentd.store.writes import InsertEpisodes
 from testkit.postgres import PostgresServer
 
-RESULTS = Path(__file__).resolve().parent / "results"
 PARTITION = "user:bench"
 K = 5
 RRF_K = 60
@@ -291,10 +288,6 @@ METHODS: dict[str, Callable[[Store, HashEmbedder, str], Awaitable[list[int]]]] =
 # -- running ------------------------------------------------------------------------------
 
 
-def say(*args: Any) -> None:
-    print(*args, file=sys.stderr, flush=True)
-
-
 async def one_size(
     size: int, n_questions: int, store: Store, backend: str, settle: Callable[[], object] = lambda: None
 ) -> dict[str, Any]:
@@ -431,10 +424,7 @@ def main() -> None:
         subprocess.run(
             [sys.executable, str(Path(__file__).with_name("tokens.py")), "--turns", "500"], check=True
         )
-    RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / f"recall-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    machine = {"python": platform.python_version(), "cpus": os.cpu_count(), "numpy": np.__version__}
-    path.write_text(json.dumps({"quick": args.quick, "machine": machine, "results": results}, indent=1))
+    path = write_results("recall", {"quick": args.quick, "numpy": np.__version__, "results": results})
     say(f"wrote {path}")
 
 

@@ -28,11 +28,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import random
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -40,30 +38,23 @@ import time
 from pathlib import Path
 from typing import Any
 
-import _common  # noqa: F401  (bench/_common.py: puts the repository root, and so testkit/, on the path)
 import turns  # (bench/ is on the path: the benchmark scripts' folder)
+from _common import (  # bench/_common.py: first, it puts the repository root on the path
+    RESULTS,
+    log,
+    median,
+    pct,
+    write_results,
+)
 from http_load import Load, Meter, WaitSampler, drive
 from pg_drivers import Database, Samples, pgbench_round
 
 from agents import DaemonRun
 from testkit.postgres import PostgresServer
 
-RESULTS = Path(__file__).resolve().parent / "results"
 HERE = Path(__file__).resolve().parent.parent
 AGENT = "memory: {scope: thread, compact_at_tokens: false}\nchannels: {webhook: {}}\n"
 SEQ_KINDS = ("agentd-zero", "agentd-pg", "base-pg")
-
-
-def log(*parts: Any) -> None:
-    print(*parts, file=sys.stderr, flush=True)
-
-
-def median(xs: list[float]) -> float:
-    return statistics.median(xs) if xs else float("nan")
-
-
-def pct(xs: list[float], p: float) -> float:
-    return turns.pct(xs, p)
 
 
 # -- 1. the turn ---------------------------------------------------------------------------------------
@@ -337,14 +328,16 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--parts", type=lambda s: s.split(","), default=["seq", "daemons"])
     ap.add_argument("--reps", type=int, help="reps of the turn table (3; quick 1)")
     ap.add_argument("--rounds", type=int, help="rounds of daemons and pgbench cells (3; quick 1)")
-    ap.add_argument("--lengths", type=lambda s: [int(x) for x in s.split(",")], default=[10, 1000, 10000])
-    ap.add_argument("--daemons", type=lambda s: [int(x) for x in s.split(",")], default=[1, 2, 3])
+    ap.add_argument(
+        "--lengths", type=lambda s: [int(x) for x in s.split(",")], help="(10,1000,10000; quick 10,1000)"
+    )
+    ap.add_argument("--daemons", type=lambda s: [int(x) for x in s.split(",")], help="(1,2,3; quick 1,2)")
     ap.add_argument("--conversations", type=int, default=100)
     ap.add_argument(
         "--no-sticky", dest="sticky", action="store_false", help="skip the cells that pin each conversation"
     )
-    ap.add_argument("--seconds", type=float, help="timed seconds per daemons cell (8; quick 3)")
-    ap.add_argument("--warmup", type=float, default=1.5, help="untimed seconds of load first")
+    ap.add_argument("--seconds", type=float, help="timed seconds per daemons cell (8; quick 2)")
+    ap.add_argument("--warmup", type=float, help="untimed seconds of load first (1.5; quick 0.5)")
     ap.add_argument("--pgbench-clients", type=lambda s: [int(x) for x in s.split(",")], default=[1, 16])
     ap.add_argument("--pgbench-seconds", type=int, help="(5; quick 2)")
     # bench/turns.py's cells read these
@@ -352,7 +345,7 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--conc-turns", type=int, help="timed turns per in-process conversation (20; quick 5)")
     ap.add_argument("--n", type=int, help="timed turns per turn cell (60; quick 30)")
     ap.add_argument("--min-n", type=int, default=10)
-    ap.add_argument("--budget", type=float, help="seconds per turn cell (10; quick 3)")
+    ap.add_argument("--budget", type=float, help="seconds per turn cell (10; quick 1.5)")
     ap.add_argument("--dir", default=None, help="where temporary files go")
     ap.add_argument(
         "--profile", action="store_true", help="py-spy the first daemon of each cell (see profile())"
@@ -363,10 +356,13 @@ def parse_args() -> argparse.Namespace:
     a.conc_turns = a.conc_turns or (5 if a.quick else 20)
     a.reps = a.reps or (1 if a.quick else 3)
     a.rounds = a.rounds or (1 if a.quick else 3)
-    a.seconds = a.seconds or (3.0 if a.quick else 8.0)
+    a.lengths = a.lengths or ([10, 1000] if a.quick else [10, 1000, 10000])
+    a.daemons = a.daemons or ([1, 2] if a.quick else [1, 2, 3])
+    a.warmup = a.warmup or (0.5 if a.quick else 1.5)
+    a.seconds = a.seconds or (2.0 if a.quick else 8.0)
     a.pgbench_seconds = a.pgbench_seconds or (2 if a.quick else 5)
     a.n = a.n or (30 if a.quick else 60)
-    a.budget = a.budget or (3.0 if a.quick else 10.0)
+    a.budget = a.budget or (1.5 if a.quick else 10.0)
     return a
 
 
@@ -389,11 +385,9 @@ def main() -> None:
     with PostgresServer(settings={}) as server:  # PostgreSQL's defaults, as performance.md's pgbench
         turns.POSTGRES = server
         data = asyncio.run(run(server, a))
-    data |= {"kind": "replicas", "started": started, "argv": sys.argv[1:], "versions": turns.versions()}
+    data |= {"kind": "replicas", "started": started, "argv": sys.argv[1:]}
     data["config"] = {**vars(a), "cpus": os.cpu_count()}
-    RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / f"replicas-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    path.write_text(json.dumps(data, indent=1))
+    path = write_results("replicas", data)
     log("wrote", path)
     print(report(data))
 

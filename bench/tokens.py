@@ -1,6 +1,7 @@
 """Tokens sent per turn over a long conversation, per memory strategy, against full replay.
 
     python bench/tokens.py [--turns 500] [--json PATH]
+    python bench/tokens.py --quick    # smoke run: a 60-turn conversation
 
 Each strategy runs the same scripted conversation through the real engine and
 SQLite. The chat model is a counting model: it reports as input tokens what
@@ -17,12 +18,11 @@ import asyncio
 import json
 import random
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from _common import log, write_results  # bench/_common.py: first, it puts the repository root on the path
 
 from agentd.config.loader import parse_agent
 from agentd.config.models import DaemonSpec
@@ -128,9 +128,11 @@ async def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--turns", type=int, default=500)
+    parser.add_argument("--turns", type=int, default=None, help="turns of the conversation (500; quick 60)")
+    parser.add_argument("--quick", action="store_true", help="a smoke run: a 60-turn conversation")
     parser.add_argument("--json", type=Path, default=None, help="also write the rows as JSON here")
     args = parser.parse_args()
+    args.turns = args.turns or (60 if args.quick else 500)
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         for name, memory_yaml in STRATEGIES.items():
@@ -146,6 +148,8 @@ async def main() -> None:
             f"| {r['strategy']} | {r['mean_input']:,.0f} | {r['p50_input']:,.0f} | {r['last_input']:,} | "
             f"{r['memory_runs']} | {r['memory_input_total']:,} | {r['total']:,} | {r['total'] / base:.3f}x |"  # type: ignore[operator]
         )
+    out = write_results("tokens", {"turns": args.turns, "results": results}, indent=2)
+    log(f"wrote {out}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(results, indent=2))

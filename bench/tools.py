@@ -32,7 +32,11 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-import _common  # noqa: F401  (bench/_common.py: puts the repository root, and so testkit/, on the path)
+from _common import (  # bench/_common.py: first, it puts the repository root on the path
+    log,
+    pct,
+    write_results,
+)
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
@@ -43,8 +47,6 @@ from agentd.events import InboundEvent
 from agentd.messages import Message, ToolCallPart
 from agentd.providers.base import Completion, CompletionRequest, Usage
 from testkit.fake_mcp import serve_http, stdio_command
-
-RESULTS = Path(__file__).resolve().parent / "results"
 
 
 class OneToolCall:
@@ -60,11 +62,6 @@ class OneToolCall:
             )
             return Completion(Message(role="assistant", parts=(call,)), Usage(100, 5))
         return Completion(Message.assistant("done"), Usage(100, 5))
-
-
-def pct(xs: list[float], p: float) -> float:
-    ordered = sorted(xs)
-    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
 async def timed(n: int, call: Callable[[int], Awaitable[Any]]) -> list[float]:
@@ -181,10 +178,8 @@ def main() -> None:
     reps = args.reps or (1 if args.quick else 3)
     results = asyncio.run(measure(n, reps))
     print(table(results))
-    RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / f"tools-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    out.write_text(json.dumps({"calls": n, "reps": reps, "results": results}, indent=2))
-    print(f"wrote {out}", file=sys.stderr)
+    out = write_results("tools", {"calls": n, "reps": reps, "results": results}, indent=2)
+    log(f"wrote {out}")
 
 
 if __name__ == "__main__":

@@ -24,12 +24,9 @@ import gc
 import io
 import json
 import math
-import os
-import platform
 import pstats
 import random
 import shutil
-import socket
 import sqlite3
 import statistics
 import sys
@@ -39,11 +36,17 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import _common  # noqa: F401  (bench/_common.py: puts the repository root, and so testkit/, on the path)
 import aiosqlite
 import httpx
 import pg_turn  # (bench/: the benchmark scripts' folder is on the path)
 import uvicorn
+from _common import (  # bench/_common.py: first, it puts the repository root on the path
+    free_port,
+    log,
+    pct,
+    wait_until,
+    write_results,
+)
 from fastapi import FastAPI, Request
 
 from agentd.config.loader import parse_agent
@@ -59,7 +62,6 @@ from agentd.store.records import RunRecord, StoredMessage
 from agentd.store.writes import CommitTurn
 from testkit.postgres import PostgresServer
 
-RESULTS = Path(__file__).resolve().parent / "results"
 WARM = 3  # untimed turns before each sequential cell
 AGENT_YAML = "memory: {scope: thread, compact_at_tokens: false}\n"
 WORDS = (
@@ -93,16 +95,6 @@ class ZeroModel:
 # -- statistics ------------------------------------------------------------------------------
 
 
-def pct(xs: list[float], p: float) -> float:
-    s = sorted(xs)
-    if not s:
-        return float("nan")
-    k = (len(s) - 1) * p / 100.0
-    f = int(k)
-    c = min(f + 1, len(s) - 1)
-    return s[f] + (s[c] - s[f]) * (k - f)
-
-
 def lat(ns: list[int]) -> dict[str, Any]:
     us = [x / 1000.0 for x in ns]
     return {"n": len(us), "p50_us": round(pct(us, 50), 1), "p95_us": round(pct(us, 95), 1)}
@@ -117,10 +109,6 @@ def fmt_us(us: float) -> str:
     if us != us:
         return "–"
     return f"{us:.0f} µs" if us < 1000 else f"{us / 1000:.2f} ms"
-
-
-def log(*parts: Any) -> None:
-    print(*parts, file=sys.stderr, flush=True)
 
 
 def after_setup(args: argparse.Namespace) -> None:
@@ -561,13 +549,6 @@ async def conc_run(
 # -- 3. one webhook turn over HTTP -----------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 def echo_app() -> FastAPI:
     """The floor: FastAPI + uvicorn reading the same JSON body and answering the same shape."""
     app = FastAPI()
@@ -582,14 +563,6 @@ def echo_app() -> FastAPI:
         }
 
     return app
-
-
-async def wait_until(ready: Callable[[], bool], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not ready():
-        if time.monotonic() > deadline:
-            raise TimeoutError("server did not start")
-        await asyncio.sleep(0.01)
 
 
 async def http_rep(args: argparse.Namespace, rng: random.Random) -> dict[str, Any]:
@@ -683,21 +656,6 @@ async def one_rep(rep: int, args: argparse.Namespace) -> dict[str, Any]:
         out["http"] = h = await http_rep(args, rng)
         log(f"rep{rep} http " + " ".join(f"{k} p50={v['p50_us']:.0f}us" for k, v in h.items()))
     return out
-
-
-def versions() -> dict[str, Any]:
-    import importlib.metadata as md
-
-    v: dict[str, Any] = {
-        "python": platform.python_version(),
-        "sqlite": sqlite3.sqlite_version,
-        "cpus": os.cpu_count(),
-        "platform": platform.platform(),
-    }
-    for p in ("agentd", "aiosqlite", "pydantic", "fastapi", "uvicorn", "httpx"):
-        with contextlib.suppress(md.PackageNotFoundError):
-            v[p] = md.version(p)
-    return v
 
 
 def summarize(data: dict[str, Any]) -> str:
@@ -815,7 +773,7 @@ def conc_table(a: dict[str, Any], runs: list[dict[str, Any]]) -> list[str]:
 HTTP_ROWS = {
     "http-agentd": "POST /agents/hook/messages on the in-process daemon (offline model, scope thread)",
     "http-echo": "floor: FastAPI + uvicorn echo of the same request",
-    "inproc-agentd": "same agent, `runtime.handle()` without HTTP",
+    "inproc-agentd": "same agent, `agent.handle()` without HTTP",
 }
 
 
@@ -865,13 +823,13 @@ async def profile(L: int, args: argparse.Namespace) -> None:
 def main() -> None:
     global POSTGRES
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="smoke run: 1 rep, fewer samples (~20-60 s)")
+    ap.add_argument("--quick", action="store_true", help="smoke run: 1 rep, L 10 and 1000, fewer samples")
     ap.add_argument("--reps", type=int)
     ap.add_argument("--n", type=int, help="timed turns per sequential cell")
     ap.add_argument("--min-n", type=int, default=10)
     ap.add_argument("--budget", type=float, help="seconds per sequential cell before stopping at >= min-n")
     ap.add_argument(
-        "--lengths", type=lambda s: [int(x) for x in s.split(",")], default=[10, 100, 1000, 10000]
+        "--lengths", type=lambda s: [int(x) for x in s.split(",")], help="(10,100,1000,10000; quick 10,1000)"
     )
     ap.add_argument(
         "--seq-rows", type=lambda s: s.split(","), default=[k for k in SEQ_ROWS if k != "agentd-pg"]
@@ -892,10 +850,11 @@ def main() -> None:
     )
     a = ap.parse_args()
     a.reps = a.reps or (1 if a.quick else 5)
-    a.n = a.n or (30 if a.quick else 60)
-    a.budget = a.budget or (3.0 if a.quick else 15.0)
+    a.lengths = a.lengths or ([10, 1000] if a.quick else [10, 100, 1000, 10000])
+    a.n = a.n or (20 if a.quick else 60)
+    a.budget = a.budget or (1.0 if a.quick else 15.0)
     a.conc_turns = a.conc_turns or (3 if a.quick else 10)
-    a.http_n = a.http_n or (100 if a.quick else 300)
+    a.http_n = a.http_n or (50 if a.quick else 300)
     if a.profile is not None:
         asyncio.run(profile(a.profile, a))
         return
@@ -907,11 +866,8 @@ def main() -> None:
             POSTGRES = stack.enter_context(PostgresServer(settings={}))
         runs = [asyncio.run(one_rep(rep, a)) for rep in range(a.reps)]
     data: dict[str, Any] = {"kind": "turns", "started": started, "argv": sys.argv[1:]}
-    data["versions"] = versions()
     data |= {"config": vars(a), "rows": SEQ_ROWS, "runs": runs}
-    RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / f"turns-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    path.write_text(json.dumps(data, indent=1))
+    path = write_results("turns", data)
     log("wrote", path)
     print(summarize(data))
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 import pytest
 
 from agentd.engine.agent import Agent
+from agentd.engine.approval_commands import is_approval_command
+from agentd.engine.commands import HANDLERS, is_command
+from agentd.events import COMMANDS
 from testkit.scripted import ScriptedProvider
 from tests.support import Harness, say
 
@@ -18,6 +21,15 @@ async def command_audit(runtime: Agent) -> list[str]:
         lambda c: c.execute("SELECT action FROM audit WHERE kind = 'command'").fetchall()
     )
     return [r[0] for r in rows]
+
+
+def test_the_engine_runs_exactly_the_commands_of_the_table_every_channel_offers() -> None:
+    """agentd.events.COMMANDS is what /help lists and Telegram's menu offers: each is run by the engine
+    (a handler, or the approval commands), and the engine runs nothing the table does not name."""
+    approvals = {name for name in COMMANDS if is_approval_command(f"/{name} abc123")}
+    assert approvals == {"approve", "deny"}
+    assert set(HANDLERS) == set(COMMANDS) - approvals
+    assert all(is_command(f"/{name}") for name in COMMANDS)
 
 
 async def test_new_archives_and_starts_fresh_under_the_same_key(harness: Harness) -> None:
@@ -82,6 +94,7 @@ async def test_help_unknown_and_audit(harness: Harness) -> None:
     help_text = (await talk("/help")).text
     for name in ("/compact", "/new", "/reset", "/status", "/help"):
         assert name in help_text
+    assert all(f"/{name} — {what}" in help_text for name, what in COMMANDS.items())
     assert (await talk("/frobnicate")).text.startswith("Unknown command /frobnicate.")
     assert (await talk("/status@mybot")).text.startswith("Agent: bot")  # Telegram-style suffix
     await talk("/compact")

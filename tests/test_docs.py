@@ -91,3 +91,28 @@ def test_no_file_points_at_a_path_of_one_machine() -> None:
             text = path.read_text(errors="replace")
             offenders += [f"{name}:{n}" for n, line in enumerate(text.splitlines(), 1) if needle in line]
     assert offenders == []
+
+
+def bench_scripts() -> list[str]:
+    return sorted(p.name for p in (ROOT / "bench").glob("*.py") if not p.name.startswith("_"))
+
+
+def test_every_bench_script_is_named_in_bench_readme_and_the_readme_layout() -> None:
+    """A script added to bench/ is described in bench/README.md's table and listed in the README's Layout."""
+    scripts = bench_scripts()
+    assert len(scripts) >= 12
+    table = re.findall(r"^\| `([a-z_]+\.py)` \|", (ROOT / "bench" / "README.md").read_text(), re.MULTILINE)
+    assert sorted(table) == scripts
+    readme = (ROOT / "README.md").read_text()
+    layout = readme[readme.index("## Layout") :]
+    listed = layout[layout.index("\nbench/") : layout.index("\ndeploy/")]
+    assert [s for s in scripts if s not in listed] == []
+
+
+def test_every_bench_script_takes_quick_and_the_smoke_run_runs_them_all() -> None:
+    """.ci/bench-smoke runs every bench/*.py with --quick (and .ci/run runs it): each script says --quick."""
+    for script in bench_scripts():
+        assert '"--quick"' in (ROOT / "bench" / script).read_text(), f"bench/{script} takes no --quick"
+    smoke = (ROOT / ".ci" / "bench-smoke").read_text()
+    assert "for script in *.py" in smoke and "--quick" in smoke
+    assert ".ci/bench-smoke" in (ROOT / ".ci" / "run").read_text()

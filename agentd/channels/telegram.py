@@ -42,22 +42,14 @@ from agentd.channels.callbacks import CallbackRefused, json_object, read_body
 from agentd.channels.chat import AllowList, ChatChannel, Route
 from agentd.channels.telegram_routing import Bot, TelegramTarget, route_update, target_of
 from agentd.config.telegram import TelegramSpec
-from agentd.events import ChannelHost
+from agentd.events import COMMANDS, ChannelHost
 
 log = logging.getLogger(__name__)
 
 CHANNEL = "telegram"
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
 DEFAULT_API = "https://api.telegram.org"
-COMMANDS = (
-    BotCommand("status", "Show model, memory and token use of this conversation"),
-    BotCommand("compact", "Summarise older messages now"),
-    BotCommand("new", "Start a fresh conversation (the old one stays in the log)"),
-    BotCommand("reset", "Forget this conversation"),
-    BotCommand("approve", "Let a tool call waiting for approval run: /approve <id>"),
-    BotCommand("deny", "Refuse a tool call waiting for approval: /deny <id>"),
-    BotCommand("help", "List the commands"),
-)
+MENU = tuple(BotCommand(name, what) for name, what in COMMANDS.items())  # the commands /help lists
 TYPING_EVERY = 4.5  # Telegram shows "typing…" for 5 s after each sendChatAction
 NETWORK_RETRIES = 3  # a reply survives this many transient failures (timeouts, 5xx, dropped connections)
 STOP_SECONDS = 4.5  # stop() waits at most this long for run() to close everything (the daemon allows 5 s)
@@ -208,7 +200,7 @@ class TelegramChannel(ChatChannel[Update, TelegramTarget]):
 
     async def _register_commands(self, app: Application[Any, Any, Any, Any, Any, Any]) -> None:
         try:
-            await app.bot.set_my_commands(COMMANDS)
+            await app.bot.set_my_commands(MENU)
         except InvalidToken:
             raise
         except TelegramError as exc:  # the menu is a convenience; the bot works without it

@@ -192,6 +192,7 @@ def cmd_audit_any(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from agentd.daemon import Daemon
     from agentd.daemon.limits import raise_open_files_limit
+    from agentd.daemon.server import event_loop_factory
 
     raise_open_files_limit()
 
@@ -206,7 +207,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
         await daemon.serve()
 
-    asyncio.run(go())
+    with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
+        runner.run(go())
     return 0
 
 

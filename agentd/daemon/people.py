@@ -16,7 +16,7 @@ from typing import Any
 from agentd.daemon.resources import DAEMON_STORE, Resources
 from agentd.engine.agent import Agent
 from agentd.errors import AgentdError
-from agentd.memory.erasure import DROPPED_LAYER_KEYS, REBUILT_LAYERS_HOLDING
+from agentd.memory.erasure import layer_erasure
 from agentd.store.base import Store, write_one
 from agentd.store.people import subject_of
 from agentd.store.queries import PersonData
@@ -104,8 +104,8 @@ def _erasure(
         by,
         time.time(),
         None,
-        REBUILT_LAYERS_HOLDING,
-        DROPPED_LAYER_KEYS,
+        layer_erasure().rebuild,
+        layer_erasure().drop,
         record,
     )
 

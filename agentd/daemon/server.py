@@ -7,14 +7,27 @@ connections wait in the socket's backlog until uvicorn accepts them.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import errno
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import uvicorn
 
 from agentd.errors import OperatorError
+
+
+def event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop's event loop when it is installed, else None (asyncio's own). uvicorn picks httptools over
+    h11 by itself when it is installed; the loop is the daemon's, so the daemon picks it: measured on
+    bench/http_load.py (bench/README.md), the two together make a webhook turn cheaper."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+    return factory
 
 
 class EmbeddedServer(uvicorn.Server):

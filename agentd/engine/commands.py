@@ -15,7 +15,7 @@ from typing import Any
 
 from agentd.engine.conversation import Conversation
 from agentd.engine.status import status_facts
-from agentd.events import InboundEvent, Reply
+from agentd.events import COMMANDS, InboundEvent, Reply
 from agentd.store.records import AuditRecord, RunRecord, StoredThread
 from agentd.store.writes import (
     AppendAudit,
@@ -28,16 +28,6 @@ from agentd.store.writes import (
 )
 
 _COMMAND_RE = re.compile(r"^/([A-Za-z_]+)(?:@\S+)?(?:\s+(.*))?$", re.S)
-
-HELP = {
-    "compact": "summarise older turns now, keeping the last two verbatim",
-    "new": "archive this conversation's thread and start a fresh one",
-    "reset": "delete this conversation's transcript",
-    "status": "show the agent, model, context size, totals and approvals waiting",
-    "approve": "/approve <id>: let a tool call that waits for approval run",
-    "deny": "/deny <id>: refuse a tool call that waits for approval",
-    "help": "list these commands",
-}
 
 
 def is_command(text: str) -> bool:
@@ -65,7 +55,7 @@ Command = Callable[[Conversation, InboundEvent], Awaitable[CommandResult]]
 
 
 async def _help(conv: Conversation, event: InboundEvent) -> CommandResult:
-    lines = [f"/{name} — {what}" for name, what in HELP.items()]
+    lines = [f"/{name} — {what}" for name, what in COMMANDS.items()]
     return CommandResult("Commands:\n" + "\n".join(lines), "help")
 
 
@@ -189,7 +179,8 @@ def counted(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
-COMMANDS: dict[str, Command] = {
+# what runs each of agentd.events.COMMANDS but /approve and /deny (agentd/engine/approval_commands.py)
+HANDLERS: dict[str, Command] = {
     "compact": _compact,
     "new": _new,
     "reset": _reset,
@@ -203,7 +194,7 @@ async def run_command(conv: Conversation, event: InboundEvent) -> Reply:
     assert match is not None
     name = match.group(1).lower()
     started = time.time()
-    command = COMMANDS.get(name)
+    command = HANDLERS.get(name)
     if command is None:
         result = CommandResult(
             f"Unknown command /{name}. " + (await _help(conv, event)).text, "unknown", {"command": name}

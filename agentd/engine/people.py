@@ -17,7 +17,7 @@ from typing import Any
 
 from agentd.engine.approvals import OPERATOR, Approvals
 from agentd.engine.state import AgentState
-from agentd.memory.erasure import DROPPED_LAYER_KEYS, REBUILT_LAYERS_HOLDING
+from agentd.memory.erasure import layer_erasure
 from agentd.memory.vectors import index_cache
 from agentd.store.base import write_one
 from agentd.store.people import names, partition_of
@@ -50,8 +50,8 @@ async def erase_person(
             by,
             time.time(),
             conversations,
-            REBUILT_LAYERS_HOLDING,
-            DROPPED_LAYER_KEYS,
+            layer_erasure().rebuild,
+            layer_erasure().drop,
         )
         counts = await write_one(state.store, op)
         for key in conversations:  # read again at its next turn: gone, or with tombstones and layers rebuilt

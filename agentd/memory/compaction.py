@@ -24,7 +24,15 @@ from agentd.store.writes import ApplyCompaction
 log = logging.getLogger(__name__)
 
 KEEP_TURNS = 2
-SUMMARY_HEADING = "Summary of the earlier part of this conversation (older turns were compacted)."
+
+
+def summary_heading(how: str) -> str:
+    """The heading above a summary of the conversation's earlier part, saying how it was made (the
+    compaction's here, summarized's rolling one): the model reads both as the same kind of thing."""
+    return f"Summary of the earlier part of this conversation ({how})."
+
+
+COMPACTED_HEADING = summary_heading("older turns were compacted")
 SUMMARY_INSTRUCTIONS = (
     "You compact a conversation so it can continue in less context. Write a concise summary of the "
     "conversation excerpt below: keep decisions made, facts established, the person's preferences and "
@@ -34,7 +42,7 @@ SUMMARY_INSTRUCTIONS = (
 
 def compacted_section(summary: str) -> str:
     """The compaction summary as the model sees it: quoted as remembered material."""
-    return remembered_block("compaction summary", SUMMARY_HEADING, summary)
+    return remembered_block("compaction summary", COMPACTED_HEADING, summary)
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,8 +23,8 @@ transcript, not the episodes already made of it: they are the person's.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar
 
 from agentd.config.models import MemorySpec
 from agentd.config.strategies import EpisodicStrategy
@@ -32,6 +32,7 @@ from agentd.errors import ToolError
 from agentd.memory.base import MemoryContext, MemoryView, TurnInput, speaker_partition
 from agentd.memory.cursor import after_cursor, cursor_behind, layer_state
 from agentd.memory.episode_writes import Retention, exchanges_of, store_episodes, sweep_retention
+from agentd.memory.erasure import Erasure
 from agentd.memory.recall import Recall, Weights, recall_episodes
 from agentd.memory.recall_section import shown_recall
 from agentd.memory.screening import SecretScreen
@@ -49,6 +50,9 @@ NO_EMBEDDER = "episodic memory: no embedder configured (agentd.yaml: embedder); 
 
 class EpisodicMemory:
     kind = "episodic"
+    # the last recall quotes the query and the episodes it found (the inspector shows it): an erasure
+    # drops it and keeps the cursor (the episodes themselves are erased by partition)
+    LAYER_KEYS: ClassVar[Mapping[str, Erasure]] = {"last_recall": Erasure.DROP}
     keeps_transcript = True
 
     def __init__(self, spec: EpisodicStrategy, memory: MemorySpec | None = None, layer: str = "episodic"):

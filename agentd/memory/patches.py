@@ -4,7 +4,8 @@ Shared by the after-run memory jobs that ask a model for JSON (fold, extraction)
 how an answer is read, and how a failed call is classified.
 
 A patch holds only the keys that change; `null` deletes a key. It is refused
-as a whole (PatchRefused, whose reason the model is shown on its one retry)
+as a whole (PatchRefused, whose reason the model is shown on its one retry;
+an answer that is not JSON at all is AnswerRefused, whatever the job)
 when it is not a JSON object, names a key outside the declared fields, or
 would make Σ's JSON longer than max_chars.
 """
@@ -29,12 +30,17 @@ TOOL_RESULT_CHARS = 2000
 _MISSING = object()
 
 
-class PatchRefused(ValueError):
-    """The model's answer cannot be applied; `reason` is written for the model to act on."""
+class AnswerRefused(ValueError):
+    """A memory model's JSON answer breaks its contract (not JSON, or not what the job asked for: a
+    fold's patch, an extraction's facts); `reason` is written for the model to act on."""
 
     def __init__(self, reason: str):
         self.reason = reason
         super().__init__(reason)
+
+
+class PatchRefused(AnswerRefused):
+    """A fold's patch cannot be applied to Σ (not an object, a key outside the fields, Σ too long)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,14 +59,14 @@ def strip_fence(text: str) -> str:
 
 
 def parse_json_answer(text: str) -> Any:
-    """A model's answer as JSON (a ```json fence tolerated); PatchRefused when it is not JSON."""
+    """A model's answer as JSON (a ```json fence tolerated); AnswerRefused when it is not JSON."""
     body = strip_fence(text)
     if not body:
-        raise PatchRefused("the answer was empty; answer with one JSON object")
+        raise AnswerRefused("the answer was empty; answer with one JSON object")
     try:
         return json.loads(body)
     except json.JSONDecodeError as e:
-        raise PatchRefused(
+        raise AnswerRefused(
             f"the answer is not valid JSON ({e.msg} at line {e.lineno} column {e.colno}); "
             "answer with one JSON object and nothing else"
         ) from None

@@ -26,8 +26,13 @@ STRATEGY_KINDS: dict[str, str] = {
 }
 
 
+def strategy_class(kind: str) -> Any:
+    """The class registered for `kind`, its module imported on first use."""
+    return pkgutil.resolve_name(STRATEGY_KINDS[kind])
+
+
 def build_strategy(spec: Any, memory: MemorySpec, layer: str | None = None) -> MemoryStrategy:
-    cls = pkgutil.resolve_name(STRATEGY_KINDS[spec.kind])
+    cls = strategy_class(spec.kind)
     strategy: MemoryStrategy = cls(spec, memory, layer or spec.kind)
     return strategy
 

@@ -23,16 +23,17 @@ import logging
 import math
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from agentd.config.models import MemorySpec
 from agentd.config.strategies import SemanticStrategy
 from agentd.errors import OperatorError, ProviderError
 from agentd.memory.base import MemoryContext, MemoryView, TurnInput, speaker_partition
 from agentd.memory.cursor import after_cursor, cursor_behind, layer_state
-from agentd.memory.patches import TOOL_RESULT_CHARS, PatchRefused, parse_json_answer, rejected_request
+from agentd.memory.erasure import Erasure
+from agentd.memory.patches import TOOL_RESULT_CHARS, AnswerRefused, parse_json_answer, rejected_request
 from agentd.memory.runs import commit_memory_run, structured_model
 from agentd.messages import Message, render_transcript
 from agentd.providers.remembered import remembered_block
@@ -78,16 +79,16 @@ class ExtractedFact:
 
 
 def parse_facts(answer: str) -> list[ExtractedFact]:
-    """The facts of an extraction answer; PatchRefused (whole answer) when it breaks the contract.
+    """The facts of an extraction answer; AnswerRefused (whole answer) when it breaks the contract.
 
     A key repeated in one answer keeps its last occurrence.
     """
     body = parse_json_answer(answer)
     if not isinstance(body, dict) or set(body) != {"facts"} or not isinstance(body["facts"], list):
-        raise PatchRefused('the answer must be a JSON object {"facts": [...]} and nothing else')
+        raise AnswerRefused('the answer must be a JSON object {"facts": [...]} and nothing else')
     items = body["facts"]
     if len(items) > MAX_FACTS:
-        raise PatchRefused(f"{len(items)} facts in one answer; at most {MAX_FACTS}")
+        raise AnswerRefused(f"{len(items)} facts in one answer; at most {MAX_FACTS}")
     facts: dict[str, ExtractedFact] = {}
     for i, item in enumerate(items):
         fact = _fact(item, i)
@@ -99,26 +100,26 @@ def parse_facts(answer: str) -> list[ExtractedFact]:
 def _fact(item: Any, i: int) -> ExtractedFact:
     where = f"fact {i + 1}"
     if not isinstance(item, dict):
-        raise PatchRefused(f"{where} is not an object")
+        raise AnswerRefused(f"{where} is not an object")
     unknown = set(item) - {"key", "value", "confidence", "source"}
     if unknown:
-        raise PatchRefused(f"{where} has unknown field(s) {', '.join(sorted(unknown))}")
+        raise AnswerRefused(f"{where} has unknown field(s) {', '.join(sorted(unknown))}")
     key = item.get("key")
     if not isinstance(key, str):
-        raise PatchRefused(f"{where} has no key")
+        raise AnswerRefused(f"{where} has no key")
     key = re.sub(r"[\s\-]+", "_", key.strip().lower())
     if not KEY_RE.match(key):
-        raise PatchRefused(f"{where}: key {item['key']!r} is not a short snake_case name")
+        raise AnswerRefused(f"{where}: key {item['key']!r} is not a short snake_case name")
     if "value" not in item:
-        raise PatchRefused(f"{where} ({key}) has no value")
+        raise AnswerRefused(f"{where} ({key}) has no value")
     value = item["value"]
     if isinstance(value, bool) or isinstance(value, int | float):
         value = str(value).lower() if isinstance(value, bool) else str(value)
     if value is not None:
         if not isinstance(value, str) or not value.strip():
-            raise PatchRefused(f"{where} ({key}): the value must be non-empty text or null")
+            raise AnswerRefused(f"{where} ({key}): the value must be non-empty text or null")
         if len(value) > VALUE_CHARS:
-            raise PatchRefused(f"{where} ({key}): the value is over {VALUE_CHARS} characters")
+            raise AnswerRefused(f"{where} ({key}): the value is over {VALUE_CHARS} characters")
         value = value.strip()
     confidence = item.get("confidence")
     if (
@@ -127,10 +128,10 @@ def _fact(item: Any, i: int) -> ExtractedFact:
         or not math.isfinite(confidence)
         or not 0 <= confidence <= 1
     ):
-        raise PatchRefused(f"{where} ({key}): confidence must be a number from 0 to 1")
+        raise AnswerRefused(f"{where} ({key}): confidence must be a number from 0 to 1")
     source = item.get("source")
     if source is not None and not isinstance(source, str):
-        raise PatchRefused(f"{where} ({key}): source must be text")
+        raise AnswerRefused(f"{where} ({key}): source must be text")
     source = source.strip()[:SOURCE_CHARS] if source else ""
     return ExtractedFact(key, value, float(confidence), source or None)
 
@@ -172,6 +173,8 @@ class SemanticMemory:
     """Facts per speaker, extracted after each run; see the module docstring."""
 
     kind = "semantic"
+    # its layer state is only a cursor (the facts are rows of their own, erased by partition)
+    LAYER_KEYS: ClassVar[Mapping[str, Erasure]] = {}
     keeps_transcript = True
 
     def __init__(self, spec: SemanticStrategy, memory: MemorySpec | None = None, layer: str = "semantic"):
@@ -239,7 +242,7 @@ class SemanticMemory:
         run = call.run
         try:
             facts = parse_facts(call.completion.message.text)
-        except PatchRefused as refused:
+        except AnswerRefused as refused:
             run.status, run.error = "error", f"extraction refused: {refused.reason}"
             return await self.refuse(ctx, thread, run, refused.reason, upto_seq)
         written = [f.key for f in facts if f.value is not None]

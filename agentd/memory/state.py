@@ -27,18 +27,19 @@ layers of a composite read them); the model just never sees them again.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
 
 from agentd.config.models import MemorySpec
 from agentd.config.strategies import StateStrategy
 from agentd.errors import OperatorError, ProviderError
 from agentd.memory.base import MemoryContext, MemoryView, TurnInput
 from agentd.memory.cursor import after_cursor, back_to_call, cursor_behind, layer_state
+from agentd.memory.erasure import Erasure
 from agentd.memory.patches import (
     TOOL_RESULT_CHARS,
+    AnswerRefused,
     FoldResult,
-    PatchRefused,
     fold_answer,
     rejected_request,
     sigma_json,
@@ -109,6 +110,8 @@ class StateMemory:
 
     kind = "state"
     keeps_transcript = True
+    # Σ is made of the thread's messages: an erasure there deletes it and the fold starts over
+    LAYER_KEYS: ClassVar[Mapping[str, Erasure]] = {"sigma": Erasure.REBUILD}
 
     def __init__(self, spec: StateStrategy, memory: MemorySpec | None = None, layer: str = "state"):
         self.spec = spec
@@ -261,7 +264,7 @@ class StateMemory:
                 runs.append(attempt_run)
                 try:
                     result = fold_answer(answer, sigma, self.fields, self.spec.max_chars)
-                except PatchRefused as refused:
+                except AnswerRefused as refused:
                     reason = refused.reason
                     attempt_run.status, attempt_run.error = "error", f"patch refused: {reason}"
                 else:

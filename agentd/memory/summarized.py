@@ -26,15 +26,21 @@ can write (an extractive one), so the layer keeps working without a network.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
 
 from agentd.config.models import MemorySpec
 from agentd.config.strategies import SummarizedStrategy
 from agentd.errors import OperatorError, ProviderError
 from agentd.memory.base import MemoryContext, MemoryView, TurnInput
-from agentd.memory.compaction import compacted_section, render_for_summary, verbatim_tail_start
+from agentd.memory.compaction import (
+    compacted_section,
+    render_for_summary,
+    summary_heading,
+    verbatim_tail_start,
+)
 from agentd.memory.cursor import after_cursor, layer_state
+from agentd.memory.erasure import Erasure
 from agentd.memory.runs import commit_memory_run
 from agentd.messages import MESSAGE_ADAPTER, Message
 from agentd.providers.base import PromptHints
@@ -43,9 +49,7 @@ from agentd.store.records import AuditRecord, LayerState, StoredMessage, StoredT
 
 log = logging.getLogger(__name__)
 
-SUMMARY_HEADING = (
-    "Summary of the earlier part of this conversation (a rolling summary; the messages since follow)."
-)
+SUMMARY_HEADING = summary_heading("a rolling summary; the messages since follow")
 REFRESH_INSTRUCTIONS = (
     "You keep a running summary of a conversation so it can continue without its older messages. "
     "Rewrite the summary so far to take in the later messages below: keep decisions made, facts "
@@ -79,6 +83,8 @@ def count_foldable(messages: Sequence[StoredMessage], upto_seq: int, enough: int
 
 class SummarizedMemory:
     kind = "summarized"
+    # the rolling summary is made of the thread's messages: an erasure there deletes it (refolded anew)
+    LAYER_KEYS: ClassVar[Mapping[str, Erasure]] = {"summary": Erasure.REBUILD}
     keeps_transcript = True
 
     def __init__(self, spec: SummarizedStrategy, memory: MemorySpec | None = None, layer: str = "summarized"):

@@ -17,7 +17,7 @@ from agentd.channels.base import Channel, HttpChannel
 from agentd.channels.splitting import split_message
 from agentd.channels.telegram import MESSAGE_LIMIT, NETWORK_RETRIES, TelegramChannel
 from agentd.config.telegram import TelegramSpec
-from agentd.events import InboundEvent, Reply
+from agentd.events import COMMANDS, InboundEvent, Reply
 from testkit.channel_host import RecordingHost
 from testkit.fake_telegram import FakeTelegram
 from testkit.serving import serve_on_loopback
@@ -104,6 +104,8 @@ async def test_commands_are_registered_at_start(fake: FakeTelegram, host: Record
         pass
     assert {c["command"] for c in fake.commands} == COMMAND_NAMES
     assert all(c["description"] for c in fake.commands)
+    # the menu is the engine's command table (agentd.events.COMMANDS), not a list of its own
+    assert [(c["command"], c["description"]) for c in fake.commands] == list(COMMANDS.items())
 
 
 async def test_typing_is_shown_while_a_turn_runs(fake: FakeTelegram) -> None:

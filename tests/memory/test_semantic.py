@@ -9,7 +9,7 @@ import pytest
 
 from agentd.engine.agent import Agent
 from agentd.memory.base import TurnInput
-from agentd.memory.patches import PatchRefused
+from agentd.memory.patches import AnswerRefused, PatchRefused
 from agentd.memory.semantic import SemanticMemory, parse_facts
 from agentd.store.base import write_one
 from agentd.store.queries import AuditEvents, Facts
@@ -96,8 +96,9 @@ def test_parse_facts_contract() -> None:
         (json.dumps({"facts": [{"key": f"k{i}", "value": "x", "confidence": 1} for i in range(21)]}), "21"),
     ]
     for answer, reason in bad:
-        with pytest.raises(PatchRefused, match=reason):
+        with pytest.raises(AnswerRefused, match=reason) as refused:
             parse_facts(answer)
+        assert not isinstance(refused.value, PatchRefused)  # facts are no patch of Σ
 
 
 async def test_facts_upsert_newer_wins_and_keeps_created_at(tmp_path: Any) -> None:

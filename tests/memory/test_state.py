@@ -12,6 +12,7 @@ from agentd.engine.agent import Agent
 from agentd.errors import CredentialError, ProviderError
 from agentd.memory.base import TurnInput
 from agentd.memory.patches import (
+    AnswerRefused,
     PatchRefused,
     apply_patch,
     check_size,
@@ -110,12 +111,12 @@ def test_a_json_answer_is_read_fenced_or_bare(answer: str, patch: dict[str, Any]
 
 
 def test_prose_is_not_a_patch() -> None:
-    with pytest.raises(PatchRefused, match="not valid JSON"):
+    with pytest.raises(AnswerRefused, match="not valid JSON"):
         parse_json_answer("sure, the goal is x")
 
 
 def test_an_empty_fence_is_refused() -> None:
-    with pytest.raises(PatchRefused, match="empty"):
+    with pytest.raises(AnswerRefused, match="empty"):
         parse_json_answer("```json\n```")
 
 
