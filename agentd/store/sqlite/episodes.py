@@ -16,6 +16,7 @@ from agentd.store.queries import (
     ConversationPartitions,
     EpisodeCounts,
     EpisodePartitions,
+    Episodes,
     EpisodesById,
     FollowingEpisodes,
     KeywordSearch,
@@ -73,6 +74,12 @@ def pending_episodes(conn: sqlite3.Connection, q: PendingEpisodes) -> list[Episo
         " ORDER BY id LIMIT ?",
         (q.partition, q.limit),
     ).fetchall()
+    return [Episode(*row) for row in rows]
+
+
+@handles(Episodes)
+def partition_episodes(conn: sqlite3.Connection, q: Episodes) -> list[Episode]:
+    rows = conn.execute(f"SELECT {_COLUMNS} FROM episodes WHERE partition = ? ORDER BY id", (q.partition,))
     return [Episode(*row) for row in rows]
 
 
