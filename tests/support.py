@@ -20,7 +20,8 @@ from agentd.engine.peers import Peers
 from agentd.events import InboundEvent, Reply
 from agentd.http.app import create_app
 from agentd.providers.sse import ServerSentEvent, SSEDecoder
-from agentd.store.queries import ThreadHistory
+from agentd.store.queries import EpisodePartitions, Episodes, FactPartitions, Facts, ThreadHistory
+from agentd.store.records import Episode, Fact
 from testkit.serving import serve_on_loopback
 
 
@@ -124,6 +125,22 @@ async def every_message(agent: Agent) -> list[dict[str, Any]]:
     """Every message the agent's store holds, of every thread (archived ones too), compacted or not, in
     thread then seq order: seq, role, user_id, run_id, compacted (agentd.store.queries.ThreadHistory)."""
     return [m for t in await agent.state.store.read(ThreadHistory()) for m in t["messages"]]
+
+
+async def every_episode(agent: Agent) -> list[Episode]:
+    """Every episode the agent's store holds, of every partition, embedded or not, in id order."""
+    store = agent.state.store
+    partitions = await store.read(EpisodePartitions())
+    found = await store.read_many(*(Episodes(p) for p in partitions)) if partitions else []
+    return sorted((e for listed in found for e in listed), key=lambda e: e.id)
+
+
+async def every_fact(agent: Agent) -> list[Fact]:
+    """Every semantic fact the agent's store holds, by partition then key."""
+    store = agent.state.store
+    partitions = await store.read(FactPartitions())
+    found = await store.read_many(*(Facts(p) for p in partitions)) if partitions else []
+    return sorted((f for listed in found for f in listed), key=lambda f: (f.partition, f.key))
 
 
 def strategy_of(agent: Agent) -> Any:

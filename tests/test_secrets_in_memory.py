@@ -15,9 +15,9 @@ from agentd.config.loader import parse_agent
 from agentd.engine.agent import Agent
 from agentd.errors import ConfigError
 from agentd.providers.embedders import HashEmbedder
-from agentd.store.queries import ActiveThread, EpisodePartitions, Episodes, FactPartitions, Facts
+from agentd.store.queries import ActiveThread
 from testkit.scripted import ScriptedProvider
-from tests.support import Harness, say, sqlite_file
+from tests.support import Harness, every_episode, every_fact, say, sqlite_file
 
 pytestmark = pytest.mark.both_stores  # each test runs on SQLite files and on PostgreSQL
 
@@ -169,10 +169,7 @@ def episodic(write: str, policy: str | None = None) -> str:
 
 async def episode_texts(runtime: Agent) -> list[str]:
     await runtime.drain(5)
-    store = runtime.state.store
-    partitions = await store.read(EpisodePartitions())
-    stored = [e for found in await store.read_many(*(Episodes(p) for p in partitions)) for e in found]
-    return [e.text for e in sorted(stored, key=lambda e: e.id)]
+    return [e.text for e in await every_episode(runtime)]
 
 
 @pytest.mark.parametrize("policy", ["redact", "refuse"])
@@ -232,9 +229,7 @@ async def test_extracted_facts_are_redacted_value_and_source(harness: Harness) -
     extract.reply(json.dumps({"facts": [fact]}))
     await say(runtime)(f"my key is {AWS_KEY}")
     await runtime.drain(5)
-    store = runtime.state.store
-    partitions = await store.read(FactPartitions())
-    rows = [(f.key, f.value, f.source) for p in partitions for f in await store.read(Facts(p))]
+    rows = [(f.key, f.value, f.source) for f in await every_fact(runtime)]
     assert rows == [("aws_key", "uses [REDACTED:aws_access_key]", "my key is [REDACTED:aws_access_key]")]
     assert await secret_audit(runtime) == [redacted("aws_access_key", "fact", count=2)]
     await assert_nowhere(harness, runtime, AWS_KEY, skip=["messages"])
