@@ -37,6 +37,7 @@ import asyncio
 import contextlib
 import json
 import random
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -146,12 +147,31 @@ class Backend:
             finally:
                 await store.close()
 
+    def row_counts(self, part: str, tables: tuple[str, ...]) -> dict[str, int]:
+        """How many rows each table holds, read raw beside the store (the part's one agent is the only
+        one in its file or database): what the report says was stored."""
+        if self.url is None:
+            conn = sqlite3.connect(self.root / part / "bench.sqlite")
+            try:
+                return {t: conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in tables}
+            finally:
+                conn.close()
+        with psycopg.connect(self.url) as pg:
+            return {t: _count(pg.execute(f"SELECT count(*) FROM agentd.{t}").fetchone()) for t in tables}  # type: ignore[arg-type]
+
     def size_mb(self, part: str) -> float:
         if self.url is None:
             return sum(p.stat().st_size for p in (self.root / part).glob("bench.sqlite*")) / 2**20
         with psycopg.connect(self.url) as conn:
             row = conn.execute("SELECT pg_database_size(current_database())").fetchone()
         return int(row[0]) / 2**20 if row else 0.0
+
+
+STORED_TABLES = ("messages", "episodes", "audit", "facts", "runs")
+
+
+def _count(row: tuple[Any, ...] | None) -> int:
+    return int(row[0]) if row else 0
 
 
 @contextlib.contextmanager
@@ -422,12 +442,7 @@ async def erase(backend: Backend, scale: float) -> dict[str, Any]:
             store, people, 50, groups, group_messages, int(100_000 * scale), int(100_000 * scale)
         )
         fill_s = time.perf_counter() - start
-        counts_before = await store.sql(  # type: ignore[attr-defined]
-            lambda c: {
-                t: c.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]
-                for t in ("messages", "episodes", "audit", "facts", "runs")
-            }
-        )
+        counts_before = await asyncio.to_thread(backend.row_counts, "erase", STORED_TABLES)
         start = time.perf_counter()
         data = await store.read(PersonData(TARGET))
         export_s = time.perf_counter() - start

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable
+import sqlite3
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,8 @@ from agentd.engine.peers import Peers
 from agentd.events import InboundEvent, Reply
 from agentd.http.app import create_app
 from agentd.providers.sse import ServerSentEvent, SSEDecoder
+from agentd.store.queries import EpisodePartitions, Episodes, FactPartitions, Facts, ThreadHistory
+from agentd.store.records import Episode, Fact
 from testkit.serving import serve_on_loopback
 
 
@@ -85,11 +88,28 @@ class Harness:
         chosen = old_embedder if embedder is _FROM_SETTINGS else embedder
         return await self._open(agent.spec, settings, providers, chosen, peers)
 
+    def file_of(self, agent: Agent) -> Path:
+        """The agent's SQLite file (on the SQLite backend): where `sqlite_file` reads it raw."""
+        assert self.store_url is None, "the agent's rows are in PostgreSQL"
+        return self.data / f"{agent.name}.sqlite"
+
     async def close(self) -> None:
         for agent in self.agents:
             await agent.drain(5)
             await agent.close()
         await self._stack.aclose()
+
+
+@contextlib.contextmanager
+def sqlite_file(path: Path) -> Iterator[sqlite3.Connection]:
+    """A plain connection to an SQLite file beside the store's own (autocommit, closed afterwards): only
+    for tests of the file itself (its schema, its pragmas, every table a secret could hide in, an edit
+    someone with the file would make), never to read what a query or the agent's own methods show."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        yield conn
+    finally:
+        conn.close()
 
 
 def say(runtime: Agent, key: str = "webhook:c1", user: str | None = "u1") -> Callable[..., Any]:
@@ -99,6 +119,28 @@ def say(runtime: Agent, key: str = "webhook:c1", user: str | None = "u1") -> Cal
         )
 
     return _say
+
+
+async def every_message(agent: Agent) -> list[dict[str, Any]]:
+    """Every message the agent's store holds, of every thread (archived ones too), compacted or not, in
+    thread then seq order: seq, role, user_id, run_id, compacted (agentd.store.queries.ThreadHistory)."""
+    return [m for t in await agent.state.store.read(ThreadHistory()) for m in t["messages"]]
+
+
+async def every_episode(agent: Agent) -> list[Episode]:
+    """Every episode the agent's store holds, of every partition, embedded or not, in id order."""
+    store = agent.state.store
+    partitions = await store.read(EpisodePartitions())
+    found = await store.read_many(*(Episodes(p) for p in partitions)) if partitions else []
+    return sorted((e for listed in found for e in listed), key=lambda e: e.id)
+
+
+async def every_fact(agent: Agent) -> list[Fact]:
+    """Every semantic fact the agent's store holds, by partition then key."""
+    store = agent.state.store
+    partitions = await store.read(FactPartitions())
+    found = await store.read_many(*(Facts(p) for p in partitions)) if partitions else []
+    return sorted((f for listed in found for f in listed), key=lambda f: (f.partition, f.key))
 
 
 def strategy_of(agent: Agent) -> Any:

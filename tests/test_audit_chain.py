@@ -21,7 +21,7 @@ from agentd.store.audit_chain import Verdict
 from agentd.store.queries import AuditEvents, AuditHead, AuditTrail
 from agentd.store.records import AuditRecord
 from agentd.store.writes import AppendAudit
-from tests.support import Harness, say, serving
+from tests.support import Harness, say, serving, sqlite_file
 
 VERIFIER = Path(__file__).parent.parent / "docs" / "verify_audit.py"
 PERSISTENT = "memory: {scope: thread, persistent: true}\nchannels: {webhook: {}}\n"
@@ -45,8 +45,8 @@ async def sql(harness: Harness, agent: Agent, statement: str, *args: Any) -> Non
     the database (one agent there: its rows are the only ones). `{agent_id}` is where PostgreSQL's rows
     name their agent (empty on SQLite)."""
     if harness.store_url is None:
-        text = statement.replace("{agent_id}", "")
-        await agent.state.store.sql(lambda c: c.execute(text, args))  # type: ignore[attr-defined]
+        with sqlite_file(harness.file_of(agent)) as conn:
+            conn.execute(statement.replace("{agent_id}", ""), args)
         return
     url = harness.store_url
 

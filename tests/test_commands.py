@@ -8,8 +8,9 @@ from agentd.engine.agent import Agent
 from agentd.engine.approval_commands import is_approval_command
 from agentd.engine.commands import HANDLERS, is_command
 from agentd.events import COMMANDS
+from agentd.store.queries import ThreadHistory
 from testkit.scripted import ScriptedProvider
-from tests.support import Harness, say
+from tests.support import Harness, every_message, say
 
 pytestmark = pytest.mark.both_stores  # each test runs on SQLite files and on PostgreSQL
 
@@ -17,10 +18,7 @@ THREAD = "memory: {scope: thread, compact_at_tokens: 5000}\nmodel: scripted/m\n"
 
 
 async def command_audit(runtime: Agent) -> list[str]:
-    rows = await runtime.state.store.sql(
-        lambda c: c.execute("SELECT action FROM audit WHERE kind = 'command'").fetchall()
-    )
-    return [r[0] for r in rows]
+    return [e["action"] for e in await runtime.audit_events(kind="command")]
 
 
 def test_the_engine_runs_exactly_the_commands_of_the_table_every_channel_offers() -> None:
@@ -40,12 +38,11 @@ async def test_new_archives_and_starts_fresh_under_the_same_key(harness: Harness
     assert "archived" in (await talk("/new")).text
     await talk("after")
     assert [m.text for m in model.requests[-1].messages] == ["after"]
-    threads = await runtime.state.store.sql(
-        lambda c: c.execute(
-            "SELECT status, (SELECT COUNT(*) FROM messages m WHERE m.thread_id = t.id) FROM threads t"
-        ).fetchall()
-    )
-    assert threads == [("archived", 2), ("active", 2)]  # the old transcript is kept in the file
+    threads = await runtime.state.store.read(ThreadHistory())
+    assert [(t["status"], len(t["messages"])) for t in threads] == [
+        ("archived", 2),
+        ("active", 2),
+    ]  # the old transcript is kept in the file
     runtime = await harness.restart(runtime)
     await say(runtime)("later")
     assert [m.text for m in model.requests[-1].messages] == ["after", "default reply to: after", "later"]
@@ -57,9 +54,7 @@ async def test_reset_deletes_the_transcript(harness: Harness) -> None:
     talk = say(runtime)
     await talk("secret stuff")
     assert (await talk("/reset")).text == "Deleted this conversation's transcript."
-    assert (
-        await runtime.state.store.sql(lambda c: c.execute("SELECT COUNT(*) FROM messages").fetchone()[0]) == 0
-    )
+    assert await every_message(runtime) == []
     await talk("fresh")
     assert [m.text for m in model.requests[-1].messages] == ["fresh"]
     runtime = await harness.restart(runtime)
@@ -101,10 +96,8 @@ async def test_help_unknown_and_audit(harness: Harness) -> None:
     await talk("/new")
     await talk("/reset")
     assert await command_audit(runtime) == ["help", "unknown", "status", "compact", "new", "reset"]
-    runs = await runtime.state.store.sql(
-        lambda c: c.execute("SELECT COUNT(*) FROM runs WHERE trigger = 'command'").fetchone()[0]
-    )
-    assert runs == 6
+    runs = await runtime.runs(limit=1000)
+    assert sum(r["trigger"] == "command" for r in runs) == 6
 
 
 async def test_history_commands_on_a_stateless_agent_explain_themselves(harness: Harness) -> None:
@@ -122,7 +115,5 @@ async def test_compact_applies_to_the_full_transcript_only(harness: Harness) -> 
         await say(runtime)(f"q{i}")
     reply = await say(runtime)("/compact")
     assert "applies to the full transcript only" in reply.text
-    compacted = await runtime.state.store.sql(
-        lambda c: c.execute("SELECT SUM(compacted) FROM messages").fetchone()[0]
-    )
-    assert compacted == 0
+    stored = await every_message(runtime)
+    assert stored and not any(m["compacted"] for m in stored)  # (SUM over no rows would not be 0)

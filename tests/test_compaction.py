@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import pytest
 
 from agentd.engine.agent import Agent
-from agentd.store.queries import ActiveThread
+from agentd.store.queries import ActiveThread, ThreadHistory
 from testkit.scripted import ScriptedProvider
 from tests.support import Harness, say
 
@@ -17,10 +20,18 @@ def spec(threshold: int | str = 1000, small: bool = False) -> str:
     return f"purpose: KEEP THIS RULE\nmemory: {{scope: thread, compact_at_tokens: {threshold}}}\n{model}"
 
 
-async def rows(runtime: Agent) -> list[tuple[int, str, int]]:
-    return await runtime.state.store.sql(
-        lambda c: c.execute("SELECT seq, role, compacted FROM messages ORDER BY seq").fetchall()
-    )
+async def rows(runtime: Agent) -> list[tuple[int, str, bool]]:
+    """(seq, role, compacted) of every message the store holds, compacted ones too."""
+    threads = await runtime.state.store.read(ThreadHistory())
+    return [(m["seq"], m["role"], m["compacted"]) for t in threads for m in t["messages"]]
+
+
+async def runs(runtime: Agent, *fields: str) -> list[tuple[Any, ...]]:
+    return [tuple(r[f] for f in fields) for r in await runtime.runs(limit=1000)]
+
+
+async def audit(runtime: Agent) -> list[dict[str, Any]]:
+    return await runtime.audit_events(limit=1000)
 
 
 async def test_crossing_the_threshold_compacts_after_the_reply(harness: Harness) -> None:
@@ -56,13 +67,9 @@ async def test_crossing_the_threshold_compacts_after_the_reply(harness: Harness)
         "question 4",
     ]
     # nothing deleted: the older rows are marked compacted
-    assert [r[2] for r in await rows(runtime)] == [1] * 4 + [0] * 6
-    runs = await runtime.state.store.sql(
-        lambda c: c.execute("SELECT trigger, model, status FROM runs").fetchall()
-    )
-    assert ("compaction", "small/s", "ok") in runs
-    audit = await runtime.state.store.sql(lambda c: c.execute("SELECT kind, action FROM audit").fetchall())
-    assert ("compaction", "ok") in audit
+    assert [r[2] for r in await rows(runtime)] == [True] * 4 + [False] * 6
+    assert ("compaction", "small/s", "ok") in await runs(runtime, "trigger", "model", "status")
+    assert ("compaction", "ok") in [(e["kind"], e["action"]) for e in await audit(runtime)]
 
 
 async def test_below_the_threshold_nothing_happens(harness: Harness) -> None:
@@ -72,7 +79,7 @@ async def test_below_the_threshold_nothing_happens(harness: Harness) -> None:
         main.reply("ok", usage=(999, 5))
         await say(runtime)(f"q{i}")
     await runtime.drain(5)
-    assert all(r[2] == 0 for r in await rows(runtime))
+    assert all(not r[2] for r in await rows(runtime))
 
 
 async def test_a_failed_summary_changes_nothing_and_is_audited(harness: Harness) -> None:
@@ -88,12 +95,11 @@ async def test_a_failed_summary_changes_nothing_and_is_audited(harness: Harness)
     assert await rows(runtime) == before
     thread = await runtime.state.store.read(ActiveThread("webhook:c1"))
     assert thread.summary is None and len(thread.messages) == 6
-    audit = await runtime.state.store.sql(
-        lambda c: c.execute("SELECT kind, action, data FROM audit").fetchall()
+    assert any(
+        e["kind"] == "compaction" and e["action"] == "failed" and "overloaded" in json.dumps(e["data"])
+        for e in await audit(runtime)
     )
-    assert any(k == "compaction" and a == "failed" and "overloaded" in d for k, a, d in audit)
-    runs = await runtime.state.store.sql(lambda c: c.execute("SELECT trigger, status FROM runs").fetchall())
-    assert ("compaction", "error") in runs
+    assert ("compaction", "error") in await runs(runtime, "trigger", "status")
 
 
 async def test_a_tool_call_is_never_separated_from_its_result(harness: Harness) -> None:
@@ -138,10 +144,11 @@ async def test_without_reported_usage_an_estimate_drives_the_trigger(harness: Ha
         assert thread.last_tokens_estimated and thread.last_input_tokens is not None
     assert compactions >= 3  # it fired, and not on the first messages
     assert thread.last_input_tokens is None  # the counter starts over after a compaction
-    runs = await runtime.state.store.sql(
-        lambda c: c.execute("SELECT trigger, tokens_estimated FROM runs").fetchall()
+    assert all(
+        estimated
+        for trigger, estimated in await runs(runtime, "trigger", "tokens_estimated")
+        if trigger == "message"
     )
-    assert all(estimated == 1 for trigger, estimated in runs if trigger == "message")
     main.reply("ok", usage=None)
     await say(runtime)("short")
     await runtime.drain(5)
@@ -169,4 +176,4 @@ async def test_disabled_compaction_never_fires(harness: Harness) -> None:
         main.reply("ok", usage=(10**6, 1))
         await say(runtime)(f"q{i}")
     await runtime.drain(5)
-    assert all(r[2] == 0 for r in await rows(runtime))
+    assert all(not r[2] for r in await rows(runtime))

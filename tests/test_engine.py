@@ -31,9 +31,7 @@ async def test_a_turn_stores_everything_before_replying(harness: Harness) -> Non
     reply = await say(runtime)("hello")
     assert reply.text == "hi there" and reply.run_id
     assert [(m.role, m.text) for m in await stored(runtime)] == [("user", "hello"), ("assistant", "hi there")]
-    runs = await runtime.state.store.sql(
-        lambda c: c.execute("SELECT id, trigger, status, input_tokens FROM runs").fetchall()
-    )
+    runs = [(r["id"], r["trigger"], r["status"], r["input_tokens"]) for r in await runtime.runs(limit=1000)]
     assert runs == [(reply.run_id, "message", "ok", 10)]
     assert model.requests[0].system == "Be brief."
 
@@ -112,9 +110,7 @@ async def test_provider_failure_replies_briefly_and_loses_nothing(harness: Harne
     reply = await say(runtime)("second")
     assert reply.error == "provider_error" and "could not reach the model" in reply.text
     assert [m.text for m in await stored(runtime)] == ["first", "ok", "second"]
-    runs = await runtime.state.store.sql(
-        lambda c: c.execute("SELECT status, error FROM runs ORDER BY rowid").fetchall()
-    )
+    runs = [(r["status"], r["error"]) for r in await runtime.runs(limit=1000)]
     assert runs[0] == ("ok", None) and runs[1][0] == "error" and "HTTP 500 upstream" in runs[1][1]
     assert (await say(runtime)("third")).text == "default reply to: third"
 

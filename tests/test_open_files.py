@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from agentd.store.queries import MemoryKeys
+from agentd.store.queries import Memories, MemoryKeys
 from agentd.store.sqlite import SqliteStore, StoreExecutor
 from agentd.store.sqlite.files import fitting_cap
 from agentd.store.sqlite.migrations import MIGRATIONS, applied, migrate
@@ -52,9 +52,7 @@ async def test_at_most_the_cap_of_files_is_open_and_a_closed_one_reopens_intact(
             assert executor.files.stats()["open"] <= 3
             assert descriptors_under(tmp_path) <= 3 * 3
         for i, store in enumerate(stores):  # in the same order: each was closed again since
-            assert await store.sql(lambda c: c.execute("SELECT value FROM memories").fetchall()) == [
-                (f"v{i}",)
-            ]
+            assert [m["value"] for m in await store.read(Memories())] == [f"v{i}"]
         stats = executor.files.stats()
         assert stats["open"] == 3 and stats["opened"] == 20 and stats["closed_lru"] == 17
     finally:
@@ -109,7 +107,7 @@ OUT_OF_DESCRIPTORS = """
 import asyncio, json, os, resource, sys
 from pathlib import Path
 from agentd.errors import StoreError
-from agentd.store.queries import MemoryKeys
+from agentd.store.queries import Memories, MemoryKeys
 from agentd.store.sqlite import SqliteStore, StoreExecutor
 from agentd.store.writes import UpsertMemory
 

@@ -10,6 +10,7 @@ from agentd.engine.agent import Agent
 from agentd.messages import Message
 from agentd.providers.base import CompletionRequest
 from agentd.providers.remembered import material_of
+from agentd.store.queries import Memories
 from testkit.scripted import ScriptedProvider
 from tests.support import Harness, say
 
@@ -19,10 +20,7 @@ PERSISTENT = "memory: {scope: thread, persistent: true}\nmodel: scripted/m\npurp
 
 
 async def audit_rows(runtime: Agent) -> list[tuple[str, str, dict[str, object]]]:
-    rows = await runtime.state.store.sql(
-        lambda c: c.execute("SELECT kind, action, data FROM audit ORDER BY id").fetchall()
-    )
-    return [(k, a, json.loads(d)) for k, a, d in rows]
+    return [(e["kind"], e["action"], e["data"]) for e in await runtime.audit_events(limit=1000)]
 
 
 def tool_results(request: CompletionRequest) -> list[tuple[str, str, bool]]:
@@ -107,9 +105,7 @@ async def test_bad_calls_return_tool_errors_the_model_can_read(harness: Harness)
     assert "non-empty" in errors[3][1]
     assert "invalid key None" in errors[4][1]
     assert "no tool named 'no_such_tool'" in errors[5][1]
-    assert (
-        await runtime.state.store.sql(lambda c: c.execute("SELECT COUNT(*) FROM memories").fetchone()[0]) == 0
-    )
+    assert await runtime.state.store.read(Memories()) == []
 
 
 async def test_memories_survive_scope_none_compaction_new_reset_and_restart(harness: Harness) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import httpx
@@ -13,6 +12,7 @@ from agentd.engine.agent import Agent
 from agentd.http.app import create_app
 from agentd.providers.base import CompletionRequest
 from agentd.providers.remembered import material_of
+from agentd.store.queries import Memories
 from testkit.scripted import ScriptedProvider
 from tests.support import Harness, say
 
@@ -40,9 +40,7 @@ def held_keys(system: str) -> list[str]:
 
 
 async def memory_rows(runtime: Agent) -> list[tuple[str, str, str]]:
-    return await runtime.state.store.sql(
-        lambda c: c.execute("SELECT scope, key, value FROM memories ORDER BY scope, key").fetchall()
-    )
+    return [(m["scope"], m["key"], m["value"]) for m in await runtime.state.store.read(Memories())]
 
 
 async def test_one_person_can_never_recall_list_or_forget_anothers_key(harness: Harness) -> None:
@@ -85,10 +83,8 @@ async def test_one_person_can_never_recall_list_or_forget_anothers_key(harness: 
     await bob("forget mine")
     assert await memory_rows(runtime) == [("user:alice", "salary", "ALICE-SECRET")]
     # the audit trail names the scope (never the value)
-    audit = await runtime.state.store.sql(
-        lambda c: c.execute("SELECT action, data FROM audit WHERE kind = 'memory' ORDER BY id").fetchall()
-    )
-    assert [(a, json.loads(d)) for a, d in audit] == [
+    audit = await runtime.audit_events(kind="memory", limit=1000)
+    assert [(e["action"], e["data"]) for e in audit] == [
         ("remember", {"key": "salary", "scope": "user:alice"}),
         ("remember", {"key": "salary", "scope": "user:bob"}),
         ("forget", {"key": "salary", "scope": "user:bob"}),

@@ -198,20 +198,6 @@ async def test_a_read_only_store_reads_and_refuses_writes(backend: PostgresBacke
         await opened(backend, "ghost", readonly=True)
 
 
-async def test_raw_sql_sees_one_agents_rows_shaped_as_sqlite_and_changes_nothing(
-    backend: PostgresBackend,
-) -> None:
-    a, b = await opened(backend, "a"), await opened(backend, "b")
-    await a.write(UpsertMemory("", "mine", "1", None, T0))
-    await b.write(UpsertMemory("", "theirs", "2", None, T0))
-    assert await a.sql(
-        lambda c: c.execute("SELECT key FROM memories WHERE value = ?", ("1",)).fetchall()
-    ) == [("mine",)]
-    assert await b.sql(lambda c: c.execute("SELECT key FROM memories").fetchall()) == [("theirs",)]
-    await a.sql(lambda c: c.execute("DELETE FROM agentd.memories"))  # rolled back afterwards
-    assert await a.read(MemoryKeys()) == {"": ["mine"]}
-
-
 def test_the_store_url_setting_takes_only_postgresql_urls() -> None:
     assert StoreSpec(url="postgresql://u@h/db").url == "postgresql://u@h/db"
     assert StoreSpec(url="").url is None  # (an unset ${AGENTD_STORE_URL:-})

@@ -38,9 +38,8 @@ async def transcript(runtime: Agent) -> list[str]:
 
 
 async def last_run(runtime: Agent) -> tuple[str, str | None]:
-    return await runtime.state.store.sql(
-        lambda c: c.execute("SELECT status, error FROM runs ORDER BY rowid DESC").fetchone()
-    )
+    [run] = await runtime.runs(limit=1)  # the newest
+    return run["status"], run["error"]
 
 
 async def test_tool_calls_and_usage_over_the_openai_wire(
@@ -55,12 +54,13 @@ async def test_tool_calls_and_usage_over_the_openai_wire(
     tool_message = second["messages"][-1]
     assert tool_message["role"] == "tool" and tool_message["content"] == "Remembered city."
     assert second["messages"][-2]["tool_calls"][0]["id"] == tool_message["tool_call_id"]
-    run = await runtime.state.store.sql(
-        lambda c: c.execute(
-            "SELECT input_tokens, output_tokens, tokens_estimated, model_calls FROM runs"
-        ).fetchone()
+    run = (await runtime.runs(limit=1000))[0]
+    assert (run["input_tokens"], run["output_tokens"], run["tokens_estimated"], run["model_calls"]) == (
+        270,
+        12,
+        False,
+        2,
     )
-    assert run == (270, 12, 0, 2)
     assert runtime.state.persistent.keys() == ["city"]
 
 

@@ -4,11 +4,11 @@
 from __future__ import annotations
 
 import json
-import sqlite3
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 from agentd.config.loader import parse_agent
@@ -17,7 +17,7 @@ from agentd.errors import ConfigError
 from agentd.providers.embedders import HashEmbedder
 from agentd.store.queries import ActiveThread
 from testkit.scripted import ScriptedProvider
-from tests.support import Harness, say
+from tests.support import Harness, every_episode, every_fact, say, sqlite_file
 
 pytestmark = pytest.mark.both_stores  # each test runs on SQLite files and on PostgreSQL
 
@@ -46,31 +46,36 @@ class RecordingEmbedder(HashEmbedder):
 
 
 async def secret_audit(runtime: Agent) -> list[tuple[str, dict[str, Any]]]:
-    rows = await runtime.state.store.sql(
-        lambda c: c.execute(
-            "SELECT action, data FROM audit WHERE action LIKE 'secret_%' ORDER BY id"
-        ).fetchall()
-    )
-    return [(action, json.loads(data)) for action, data in rows]
+    events = await runtime.audit_events(limit=1000)
+    return [(e["action"], e["data"]) for e in events if e["action"].startswith("secret_")]
 
 
-async def tables_holding(runtime: Agent, secret: str, skip: Sequence[str] = ()) -> list[str]:
-    """Every table of the agent's file with a row that holds `secret` (episode keyword indexes too)."""
-
-    def scan(c: sqlite3.Connection) -> list[str]:
-        names = [r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+async def tables_holding(
+    harness: Harness, runtime: Agent, secret: str, skip: Sequence[str] = ()
+) -> list[str]:
+    """Every table of the agent's data with a row that holds `secret` (episode keyword indexes too), read
+    raw: what is kept, wherever it is kept, which no query shows whole. The agent's SQLite file, or the
+    agentd schema of the test's own PostgreSQL database (this agent's rows are the only ones there)."""
+    if harness.store_url is None:
+        with sqlite_file(harness.file_of(runtime)) as c:
+            names = [r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+            return [n for n in names if n not in skip and _holds(c.execute(f'SELECT * FROM "{n}"'), secret)]
+    with psycopg.connect(harness.store_url) as conn:
+        names = [r[0] for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'agentd'")]
         return [
-            name
-            for name in names
-            if name not in skip and any(secret in str(row) for row in c.execute(f'SELECT * FROM "{name}"'))
+            n
+            for n in names
+            if n not in skip and _holds(conn.execute(f'SELECT * FROM agentd."{n}"'), secret)  # type: ignore[arg-type]
         ]
 
-    return await runtime.state.store.sql(scan)
+
+def _holds(rows: Iterable[Any], secret: str) -> bool:
+    return any(secret in str(row) for row in rows)
 
 
-async def assert_nowhere(runtime: Agent, *secrets: str, skip: Sequence[str] = ()) -> None:
+async def assert_nowhere(harness: Harness, runtime: Agent, *secrets: str, skip: Sequence[str] = ()) -> None:
     for secret in secrets:
-        assert await tables_holding(runtime, secret, skip) == [], secret
+        assert await tables_holding(harness, runtime, secret, skip) == [], secret
 
 
 def redacted(detector: str, write: str, policy: str = "redact", count: int = 1) -> tuple[str, dict[str, Any]]:
@@ -104,7 +109,7 @@ async def test_remember_redacts_a_secret_by_default_and_audits_the_detector(harn
     assert await runtime.memory_value("webhook:c1", "openai", None) == "Ana's key is [REDACTED:openai_key]"
     assert await secret_audit(runtime) == [redacted("openai_key", "memory")]
     # the value is in no memory, no audit event: only the transcript of the turn it was said in
-    assert await tables_holding(runtime, OPENAI_KEY) == ["messages"]
+    assert await tables_holding(harness, runtime, OPENAI_KEY) == ["messages"]
 
 
 async def test_refuse_gives_the_model_a_tool_error_and_stores_nothing(harness: Harness) -> None:
@@ -120,10 +125,8 @@ async def test_refuse_gives_the_model_a_tool_error_and_stores_nothing(harness: H
     assert await secret_audit(runtime) == [
         ("secret_refused", {"detector": "card_number", "write": "memory", "count": 1, "policy": "refuse"})
     ]
-    remembered = await runtime.state.store.sql(
-        lambda c: c.execute("SELECT count(*) FROM audit WHERE action = 'remember'").fetchone()[0]
-    )
-    assert remembered == 0
+    remembered = [e for e in await runtime.audit_events(limit=1000) if e["action"] == "remember"]
+    assert remembered == []
     # without a secret, refuse changes nothing
     main.call("remember", key="city", value="Lisbon").reply("kept")
     await say(runtime)("I live in Lisbon")
@@ -166,10 +169,7 @@ def episodic(write: str, policy: str | None = None) -> str:
 
 async def episode_texts(runtime: Agent) -> list[str]:
     await runtime.drain(5)
-    rows = await runtime.state.store.sql(
-        lambda c: c.execute("SELECT text FROM episodes ORDER BY id").fetchall()
-    )
-    return [text for (text,) in rows]
+    return [e.text for e in await every_episode(runtime)]
 
 
 @pytest.mark.parametrize("policy", ["redact", "refuse"])
@@ -189,7 +189,7 @@ async def test_episodes_written_after_a_run_are_redacted_before_they_are_embedde
         redacted("github_token", "episode", policy),
         redacted("github_token", "layer:episodic", policy),
     ]
-    await assert_nowhere(runtime, GITHUB, skip=["messages"])
+    await assert_nowhere(harness, runtime, GITHUB, skip=["messages"])
 
 
 async def test_save_episode_redacts_or_refuses_as_the_policy_says(harness: Harness) -> None:
@@ -229,12 +229,10 @@ async def test_extracted_facts_are_redacted_value_and_source(harness: Harness) -
     extract.reply(json.dumps({"facts": [fact]}))
     await say(runtime)(f"my key is {AWS_KEY}")
     await runtime.drain(5)
-    rows = await runtime.state.store.sql(
-        lambda c: c.execute("SELECT key, value, source FROM facts").fetchall()
-    )
+    rows = [(f.key, f.value, f.source) for f in await every_fact(runtime)]
     assert rows == [("aws_key", "uses [REDACTED:aws_access_key]", "my key is [REDACTED:aws_access_key]")]
     assert await secret_audit(runtime) == [redacted("aws_access_key", "fact", count=2)]
-    await assert_nowhere(runtime, AWS_KEY, skip=["messages"])
+    await assert_nowhere(harness, runtime, AWS_KEY, skip=["messages"])
 
 
 async def test_a_folded_state_is_redacted_in_the_store_and_in_what_the_next_turn_sees(
@@ -255,7 +253,7 @@ async def test_a_folded_state_is_redacted_in_the_store_and_in_what_the_next_turn
         redacted("card_number", "layer:state"),
         redacted("jwt", "layer:state"),
     ]
-    await assert_nowhere(runtime, JWT, skip=["messages"])
+    await assert_nowhere(harness, runtime, JWT, skip=["messages"])
 
 
 async def test_a_rolling_summary_is_redacted(harness: Harness) -> None:
@@ -270,7 +268,7 @@ async def test_a_rolling_summary_is_redacted(harness: Harness) -> None:
     system = main.requests[-1].system
     assert "They shared the token [REDACTED:github_token] for the CI." in system and GITHUB not in system
     assert await secret_audit(runtime) == [redacted("github_token", "layer:summarized")]
-    await assert_nowhere(runtime, GITHUB)
+    await assert_nowhere(harness, runtime, GITHUB)
 
 
 async def test_a_compaction_summary_is_redacted_in_the_store_and_the_hot_thread(harness: Harness) -> None:
@@ -284,7 +282,7 @@ async def test_a_compaction_summary_is_redacted_in_the_store_and_the_hot_thread(
     assert thread.summary == "Earlier they pasted [REDACTED:slack_token]."
     assert (await runtime.state.store.read(ActiveThread("webhook:c1"))).summary == thread.summary
     assert await secret_audit(runtime) == [redacted("slack_token", "compaction")]
-    await assert_nowhere(runtime, SLACK)
+    await assert_nowhere(harness, runtime, SLACK)
 
 
 # -- transcripts --------------------------------------------------------------------------------
@@ -313,7 +311,7 @@ async def test_redacted_transcripts_the_turn_sees_the_secret_later_turns_see_the
     hot = await runtime.state.threads.get("webhook:c1")
     stored = await runtime.state.store.read(ActiveThread("webhook:c1"))
     assert [m.message for m in hot.messages] == [m.message for m in stored.messages]
-    await assert_nowhere(runtime, OPENAI_KEY)
+    await assert_nowhere(harness, runtime, OPENAI_KEY)
     transcript = [
         (a, d["write"], d["count"]) for a, d in await secret_audit(runtime) if d["write"] == "transcript"
     ]

@@ -15,6 +15,7 @@ from agentd.store.sqlite import SqliteStore, StoreExecutor
 from agentd.store.sqlite.migrations import MIGRATIONS, applied, migrate
 from agentd.store.sqlite.store import connect
 from agentd.store.writes import DeleteMemory, RowMissing, UpsertMemory, Write
+from tests.support import sqlite_file
 
 
 @pytest.fixture
@@ -29,12 +30,12 @@ async def store(tmp_path: Path):
 
 async def test_file_is_created_at_first_use_private_and_in_wal_mode(store: SqliteStore) -> None:
     assert not store.path.exists() and store.absent()  # open() touched nothing
-    mode = await store.sql(lambda c: c.execute("PRAGMA journal_mode").fetchone()[0])
+    assert await store.read(MemoryKeys()) == {}  # the first use creates and migrates the file
+    with sqlite_file(store.path) as c:
+        mode = c.execute("PRAGMA journal_mode").fetchone()[0]
+        tables = {r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     assert mode == "wal"
     assert stat.S_IMODE(store.path.stat().st_mode) == 0o600
-    tables = await store.sql(
-        lambda c: {r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-    )
     assert {
         "threads",
         "messages",
@@ -97,7 +98,9 @@ async def test_concurrent_writes_share_commits_and_a_failing_batch_fails_alone(s
 
 
 async def test_sql_errors_become_store_errors(store: SqliteStore) -> None:
-    await store.sql(lambda c: c.execute("DROP TABLE memories"))
+    await store.read(MemoryKeys())  # (the file exists)
+    with sqlite_file(store.path) as c:
+        c.execute("DROP TABLE memories")
     with pytest.raises(StoreError, match="no such table: memories"):
         await store.write(remember(1))
     with pytest.raises(StoreError, match="no such table: memories"):

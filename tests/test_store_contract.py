@@ -32,7 +32,9 @@ from agentd.store.queries import (
     DeliverySeen,
     EpisodeCounts,
     EpisodePartitions,
+    Episodes,
     EpisodesById,
+    FactPartitions,
     Facts,
     FollowingEpisodes,
     KeywordSearch,
@@ -50,6 +52,7 @@ from agentd.store.queries import (
     Runs,
     RunTotals,
     ThreadHeader,
+    ThreadHistory,
     VectorChanges,
     Vectors,
 )
@@ -242,6 +245,28 @@ async def test_archive_starts_a_new_thread_and_reset_empties_one(store: Store) -
     assert (header.id, header.next_seq, header.last_input_tokens) == (second, 1, None)
     assert await store.read(LayerStateOf(second, "state")) == LayerState()
     assert (await store.read(ActiveThread(KEY))).messages == []
+
+
+async def test_thread_history_keeps_archived_threads_and_compacted_messages(store: Store) -> None:
+    first = await one(store, turn(None, 1, "a", "b"))
+    await one(store, ArchiveThread(first, T0))
+    second = await one(store, turn(None, 1, "c", "d"))
+    await one(store, ApplyCompaction(second, 1, "summary", "rc", T0))
+    await one(store, turn(None, 1, "x", key="webhook:other"))
+    history = await store.read(ThreadHistory(KEY))
+    assert [(t["id"], t["conversation_key"], t["status"]) for t in history] == [
+        (first, KEY, "archived"),
+        (second, KEY, "active"),
+    ]
+    assert history[1]["messages"] == [
+        {"seq": 1, "role": "user", "user_id": "u1", "run_id": "r", "compacted": True},
+        {"seq": 2, "role": "assistant", "user_id": None, "run_id": "r", "compacted": False},
+    ]
+    assert [len(t["messages"]) for t in history] == [2, 2]
+    assert [t["conversation_key"] for t in await store.read(ThreadHistory())] == [KEY, KEY, "webhook:other"]
+    await one(store, DeleteTranscript(second))
+    assert [len(t["messages"]) for t in await store.read(ThreadHistory(KEY))] == [2, 0]
+    assert await store.read(ThreadHistory("nope")) == []
 
 
 async def test_conversations_most_recently_active_first(store: Store) -> None:
@@ -485,6 +510,7 @@ async def test_facts_newer_wins_and_list_newest_first(store: Store) -> None:
     assert [f.key for f in await store.read(Facts("user:u1", limit=1))] == ["city"]
     assert await store.write(DeleteFact("user:u1", "pet"), DeleteFact("user:u1", "pet")) == [True, False]
     assert [f.value for f in await store.read(Facts("user:u2"))] == ["Braga"]
+    assert await store.read(FactPartitions()) == ["user:u1", "user:u2"]
 
 
 # -- episodes ----------------------------------------------------------------------------------
@@ -530,6 +556,12 @@ async def test_episodes_insert_embed_late_and_count(store: Store) -> None:
         {"total": 1, "embedded_current": 0, "embedded_other": 1, "pending": 0},
     ]
     assert await store.read(EpisodePartitions()) == ["user:u1", "user:u2"]
+    listed = await store.read(Episodes("user:u1"))
+    assert [(e.id, e.text, e.embedder) for e in listed] == [
+        (ids[0], "User: I moved to Lisbon", "e1"),
+        (ids[1], "User: where is my cat?", "e1"),
+    ]
+    assert await store.read(Episodes("user:u3")) == []
     assert await store.read_many(ConversationPartitions(KEY), ConversationPartitions("webhook:c2")) == [
         ["user:u1"],
         ["user:u2"],
@@ -669,6 +701,9 @@ async def test_two_agents_never_see_each_others_rows(stores: OpenStore) -> None:
         assert (await store.read(LayerStateOf(thread.id, "state"))).data == {"who": word}
         assert await store.read(MemoryValue("", "name")) == word
         assert [f.value for f in await store.read(Facts("user:u1"))] == [word]
+        assert await store.read(FactPartitions()) == ["user:u1"]
+        assert [e.text for e in await store.read(Episodes("user:u1"))] == [f"{word} episode"]
+        assert [len(t["messages"]) for t in await store.read(ThreadHistory())] == [1]
         hits = await store.read(KeywordSearch("user:u1", "e", ["episode"], 10))
         assert [h.text for h in hits] == [f"{word} episode"]
         assert [v.id for v in await store.read(Vectors("user:u1", "e"))] == [h.id for h in hits]

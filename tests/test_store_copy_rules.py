@@ -20,10 +20,10 @@ from agentd.store.base import write_one
 from agentd.store.copy import copy_folder
 from agentd.store.folder_lock import DataFolderLock
 from agentd.store.postgres import PostgresBackend
-from agentd.store.queries import ActiveThread, EpisodePartitions, Memories, Runs
+from agentd.store.queries import ActiveThread, EpisodePartitions, Episodes, Memories, Runs
 from agentd.store.records import NewEpisode
 from agentd.store.sqlite.migrations import MIGRATIONS, migrate
-from agentd.store.writes import DeleteConversation, DeleteMemory, InsertEpisodes
+from agentd.store.writes import DeleteConversation, DeleteMemory, EnsureIdentity, InsertEpisodes
 from testkit.postgres import PostgresServer, free_port
 from tests.support import Harness, say
 
@@ -89,6 +89,17 @@ def in_database(url: str, name: str, job: Any) -> Any:
             return await job(store)
 
     return asyncio.run(go())
+
+
+async def identity_of(store: Any) -> dict[str, str]:
+    [identity] = await store.write(EnsureIdentity({}))  # (adds nothing: answers what the identity is)
+    return identity  # type: ignore[no-any-return]
+
+
+async def episode_ids(store: Any) -> list[int]:
+    partitions = await store.read(EpisodePartitions())
+    found = await store.read_many(*(Episodes(p) for p in partitions))
+    return sorted(e.id for listed in found for e in listed)
 
 
 def sql(path: Path, statement: str, *params: Any) -> None:
@@ -188,10 +199,8 @@ def test_an_agent_that_started_in_the_database_first(
         data.parent / "elsewhere", "bot", REMEMBERS, [("c2", "hi there")], url=postgres_url
     )  # a daemon there
     assert copy(data, postgres_url) == 0
-    identity = in_database(
-        postgres_url, "bot", lambda s: s.sql(lambda c: c.execute("SELECT * FROM identity").fetchall())
-    )
-    assert dict(identity)["created_at"] == file_created  # the earlier: the agent existed since then
+    identity = in_database(postgres_url, "bot", identity_of)
+    assert identity["created_at"] == file_created  # the earlier: the agent existed since then
     assert active_thread(postgres_url, "bot", "webhook:c2") is not None
 
     # a conversation both talked in has two active threads: refused
@@ -215,12 +224,7 @@ def test_ids_keep_their_order_and_distances_and_the_sequences_move_past_them(
     assert copy(data, postgres_url) == 0
 
     def ids(name: str) -> list[int]:
-        found = in_database(
-            postgres_url,
-            name,
-            lambda s: s.sql(lambda c: c.execute("SELECT id FROM episodes ORDER BY id").fetchall()),
-        )
-        return [row[0] for row in found]
+        return in_database(postgres_url, name, episode_ids)  # type: ignore[no-any-return]
 
     a, b = ids("a"), ids("b")
     assert [i - a[0] for i in a] == [0, 3, 4]  # the file's 1, 4, 5

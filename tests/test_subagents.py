@@ -10,7 +10,7 @@ from agentd.engine import subagents
 from agentd.engine.agent import Agent
 from agentd.providers.base import CompletionRequest
 from testkit.scripted import ScriptedProvider
-from tests.support import Harness, LocalPeers, say, strategy_of
+from tests.support import Harness, LocalPeers, every_message, say, strategy_of
 
 pytestmark = pytest.mark.both_stores  # each test runs on SQLite files and on PostgreSQL
 
@@ -39,11 +39,8 @@ def last_result(request: CompletionRequest) -> tuple[str, bool]:
 
 
 async def runs(runtime: Agent) -> list[dict[str, Any]]:
-    rows = await runtime.state.store.sql(
-        lambda c: c.execute(
-            "SELECT id, conversation_key, trigger, status, parent_run_id FROM runs ORDER BY rowid"
-        ).fetchall()
-    )
+    fields = ("id", "conversation_key", "trigger", "status", "parent_run_id")
+    rows = [tuple(r[f] for f in fields) for r in await runtime.runs(limit=1000)]
     return [dict(zip(("id", "key", "trigger", "status", "parent"), row, strict=True)) for row in rows]
 
 
@@ -71,9 +68,7 @@ async def test_a_call_runs_the_sub_agent_and_links_its_run(harness: Harness) -> 
         "parent": parent["id"],
     }
     assert parent["key"] == "webhook:c1" and parent["parent"] is None
-    stored = await sub.state.store.sql(
-        lambda c: c.execute("SELECT role, user_id FROM messages ORDER BY seq").fetchall()
-    )
+    stored = [(m["role"], m["user_id"]) for m in await every_message(sub)]
     assert stored == [("user", "ana"), ("assistant", None)]
 
 
@@ -121,7 +116,7 @@ async def test_an_override_of_none_keeps_no_transcript(harness: Harness) -> None
         lead.call("ask_researcher", task=f"task {i}").reply("ok")
         await say(caller, "webhook:c1")("go")
     assert [m.text for m in helper.requests[-1].messages] == ["task 1"]
-    assert await sub.state.store.sql(lambda c: c.execute("SELECT COUNT(*) FROM messages").fetchone()[0]) == 0
+    assert await every_message(sub) == []
     assert [r["parent"] is not None for r in await runs(sub)] == [True, True]
 
 

@@ -81,7 +81,7 @@ class ObservedStore:
         return isinstance(self._inner, KnowsIfAbsent) and self._inner.absent()
 
     def __getattr__(self, name: str) -> Any:
-        # what a backend offers beyond the seam (tests' raw SQL, say) stays reachable
+        # what a backend offers beyond the seam (a test's reach into its backend, say) stays reachable
         return getattr(self._inner, name)
 
 

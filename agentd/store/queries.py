@@ -77,6 +77,15 @@ class MessageCounts(Query[dict[str, int]]):
 
 
 @dataclass(frozen=True, slots=True)
+class ThreadHistory(Query[list[dict[str, Any]]]):
+    """Every thread (of one conversation, or all), archived ones too, oldest first, each with every
+    message it holds, compacted or not, in seq order (seq, role, user_id, run_id, compacted): what the
+    store keeps of a conversation, as a check of it reads it, not what the model sees."""
+
+    conversation_key: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Conversations(Query[list[dict[str, Any]]]):
     """Conversations with an active thread, the most recently active first (`offset` skips as many)."""
 
@@ -220,6 +229,11 @@ class Facts(Query[list[Fact]]):
     limit: int | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class FactPartitions(Query[list[str]]):
+    """Every partition holding facts."""
+
+
 # -- episodes ----------------------------------------------------------------------------
 
 
@@ -285,6 +299,13 @@ class FollowingEpisodes(Query[dict[int, Episode]]):
 
     ids: Sequence[int]
     embedder: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Episodes(Query[list[Episode]]):
+    """A partition's episodes, embedded or not, in id order (the order they were said)."""
+
+    partition: str
 
 
 @dataclass(frozen=True, slots=True)

@@ -189,6 +189,22 @@ def stored_messages(rows: Sequence[tuple[int, str, str | None]]) -> list[StoredM
     ]
 
 
+def thread_history(rows: Sequence[tuple[Any, ...]]) -> list[dict[str, Any]]:
+    """(thread id, conversation key, status, seq, role, user id, run id, compacted) rows of threads
+    left-joined to their messages in thread then seq order, as both backends read ThreadHistory: one
+    dict per thread with its messages (none for a thread without any: seq is NULL)."""
+    threads: dict[int, dict[str, Any]] = {}
+    for thread_id, key, status, seq, role, user_id, run_id, compacted in rows:
+        thread = threads.setdefault(
+            thread_id, {"id": thread_id, "conversation_key": key, "status": status, "messages": []}
+        )
+        if seq is not None:
+            thread["messages"].append(
+                {"seq": seq, "role": role, "user_id": user_id, "run_id": run_id, "compacted": bool(compacted)}
+            )
+    return list(threads.values())
+
+
 @dataclass(slots=True)
 class LayerState:
     """What one memory layer carries for one thread between turns, and how far it has read."""

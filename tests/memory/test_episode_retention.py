@@ -3,7 +3,6 @@ request, and what /reset does to episodes (nothing: they are the person's, not t
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
@@ -20,10 +19,7 @@ DAY = 86400.0
 
 
 async def audit_rows(runtime: Agent, action: str) -> list[dict[str, Any]]:
-    rows = await runtime.state.store.sql(
-        lambda c: c.execute("SELECT data FROM audit WHERE action = ? ORDER BY id", (action,)).fetchall()
-    )
-    return [json.loads(row[0]) for row in rows]
+    return [e["data"] for e in await runtime.audit_events(limit=1000) if e["action"] == action]
 
 
 async def test_max_episodes_deletes_the_least_important_then_the_oldest(harness: Harness) -> None:

@@ -23,14 +23,14 @@ from agentd.memory.vectors import IndexCache, IndexedVector, VectorIndex, as_blo
 from agentd.messages import Message, ToolCallPart, ToolResultPart
 from agentd.providers.embedders import HashEmbedder
 from agentd.providers.remembered import material_of
-from agentd.store.queries import KeywordSearch
+from agentd.store.queries import KeywordSearch, Vectors
 from agentd.store.records import NewEpisode, StoredMessage
 from agentd.store.sqlite.episode_reads import fts_match, keyword_search
 from agentd.store.sqlite.episodes import insert_episodes
 from agentd.store.sqlite.migrations import migrate
 from agentd.store.writes import InsertEpisodes
 from testkit.scripted import ScriptedProvider
-from tests.support import Harness, say
+from tests.support import Harness, every_episode, say
 
 pytestmark = pytest.mark.both_stores  # each test runs on SQLite files and on PostgreSQL
 
@@ -74,11 +74,14 @@ def strategy_of(runtime: Agent) -> EpisodicMemory:
 
 async def episodes(runtime: Agent) -> list[tuple[str, str, str | None, bool]]:
     await runtime.drain(5)
-    return await runtime.state.store.sql(
-        lambda c: c.execute(
-            "SELECT partition, text, embedder, vector IS NOT NULL FROM episodes ORDER BY id"
-        ).fetchall()
-    )
+    stored = await every_episode(runtime)
+    vectors = {
+        (v.id, e.embedder)
+        for e in stored
+        if e.embedder is not None
+        for v in await runtime.state.store.read(Vectors(e.partition, e.embedder))
+    }
+    return [(e.partition, e.text, e.embedder, (e.id, e.embedder) in vectors) for e in stored]
 
 
 def recalled_section(main: ScriptedProvider) -> str:
@@ -167,7 +170,7 @@ async def test_write_tool_offers_save_episode_and_stores_only_on_call(harness: H
     assert stored == [("user:u1", "Dana prefers window seats on long flights", "hash/256", True)]
     await talk("Which seat do I like on flights?")
     assert "window seats" in recalled_section(main)
-    audit = await runtime.state.store.sql(lambda c: c.execute("SELECT kind, action FROM audit").fetchall())
+    audit = [(e["kind"], e["action"]) for e in await runtime.audit_events(limit=1000)]
     assert ("memory", "save_episode") in audit
 
 

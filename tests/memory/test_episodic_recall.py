@@ -16,7 +16,7 @@ from agentd.memory.vectors import IndexedVector, VectorIndex, as_blob
 from agentd.providers.embedders import HashEmbedder
 from testkit.scripted import ScriptedProvider
 from tests.memory.test_episodic import agent_yaml, episodes, last_recall, recalled_section
-from tests.support import Harness
+from tests.support import Harness, every_episode
 
 pytestmark = pytest.mark.both_stores  # each test runs on SQLite files and on PostgreSQL
 
@@ -146,7 +146,7 @@ async def test_write_always_episodes_carry_the_time_the_message_was_sent(harness
         )
     )
     await runtime.drain(5)
-    rows = await runtime.state.store.sql(lambda c: c.execute("SELECT created_at FROM episodes").fetchall())
+    rows = [(e.created_at,) for e in await every_episode(runtime)]
     assert rows == [(sent,)]
     await runtime.handle(
         InboundEvent(runtime.name, "webhook:c2", "When does my passport expire?", "webhook", user_id="u1")

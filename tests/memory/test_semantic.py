@@ -16,7 +16,7 @@ from agentd.store.queries import AuditEvents, Facts
 from agentd.store.sqlite import SqliteStore, StoreExecutor
 from agentd.store.writes import DeleteFact, UpsertFact
 from testkit.scripted import ScriptedProvider
-from tests.support import Harness, say, strategy_of
+from tests.support import Harness, every_fact, say, strategy_of
 
 pytestmark = pytest.mark.both_stores  # each test runs on SQLite files and on PostgreSQL
 
@@ -48,11 +48,15 @@ async def turn(runtime: Agent, text: str, user: str | None = "u1", key: str = GR
 
 
 async def stored(runtime: Agent) -> list[tuple[str, str, str, float, float, float]]:
-    return await runtime.state.store.sql(
-        lambda c: c.execute(
-            "SELECT partition, key, value, confidence, created_at, updated_at FROM facts ORDER BY partition, key"
-        ).fetchall()
-    )
+    return [
+        (f.partition, f.key, f.value, f.confidence, f.created_at, f.updated_at)
+        for f in await every_fact(runtime)
+    ]
+
+
+async def extraction_runs(runtime: Agent, *fields: str) -> list[tuple[Any, ...]]:
+    runs = await runtime.runs(limit=1000)
+    return [tuple(r[f] for f in fields) for r in runs if r["trigger"] == "extraction"]
 
 
 async def extraction_audit(runtime: Agent) -> list[tuple[str, dict[str, Any]]]:
@@ -155,9 +159,7 @@ async def test_facts_are_extracted_after_a_run_and_shown_on_the_next_turn(harnes
     assert "- editor: vim" in prompt(extract.requests[1])
     assert "I always use vim" not in prompt(extract.requests[1])  # only the new exchange
 
-    runs = await runtime.state.store.sql(
-        lambda c: c.execute("SELECT status, model FROM runs WHERE trigger = 'extraction'").fetchall()
-    )
+    runs = await extraction_runs(runtime, "status", "model")
     assert runs == [("ok", "extract/m"), ("ok", "extract/m")]
     audit = await extraction_audit(runtime)
     assert audit[0] == (
@@ -256,9 +258,7 @@ async def test_bad_output_is_audited_and_the_cursor_moves_on(harness: Harness) -
     assert await stored(runtime) == []
     [(action, data)] = await extraction_audit(runtime)
     assert action == "refused" and "not valid JSON" in data["reason"]
-    runs = await runtime.state.store.sql(
-        lambda c: c.execute("SELECT status, error FROM runs WHERE trigger = 'extraction'").fetchall()
-    )
+    runs = await extraction_runs(runtime, "status", "error")
     assert runs[0][0] == "error" and "not valid JSON" in runs[0][1]
 
     extract.reply(facts(("city", "Lyon", 1)))

@@ -78,11 +78,8 @@ async def inspect(runtime: Agent) -> dict[str, Any]:
 
 
 async def fold_runs(runtime: Agent) -> list[tuple[str, str, str | None]]:
-    return await runtime.state.store.sql(
-        lambda c: c.execute(
-            "SELECT status, model, parent_run_id FROM runs WHERE trigger = 'fold' ORDER BY started_at, rowid"
-        ).fetchall()
-    )
+    runs = await runtime.runs(limit=1000)  # (oldest first: by started_at, then as written)
+    return [(r["status"], r["model"], r["parent_run_id"]) for r in runs if r["trigger"] == "fold"]
 
 
 async def fold_audit(runtime: Agent) -> list[tuple[str, dict[str, Any]]]:

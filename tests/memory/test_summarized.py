@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
@@ -40,18 +39,12 @@ async def turn(runtime: Agent, main: ScriptedProvider, i: int) -> None:
 
 
 async def runs(runtime: Agent, trigger: str) -> list[tuple[str, str, str | None]]:
-    return await runtime.state.store.sql(
-        lambda c: c.execute(
-            "SELECT model, status, error FROM runs WHERE trigger = ? ORDER BY rowid", (trigger,)
-        ).fetchall()
-    )
+    runs = await runtime.runs(limit=1000)
+    return [(r["model"], r["status"], r["error"]) for r in runs if r["trigger"] == trigger]
 
 
 async def audit(runtime: Agent, kind: str = "summary") -> list[tuple[str, dict[str, Any]]]:
-    rows = await runtime.state.store.sql(
-        lambda c: c.execute("SELECT action, data FROM audit WHERE kind = ? ORDER BY id", (kind,)).fetchall()
-    )
-    return [(a, json.loads(d)) for a, d in rows]
+    return [(e["action"], e["data"]) for e in await runtime.audit_events(kind=kind, limit=1000)]
 
 
 async def layer_state(runtime: Agent, layer: str = "summarized") -> tuple[str | None, int]:

@@ -10,7 +10,7 @@ from agentd.memory.window import WindowMemory, window_start
 from agentd.messages import Message, ToolCallPart, ToolResultPart
 from agentd.store.records import StoredMessage
 from testkit.scripted import ScriptedProvider
-from tests.support import Harness, say, strategy_of
+from tests.support import Harness, every_message, say, strategy_of
 
 pytestmark = pytest.mark.both_stores  # each test runs on SQLite files and on PostgreSQL
 
@@ -103,7 +103,7 @@ async def test_the_model_sees_the_purpose_and_only_the_last_messages(harness: Ha
     assert seen.system.startswith("ALWAYS KEEP THIS PURPOSE")
     assert [m.text for m in seen.messages] == ["q2", "a2", "q3", "a3", "q4"]
     # nothing is deleted: the whole transcript stays in the file
-    count = await runtime.state.store.sql(lambda c: c.execute("SELECT COUNT(*) FROM messages").fetchone()[0])
+    count = len(await every_message(runtime))
     assert count == 10
     # and a restart shows the same window
     runtime = await harness.restart(runtime)

@@ -12,7 +12,7 @@ import pytest
 
 from agentd.engine.agent import Agent
 from agentd.events import InboundEvent, Reply
-from agentd.store.queries import ActiveThread, AuditEvents
+from agentd.store.queries import ActiveThread, ApprovalById, AuditEvents, OpenApprovals
 from agentd.store.records import AuditRecord
 from agentd.store.writes import AppendAudit, DecideApproval, RowMissing
 from testkit.fake_llm import FakeLLM
@@ -155,8 +155,9 @@ async def test_a_pending_approval_survives_a_restart(
     assert (await later).text == "No."
     roles = [role for role, _ in await transcript(agent)]
     assert roles == ["user", "assistant", "tool", "assistant", "user", "assistant"]
-    rows = await agent.state.store.sql(lambda c: c.execute("SELECT status, state FROM approvals").fetchall())
-    assert rows == [("approved", None)]  # the saved run state goes once the run is committed
+    stored = await agent.state.store.read(ApprovalById(approval))
+    assert stored is not None and (stored.status, stored.state) == ("approved", None)
+    assert await agent.state.store.read(OpenApprovals()) == []  # the saved run state goes once committed
 
 
 async def test_an_approver_who_is_not_allowed_is_refused_and_audited(

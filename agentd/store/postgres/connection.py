@@ -1,7 +1,7 @@
 """Connecting to the database: the URL, its label without secrets, and PostgreSQL errors as StoreErrors.
 
 Every table lives in the `agentd` schema, so a database may hold other things too; each connection
-searches only that schema (and pg_catalog, and its own temporary views: agentd.store.postgres.inspect).
+searches only that schema (and pg_catalog).
 """
 
 from __future__ import annotations

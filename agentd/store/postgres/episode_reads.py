@@ -22,6 +22,7 @@ from agentd.store.queries import (
     ConversationPartitions,
     EpisodeCounts,
     EpisodePartitions,
+    Episodes,
     EpisodesById,
     FollowingEpisodes,
     KeywordSearch,
@@ -50,6 +51,15 @@ def pending_episodes(cx: Cx, q: PendingEpisodes) -> Later[list[Episode]]:
         f"SELECT {ROW.columns} FROM episodes WHERE agent_id = %s AND partition = %s AND embedder IS NULL"
         " AND vector IS NULL ORDER BY id LIMIT %s",
         (cx.agent_id, q.partition, q.limit),
+    )
+    return Later(lambda: _episodes(cur.fetchall()))
+
+
+@handles(Episodes)
+def partition_episodes(cx: Cx, q: Episodes) -> Later[list[Episode]]:
+    cur = cx.run(
+        f"SELECT {ROW.columns} FROM episodes WHERE agent_id = %s AND partition = %s ORDER BY id",
+        (cx.agent_id, q.partition),
     )
     return Later(lambda: _episodes(cur.fetchall()))
 

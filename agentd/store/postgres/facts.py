@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from agentd.store.postgres.handlers import Cx, Later, handles
-from agentd.store.queries import Facts
+from agentd.store.queries import FactPartitions, Facts
 from agentd.store.records import FACT_ROW as ROW
 from agentd.store.records import Fact
 from agentd.store.writes import DeleteFact, UpsertFact
@@ -39,6 +39,14 @@ def list_facts(cx: Cx, q: Facts) -> Later[list[Fact]]:
         (cx.agent_id, q.partition, q.limit),
     )
     return Later(lambda: [ROW.record_of(row) for row in cur.fetchall()])
+
+
+@handles(FactPartitions)
+def fact_partitions(cx: Cx, q: FactPartitions) -> Later[list[str]]:
+    cur = cx.run(
+        "SELECT DISTINCT partition FROM facts WHERE agent_id = %s ORDER BY partition", (cx.agent_id,)
+    )
+    return Later(lambda: [row[0] for row in cur.fetchall()])
 
 
 @handles(DeleteFact)

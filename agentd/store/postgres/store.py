@@ -9,7 +9,6 @@ conversation's lease (agentd/store/postgres/claims.py). Every statement is scope
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol, TypeVar
 
@@ -17,7 +16,6 @@ from agentd.errors import StoreError
 from agentd.store.claims import Claim, KnownThread, current_fence
 from agentd.store.postgres.claims import ClaimQueue
 from agentd.store.postgres.executor import PgExecutor, read_batch, write_batch
-from agentd.store.postgres.inspect import SqliteShaped, run_as_sqlite
 from agentd.store.queries import Query
 from agentd.store.writes import Write, stamped
 
@@ -91,8 +89,3 @@ class PostgresStore:
         self, conversation_key: str, purpose: str = "turn", known: KnownThread | None = None
     ) -> AbstractAsyncContextManager[Claim]:
         return self._backend.claims.claim(self._require(), self.agent, conversation_key, purpose, known)
-
-    async def sql(self, job: Callable[[SqliteShaped], T]) -> T:
-        """Raw SQL over this agent's rows as SQLite would show them: for tests and tools, never the product."""
-        agent_id = self._require()
-        return await self._executor.call(lambda conn: run_as_sqlite(conn, agent_id, job))

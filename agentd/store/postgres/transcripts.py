@@ -24,8 +24,9 @@ from agentd.store.queries import (
     MessageCounts,
     MessagesPage,
     ThreadHeader,
+    ThreadHistory,
 )
-from agentd.store.records import AuditRecord, StoredMessage, StoredThread, stored_messages
+from agentd.store.records import AuditRecord, StoredMessage, StoredThread, stored_messages, thread_history
 from agentd.store.writes import (
     AppendAudit,
     ApplyCompaction,
@@ -232,6 +233,18 @@ def count_messages(cx: Cx, q: MessageCounts) -> Later[dict[str, int]]:
         return {"messages": row[0], "compacted": row[1], "archived_threads": row[2]}
 
     return Later(read)
+
+
+@handles(ThreadHistory)
+def list_thread_history(cx: Cx, q: ThreadHistory) -> Later[list[dict[str, Any]]]:
+    where, args = ("AND t.conversation_key = %s", (q.conversation_key,)) if q.conversation_key else ("", ())
+    cur = cx.run(
+        "SELECT t.id, t.conversation_key, t.status, m.seq, m.role, m.user_id, m.run_id, m.compacted"
+        f" FROM threads t LEFT JOIN messages m ON m.thread_id = t.id WHERE t.agent_id = %s {where}"
+        " ORDER BY t.id, m.seq",
+        (cx.agent_id, *args),
+    )
+    return Later(lambda: thread_history(cur.fetchall()))
 
 
 @handles(Conversations)

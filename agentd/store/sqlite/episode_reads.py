@@ -14,6 +14,7 @@ from agentd.store.queries import (
     ConversationPartitions,
     EpisodeCounts,
     EpisodePartitions,
+    Episodes,
     EpisodesById,
     FollowingEpisodes,
     KeywordSearch,
@@ -35,6 +36,12 @@ def pending_episodes(conn: sqlite3.Connection, q: PendingEpisodes) -> list[Episo
         " ORDER BY id LIMIT ?",
         (q.partition, q.limit),
     ).fetchall()
+    return [ROW.record_of(row) for row in rows]
+
+
+@handles(Episodes)
+def partition_episodes(conn: sqlite3.Connection, q: Episodes) -> list[Episode]:
+    rows = conn.execute(f"SELECT {ROW.columns} FROM episodes WHERE partition = ? ORDER BY id", (q.partition,))
     return [ROW.record_of(row) for row in rows]
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from agentd.store.queries import Facts
+from agentd.store.queries import FactPartitions, Facts
 from agentd.store.records import FACT_ROW as ROW
 from agentd.store.records import Fact
 from agentd.store.sqlite.handlers import handles
@@ -43,6 +43,11 @@ def list_facts(conn: sqlite3.Connection, q: Facts) -> list[Fact]:
         (q.partition, -1 if q.limit is None else q.limit),
     ).fetchall()
     return [ROW.record_of(row) for row in rows]
+
+
+@handles(FactPartitions)
+def fact_partitions(conn: sqlite3.Connection, q: FactPartitions) -> list[str]:
+    return [row[0] for row in conn.execute("SELECT DISTINCT partition FROM facts ORDER BY partition")]
 
 
 @handles(DeleteFact)

@@ -139,10 +139,6 @@ class SqliteStore:
         except (sqlite3.Error, OSError) as e:
             raise StoreError(f"cannot open {self.path}: {e}") from e
 
-    async def sql(self, job: Callable[[sqlite3.Connection], T]) -> T:
-        """Run raw SQL against the file on the store thread: for tests and tools, never the product."""
-        return await self.read_with(job)
-
     async def read_with(self, job: Callable[[sqlite3.Connection], T]) -> T:
         def _read() -> T:
             try:

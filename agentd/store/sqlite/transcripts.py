@@ -14,8 +14,9 @@ from agentd.store.queries import (
     MessageCounts,
     MessagesPage,
     ThreadHeader,
+    ThreadHistory,
 )
-from agentd.store.records import AuditRecord, StoredMessage, StoredThread, stored_messages
+from agentd.store.records import AuditRecord, StoredMessage, StoredThread, stored_messages, thread_history
 from agentd.store.sqlite.audit import insert_audit
 from agentd.store.sqlite.deliveries import record_delivery
 from agentd.store.sqlite.handlers import handles
@@ -173,6 +174,18 @@ def count_messages(conn: sqlite3.Connection, q: MessageCounts) -> dict[str, int]
         (q.conversation_key,),
     ).fetchone()[0]
     return {"messages": row[0], "compacted": row[1], "archived_threads": archived}
+
+
+@handles(ThreadHistory)
+def list_thread_history(conn: sqlite3.Connection, q: ThreadHistory) -> list[dict[str, Any]]:
+    where, args = ("WHERE t.conversation_key = ?", (q.conversation_key,)) if q.conversation_key else ("", ())
+    return thread_history(
+        conn.execute(
+            "SELECT t.id, t.conversation_key, t.status, m.seq, m.role, m.user_id, m.run_id, m.compacted"
+            f" FROM threads t LEFT JOIN messages m ON m.thread_id = t.id {where} ORDER BY t.id, m.seq",
+            args,
+        ).fetchall()
+    )
 
 
 @handles(Conversations)
