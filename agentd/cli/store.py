@@ -10,13 +10,16 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from agentd.cli.settings import settings_of
-from agentd.daemon.resources import STORE_URL_ENV
 from agentd.errors import OperatorError
-from agentd.store.copy_chain import ChainCopy
-from agentd.store.folder_lock import probe
+
+if TYPE_CHECKING:
+    from agentd.store.copy_chain import ChainCopy
+
+# agentd.daemon.resources.STORE_URL_ENV, spelled out: importing the daemon to build the parser would cost
+# every command its start-up time (tests/test_cli_startup.py checks the two agree)
+STORE_URL_ENV = "AGENTD_STORE_URL"
 
 
 def add_store_parser(sub: Any) -> None:
@@ -45,6 +48,9 @@ def add_store_parser(sub: Any) -> None:
 
 
 def cmd_store_copy(args: argparse.Namespace) -> int:
+    from agentd.cli.settings import settings_of
+    from agentd.store.folder_lock import probe
+
     url = args.to or settings_of(args).store.url or os.environ.get(STORE_URL_ENV)
     if not url:
         raise OperatorError(
