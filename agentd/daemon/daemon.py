@@ -125,7 +125,7 @@ class Daemon:
                 f"agents folder {self.agents_dir} does not exist: create it and add <name>.yaml files"
             )
         if self._folder_lock is None and not self.resources.shared_store:
-            lock = DataFolderLock(self.data_dir)
+            lock = DataFolderLock(self.data_dir, self.agents_dir)
             lock.acquire()
             self._folder_lock = lock
 
