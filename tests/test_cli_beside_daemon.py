@@ -37,11 +37,15 @@ async def daemon(tmp_path: Path) -> AsyncIterator[DaemonProcess]:
     running.stop()
 
 
-def test_chat_with_an_agent_the_daemon_does_not_serve_fails_before_the_greeting(daemon: DaemonProcess) -> None:
+def test_chat_with_an_agent_the_daemon_does_not_serve_fails_before_the_greeting(
+    daemon: DaemonProcess,
+) -> None:
     done = agentd(daemon.root, "chat", "nosuch", stdin="hello\n")
     assert done.returncode == 1
     assert "agentd chat:" not in done.stdout  # no greeting, no line asked for
-    assert done.stderr.strip() == (f"agentd: the daemon at {daemon.url} answered 404: no agent named 'nosuch'")
+    assert done.stderr.strip() == (
+        f"agentd: the daemon at {daemon.url} answered 404: no agent named 'nosuch'"
+    )
 
 
 def test_chat_through_the_daemon_greets_with_its_port(daemon: DaemonProcess) -> None:
