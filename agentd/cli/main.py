@@ -12,12 +12,16 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from agentd import __version__
 from agentd.cli.logs import LOG_FORMATS, LOG_LEVELS, configure_logging
 from agentd.cli.pipes import quiet_on_closed_pipe
 from agentd.cli.store import add_store_parser
 from agentd.errors import AgentdError
+
+if TYPE_CHECKING:
+    from agentd.config.folder import CheckResult
 
 Command = Callable[[argparse.Namespace], int]
 
@@ -263,7 +267,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     from agentd.providers.embedders import check_embedder
 
     result = check_agents(args.dir, args.config, check_embedder)
-    for warning in result.warnings:
+    for warning in result.warnings + _agent_warnings(result):
         print(f"warning: {warning}", file=sys.stderr)
     for error in result.errors:
         print(error, file=sys.stderr)
@@ -272,3 +276,23 @@ def cmd_check(args: argparse.Namespace) -> int:
         return 1
     print(f"ok: {len(result.agents)} agent(s): {', '.join(a.name for a in result.agents) or 'none'}")
     return 0
+
+
+def _agent_warnings(result: CheckResult) -> list[str]:
+    """What `GET /agents` shows under each agent's `warnings` once `agentd run` loads it (a used provider
+    with no key, memory that will do less than it says), per agent file."""
+    import httpx
+
+    from agentd.daemon.provider_checks import agent_warnings
+    from agentd.providers.registry import ProviderRegistry
+
+    if result.settings is None:
+        return []
+    # the providers are built to ask them about their keys, never called: the client opens nothing, and
+    # has nothing to close (an event loop may be running here, as when a test calls the CLI)
+    providers = ProviderRegistry(result.settings.providers, httpx.AsyncClient())
+    return [
+        f"{result.files[spec.name]}: {warning}"
+        for spec in result.agents
+        for warning in agent_warnings(spec, result.settings, providers)
+    ]

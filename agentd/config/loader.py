@@ -173,11 +173,13 @@ def parse_agent(
     env: Mapping[str, str] | None = None,
     default_model: str | None = None,
     providers: Collection[str] | None = None,
+    known_agents: Collection[str] | None = None,
 ) -> AgentSpec:
     """Load one agent file; the agent's name is the file stem. Raises ConfigError.
 
     An agent without `model:` gets `default_model` (agentd.yaml's defaults.model), else offline.
-    With `providers`, every model reference must name one of them.
+    With `providers`, every model reference must name one of them; with `known_agents`, every
+    sub-agent (the daemon loads agents one by one and a sub-agent may come later: `agentd check` only).
     """
     file = str(path)
     twins = twin_files(path)
@@ -212,7 +214,7 @@ def parse_agent(
                     file, None, None, p.message.removeprefix("name: ")
                 )
         raise ConfigError(problems) from None
-    references = spec.reference_problems()
+    references = spec.reference_problems(known_agents)
     if references:
         raise ConfigError(
             sorted(
