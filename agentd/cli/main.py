@@ -226,8 +226,12 @@ def cmd_audit_any(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     import asyncio
 
+    from agentd.cli.logs import log_uncaught
     from agentd.daemon import Daemon
     from agentd.daemon.limits import raise_open_files_limit
+
+    if args.log_format == "json":
+        log_uncaught()
 
     raise_open_files_limit()
 

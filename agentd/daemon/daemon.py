@@ -220,8 +220,14 @@ class Daemon:
                 for sig in (signal.SIGINT, signal.SIGTERM):
                     loop.add_signal_handler(sig, self.request_stop)
             async with self:
+                # log_config=None: uvicorn's records (its tracebacks too) go to agentd's handler, in the
+                # chosen format, instead of uvicorn's own handlers writing raw text into the stream
                 config = uvicorn.Config(
-                    create_app(self), log_level="warning", lifespan="off", timeout_graceful_shutdown=30
+                    create_app(self),
+                    log_level="warning",
+                    log_config=None,
+                    lifespan="off",
+                    timeout_graceful_shutdown=30,
                 )
                 self.server = EmbeddedServer(config)
                 server_task = self.spawn(self.server.serve(sockets=[sock]))
@@ -230,6 +236,11 @@ class Daemon:
                 # Stop intake first (HTTP finishes requests already in flight), then drain, then close.
                 self.server.should_exit = True
                 await server_task
+            # the last line: everything drained and closed (a supervisor's log shows the stop completed)
+            log.info(
+                "stopped: in-flight runs drained, every agent's data closed",
+                extra={"data": {"pid": os.getpid()}},
+            )
         finally:
             sock.close()
 
