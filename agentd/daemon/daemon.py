@@ -25,7 +25,7 @@ import uvicorn
 from agentd.channels.base import HttpChannel
 from agentd.config.loader import parse_daemon
 from agentd.config.models import DaemonSpec, is_loopback
-from agentd.daemon.fleet import Fleet, log_startup
+from agentd.daemon.fleet import DRAIN_TIMEOUT, Fleet, log_startup
 from agentd.daemon.metrics import Metrics
 from agentd.daemon.observe import DaemonObserver
 from agentd.daemon.people import erase_person, export_person
@@ -227,7 +227,7 @@ class Daemon:
                     log_level="warning",
                     log_config=None,
                     lifespan="off",
-                    timeout_graceful_shutdown=30,
+                    timeout_graceful_shutdown=int(DRAIN_TIMEOUT),  # the agents' drain, the same bound
                 )
                 self.server = EmbeddedServer(config)
                 server_task = self.spawn(self.server.serve(sockets=[sock]))
