@@ -76,7 +76,7 @@ def add_ui_routes(app: FastAPI, directory: AgentDirectory) -> None:
         conversations = await runtime.conversations(200)
         runs = await runtime.runs(None, 50)
         return "agent.html", {
-            "api": [f"{agent_path(agent)}/runs", f"{agent_path(agent)}/approvals"],
+            "api": [f"{agent_path(agent)}/runs"],
             "agent": agent,
             "model": runtime.spec.model.name,
             "conversations": conversations,
