@@ -9,8 +9,16 @@ import re
 from pathlib import Path
 
 import pytest
+from selenium import webdriver
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
 
+from tests.daemon_process import DaemonProcess
 from tests.support import send, serving
+from tests.test_ui import CHROMEDRIVER, CHROMIUM, browser, click_through
+from tests.test_ui import text_of as shown_text
+
+__all__ = ["browser"]  # the fixture, shared with tests/test_ui.py
 
 ASK = "memory: {scope: thread, persistent: true, writes: ask}\nchannels: {webhook: {}}\n"
 PLAIN = "memory: {scope: thread, persistent: true}\nchannels: {webhook: {}}\n"
@@ -83,3 +91,43 @@ async def test_the_audit_page_is_in_pages_newest_last(tmp_path: Path) -> None:
     assert 'id="older"' in first and "page=2" in first and 'id="newer"' not in first
     assert 'id="newer"' in second and 'id="older"' not in second
     assert bad.status_code == 400
+
+
+# -- in the browser, against `agentd run` -------------------------------------------------------------
+
+
+@pytest.mark.skipif(
+    not (CHROMIUM.exists() and CHROMEDRIVER.exists()),
+    reason="needs Debian's chromium and chromium-driver (/usr/bin/chromium, /usr/bin/chromedriver); "
+    ".ci/run installs them",
+)
+async def test_in_the_browser_a_paused_run_and_the_audit_pages(
+    tmp_path: Path, browser: webdriver.Chrome
+) -> None:
+    (tmp_path / "agents").mkdir()
+    (tmp_path / "agents" / "keeper.yaml").write_text(ASK)
+    (tmp_path / "agents" / "notes.yaml").write_text(PLAIN)
+    daemon = await DaemonProcess(tmp_path).start()
+    try:
+        asked = daemon.say("remember city: Lisbon", conversation="t1", agent="keeper", user_id="ana")
+        for i in range(105):
+            daemon.say(f"remember k{i:03d}: v", agent="notes")
+        browser.get(f"{daemon.url}/ui/")
+        click_through(browser, "keeper", "Agent keeper")
+        waiting = shown_text(browser, "#approvals + p + table")
+        assert asked["approval"] in waiting and "webhook:t1" in waiting
+        click_through(browser, "webhook:t1", "Conversation webhook:t1")
+        assert "Paused: waiting for approval" in shown_text(browser, "#approvals")
+        assert "no finished runs yet: one is paused" in shown_text(browser)
+
+        browser.get(f"{daemon.url}/ui/audit?agent=notes&kind=memory")
+        rows = [r.text for r in browser.find_elements(By.CSS_SELECTOR, "tbody tr")]
+        assert len(rows) == 100 and '"key": "k005"' in rows[0] and '"key": "k104"' in rows[-1]  # newest last
+        browser.find_element(By.ID, "older").click()
+        WebDriverWait(browser, 10).until(lambda d: "page=2" in d.current_url)
+        rows = [r.text for r in browser.find_elements(By.CSS_SELECTOR, "tbody tr")]
+        assert len(rows) == 5 and '"key": "k000"' in rows[0]
+        browser.find_element(By.ID, "newer").click()
+        WebDriverWait(browser, 10).until(lambda d: "page=" not in d.current_url)
+    finally:
+        assert daemon.stop() == 0
