@@ -65,3 +65,32 @@ def test_a_pipe_that_reads_everything_still_gets_everything(tmp_path: Path) -> N
         [sys.executable, "-m", "agentd.cli", "schema"], capture_output=True, text=True, check=True
     )
     assert done.stdout.rstrip().endswith("}")
+
+
+def test_audit_export_of_a_real_trail_into_head_ends_quietly(tmp_path: Path) -> None:
+    """The issue's own case: `agentd audit export | head -1` on a folder with a trail."""
+    (tmp_path / "agents").mkdir()
+    (tmp_path / "agents" / "assistant.yaml").write_text(
+        "purpose: x\nmemory: {scope: thread, persistent: true}\n"
+    )
+    lines = "".join(f"remember k{i}: v\n" for i in range(300))  # an export well over a pipe buffer (64 KiB)
+    subprocess.run(
+        [sys.executable, "-m", "agentd.cli", "chat", "assistant"],
+        cwd=tmp_path,
+        input=lines,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    done = subprocess.run(
+        f"{sys.executable} -m agentd.cli audit export | head -1",
+        shell=True,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.stdout.startswith('{"chain": "assistant"') or done.stdout.startswith("{"), done.stderr
+    assert done.stdout.count("\n") == 1
+    assert "Traceback" not in done.stderr and "BrokenPipeError" not in done.stderr, done.stderr
