@@ -94,3 +94,18 @@ def test_audit_export_of_a_real_trail_into_head_ends_quietly(tmp_path: Path) -> 
     assert done.stdout.startswith('{"chain": "assistant"') or done.stdout.startswith("{"), done.stderr
     assert done.stdout.count("\n") == 1
     assert "Traceback" not in done.stderr and "BrokenPipeError" not in done.stderr, done.stderr
+
+
+def test_a_broken_pipe_that_is_not_stdout_is_still_an_error() -> None:
+    """Only stdout's reader leaving is quiet: a command's own broken connection still shows."""
+    code = (
+        "import sys\n"
+        "from agentd.cli.pipes import quiet_on_closed_pipe\n"
+        "try:\n"
+        "    with quiet_on_closed_pipe():\n"
+        "        raise BrokenPipeError(32, 'a socket of the command')\n"
+        "except BrokenPipeError:\n"
+        "    print('raised')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stdout == "raised\n", done.stderr

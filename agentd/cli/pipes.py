@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import sys
 from collections.abc import Iterator
 
@@ -22,6 +23,8 @@ def quiet_on_closed_pipe() -> Iterator[None]:
     try:
         yield
     except BrokenPipeError:
+        if not _stdout_reader_gone():
+            raise  # another pipe or socket broke (a command's connection): not this, an error to show
         broke = True
     finally:
         if not broke:
@@ -31,6 +34,16 @@ def quiet_on_closed_pipe() -> Iterator[None]:
                 broke = True
         if broke:
             _silence_stdout()
+
+
+def _stdout_reader_gone() -> bool:
+    """Whether stdout is a pipe with no reader left: poll() then reports POLLERR on it (Linux, BSD)."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (OSError, ValueError, AttributeError):  # no descriptor (a test's capture), or no poll()
+        return True
 
 
 def _silence_stdout() -> None:
