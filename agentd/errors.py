@@ -89,6 +89,7 @@ class DataFolderInUse(OperatorError):
         host: str | None,
         http_address: str | None,
         since: str | None,
+        agents_dir: str | None = None,
     ):
         self.folder = folder
         self.pid = pid
@@ -98,6 +99,8 @@ class DataFolderInUse(OperatorError):
         if host:
             who += f" on {host}"
         who += f", serving {http_address}" if http_address else ", HTTP address not bound yet"
+        if agents_dir:
+            who += f" for the agents folder {agents_dir}"
         if since:
             who += f", since {since}"
         super().__init__(

@@ -225,3 +225,30 @@ def test_text_written_before_a_tool_call_is_taken_back(root: Path) -> None:
             assert term.exit_code() == 0
         finally:
             term.close()
+
+
+# -- beside a daemon that stops (issue 17, item 15) --------------------------------------------------
+
+
+async def test_a_daemon_that_stops_is_named_with_its_port_and_the_line_can_be_sent_again(root: Path) -> None:
+    daemon = await DaemonProcess(root).start()
+    term = Terminal(root, "assistant")
+    try:
+        term.wait_for("you> ")
+        term.type("first\r")
+        term.wait_for("You said: first")
+        assert daemon.stop() == 0
+        term.type("second\r")
+        seen = term.wait_for("Up and Enter send the line again.")
+        assert f"the daemon at {daemon.url} cannot be reached" in seen
+        assert "your message was not sent" in seen
+        assert "Traceback" not in seen and "ConnectError" not in seen
+        term.wait_for("you> ", times=3)  # the session goes on
+        await daemon.start()  # back on the same port
+        term.type("\x1b[A\r")  # Up, Enter: the line that was not sent, from readline's history
+        term.wait_for("You said: second")
+        term.type("exit\r")
+        assert term.exit_code() == 0
+    finally:
+        term.close()
+        daemon.stop()

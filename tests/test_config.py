@@ -66,6 +66,20 @@ def test_unknown_key_is_an_error_with_a_suggestion() -> None:
     assert "agents/bot.yaml:4:3: unknown key 'persistant' (did you mean 'persistent'?)" in msg
 
 
+def test_a_misspelt_strategy_kind_gets_a_suggestion_at_the_value() -> None:
+    msg = problem("purpose: hi\nmemory:\n  strategy: {kind: episodc}\n")
+    assert msg == (
+        "agents/bot.yaml:3:20: memory.strategy: unknown kind 'episodc' (did you mean 'episodic'?); "
+        "expected one of: none, full, window, summarized, episodic, semantic, state, composite"
+    )
+    msg = problem(
+        "purpose: hi\nmemory:\n  strategy:\n    kind: composite\n    layers:\n      - {kind: windw}\n"
+    )
+    assert msg.startswith(
+        "agents/bot.yaml:6:16: memory.strategy.layers.0: unknown kind 'windw' (did you mean 'window'?)"
+    )
+
+
 def test_wrong_type_names_the_field_and_what_was_expected() -> None:
     msg = problem("memory:\n  scope: thread\n  compact_at_tokens: lots\n")
     assert "agents/bot.yaml:3:22: memory.compact_at_tokens" in msg

@@ -107,3 +107,19 @@ def test_the_dockerfile_copies_what_exists_and_runs_as_a_user_with_a_volume_and_
 
 def test_there_is_a_license() -> None:
     assert (ROOT / "LICENSE").read_text().startswith("MIT License")
+
+
+def test_the_deploy_files_agree_on_the_drain_and_the_stop_timeout() -> None:
+    """Once 30 s in the unit's comment and 45 s in deploy/README (issue 17, item 24): the drain is
+    DRAIN_TIMEOUT everywhere it is named, and every stop timeout is the unit's TimeoutStopSec."""
+    stop = int(unit()["Service"]["TimeoutStopSec"].removesuffix("s"))
+    texts = {p.name: p.read_text() for p in (UNIT, DOCKERFILE, ROOT / "deploy" / "README.md")}
+    drains = {
+        (name, int(n))
+        for name, text in texts.items()
+        for n in re.findall(r"(?:up to|drains?[^.\n]*?) \(?(\d+) s\b", text)
+    }
+    assert drains and all(n == DRAIN_TIMEOUT for _, n in drains), drains
+    timeouts = {int(n) for text in texts.values() for n in re.findall(r"(?:stop -t |waits )(\d+)", text)}
+    assert timeouts == {stop}
+    assert stop > DRAIN_TIMEOUT

@@ -76,6 +76,33 @@ def test_the_readme_agent_file_is_valid() -> None:
     assert spec.model.small == "ollama/llama3.2" and spec.channels.enabled() == ["webhook"]
 
 
+def test_every_readme_memory_example_is_a_valid_agent_memory() -> None:
+    """The strategy examples (composite, and state: once missing, issue 17 item 24) parse as agent files."""
+    blocks = re.findall(
+        r"^```yaml\n(.*?)^```", (ROOT / "README.md").read_text(), flags=re.MULTILINE | re.DOTALL
+    )
+    examples = [block for block in blocks if block.startswith("memory:\n  strategy:")]
+    kinds = set()
+    for block in examples:
+        spec = parse_agent(
+            Path("agents/x.yaml"), text=f"purpose: p\n{block}", env={}, providers=BUILTIN_PROVIDERS
+        )
+        assert spec.memory.strategy is not None
+        kinds.add(spec.memory.strategy.kind)
+    assert {"composite", "state"} <= kinds
+
+
+def test_the_readme_says_what_a_new_user_needs_first() -> None:
+    """Run it: the Python agentd needs (pyproject's) and how to pick a port; Test it: Chromium."""
+    readme = (ROOT / "README.md").read_text()
+    run_it = readme.split("## Run it", 1)[1].split("\n## ", 1)[0]
+    wanted = re.search(r'requires-python = ">=(\d+\.\d+)"', (ROOT / "pyproject.toml").read_text())
+    assert wanted is not None and f"Python {wanted.group(1)} or newer" in run_it
+    assert "--port" in run_it
+    test_it = readme.split("## Test it", 1)[1].split("\n## ", 1)[0]
+    assert "chromium" in test_it and "chromium-driver" in test_it
+
+
 def test_no_file_points_at_a_path_of_one_machine() -> None:
     """The repository is cloned anywhere: docs point at `../shared/...`, never at the folders of the
     machine they were written on."""

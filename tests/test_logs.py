@@ -6,6 +6,9 @@ from __future__ import annotations
 import io
 import json
 import logging
+import socket
+import subprocess
+import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -145,3 +148,45 @@ async def test_text_lines_name_the_run_and_the_level_is_honoured(tmp_path: Path)
     finally:
         daemon.stop()
     assert " INFO " not in daemon.log.read_text()
+
+
+async def test_uvicorns_own_records_are_json_lines_too_and_the_last_line_says_stopped(tmp_path: Path) -> None:
+    """uvicorn wrote its records (a malformed request, its tracebacks) with its own handlers, as raw text
+    into the JSON stream (issue 17, item 20); the daemon ends with a line saying it stopped (item 24)."""
+    (tmp_path / "agents").mkdir()
+    (tmp_path / "agents" / "assistant.yaml").write_text("channels: {webhook: {}}\n")
+    daemon = await DaemonProcess(tmp_path, args=("--log-format", "json")).start()
+    try:
+        with socket.create_connection(("127.0.0.1", daemon.port)) as sock:
+            sock.sendall(b"NOT HTTP AT ALL\r\n\r\n")
+            sock.recv(1024)  # uvicorn answers 400 and logs the request as invalid
+        await wait_until(lambda: "Invalid HTTP request" in daemon.log.read_text(), "uvicorn's warning")
+    finally:
+        assert daemon.stop() == 0
+    lines = [json.loads(line) for line in daemon.log.read_text().splitlines()]  # every line parses
+    [invalid] = [line for line in lines if "Invalid HTTP request" in line["message"]]
+    assert invalid["logger"] == "uvicorn.error" and invalid["level"] == "warning"
+    assert tuple(lines[-1]) == JSON_KEYS
+    assert lines[-1]["message"] == "stopped: in-flight runs drained, every agent's data closed"
+
+
+def test_with_json_lines_nothing_else_writes_raw_into_the_stream() -> None:
+    """A warning, an exception in a thread and one nobody caught in the main thread: JSON lines."""
+    code = (
+        "import threading, warnings\n"
+        "from agentd.cli.logs import configure_logging, log_uncaught\n"
+        "configure_logging('info', 'json'); log_uncaught()\n"
+        "t = threading.Thread(target=lambda: 1 / 0, name='worker'); t.start(); t.join()\n"
+        "warnings.warn('mind the gap')\n"
+        "raise RuntimeError('boom')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    lines = [json.loads(line) for line in done.stderr.splitlines()]
+    assert [(line["level"], line["message"].splitlines()[0]) for line in lines] == [
+        ("error", "uncaught exception in thread worker"),
+        ("warning", lines[1]["message"].splitlines()[0]),
+        ("critical", "uncaught exception"),
+    ]
+    assert "ZeroDivisionError" in lines[0]["error"] and "RuntimeError: boom" in lines[2]["error"]
+    assert "mind the gap" in lines[1]["message"] and lines[1]["logger"] == "py.warnings"

@@ -130,6 +130,10 @@ def test_a_different_row_refuses_the_agent_naming_table_and_key_and_changes_noth
         "copied (value, updated_at differ)"
     ) in out
     assert "Porto" not in out and "Lisbon" not in out  # keys and columns, never values
+    assert (  # and how to recover (issue 17, item 24)
+        "bot: to recover: the file and the database were both written after the first copy; either keep the "
+        "database"
+    ) in out and "then `agentd store copy bot` again" in out
     assert "other: nothing new: all " in out
     assert memories(postgres_url, "bot") == [("city", "Lisbon")]
     # nothing else of bot's file came either (one transaction): not the new conversation
@@ -279,6 +283,8 @@ def test_files_that_cannot_be_copied_are_reported_and_the_others_copied(
     assert "good: copied " in out
     assert "junk: refused, nothing of it copied: cannot read " in out
     assert "future: refused, nothing of it copied: " in out and "9999_from_the_future are unknown" in out
+    assert "future: to recover: the file was written by a newer agentd: copy it with that version" in out
+    assert "junk: to recover: check that the file is an agentd SQLite file" in out
     assert (
         "old: copied 2 rows, 0 already there; every table verified (row counts and sha256 of the rows) "
         in out

@@ -24,9 +24,10 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from agentd.cli.local import local_agent
-from agentd.cli.remote import answer, running_daemon, streamed_answer
+from agentd.cli.remote import address, answer, reaching, running_daemon, streamed_answer
 from agentd.cli.terminal import Spinner, TerminalReply, main_thread_only
 from agentd.engine.agent import Agent
+from agentd.errors import AgentdError
 from agentd.events import CONVERSATION_ID_RE, InboundEvent, ReplySink
 
 LEAVE = {"exit", "quit", ":q"}
@@ -41,13 +42,18 @@ def cmd_chat(args: argparse.Namespace) -> int:
         if client is None:
             return _in_process(args)
 
+        key = f"repl:{args.session}"
+        with reaching(client):  # an agent the daemon does not serve fails here, before a greeting
+            answer(client.get(f"/agents/{args.agent}/status", params={"conversation_key": key}))
+
         def say(line: str, sink: ReplySink | None) -> str:
             path, body = f"/agents/{args.agent}/repl", {"session": args.session, "text": line}
-            if sink is not None:
-                return str(streamed_answer(client, path, body, sink)["reply"])
-            return str(answer(client.post(path, json=body))["reply"])
+            with reaching(client, "your message"):
+                if sink is not None:
+                    return str(streamed_answer(client, path, body, sink)["reply"])
+                return str(answer(client.post(path, json=body))["reply"])
 
-        where = f"{args.agent} on the daemon at {client.base_url}, conversation repl:{args.session}"
+        where = f"{args.agent} on the daemon at {address(client.base_url)}, conversation {key}"
         return _repl(where, say)
 
 
@@ -115,6 +121,7 @@ def _repl(where: str, say: Say) -> int:
             if not line.strip():
                 continue
             spinner = Spinner(interactive)
+            shown: TerminalReply | None = None
             try:
                 if streaming:
                     shown = TerminalReply(spinner)
@@ -123,6 +130,15 @@ def _repl(where: str, say: Say) -> int:
                     reply = say(line, None)
                     spinner.stop()
                     print(reply, flush=True)
+            except AgentdError as e:
+                # the daemon went away, or refused this line: a person at the terminal keeps the session
+                # and the line (readline's history: Up and Enter send it again); a script stops here
+                spinner.stop()
+                if shown is not None:
+                    shown.abandon()
+                if not interactive:
+                    raise
+                print(f"agentd: {e}. Up and Enter send the line again.", file=sys.stderr, flush=True)
             finally:
                 spinner.stop()
     except KeyboardInterrupt:

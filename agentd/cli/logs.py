@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import threading
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
@@ -104,3 +105,30 @@ def configure_logging(
     root.setLevel(level.upper())
     for noisy in NOISY:
         logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def log_uncaught() -> None:
+    """With JSON lines, nothing else may write into the stream: warnings, an exception no one caught
+    (in the main thread or another) and asyncio's complaints become records of the chosen format
+    instead of raw text (uvicorn's own records: Daemon.serve passes log_config=None)."""
+    logging.captureWarnings(True)
+    log = logging.getLogger("agentd")
+
+    def main_hook(kind: type[BaseException], value: BaseException, tb: Any) -> None:
+        if issubclass(kind, KeyboardInterrupt):
+            sys.__excepthook__(kind, value, tb)
+            return
+        log.critical("uncaught exception", exc_info=(kind, value, tb))
+
+    def thread_hook(args: threading.ExceptHookArgs) -> None:
+        if args.exc_type is SystemExit or args.exc_value is None:
+            return
+        name = args.thread.name if args.thread is not None else "?"
+        log.error(
+            "uncaught exception in thread %s",
+            name,
+            exc_info=(args.exc_type, args.exc_value, args.exc_traceback),
+        )
+
+    sys.excepthook = main_hook
+    threading.excepthook = thread_hook

@@ -1,28 +1,63 @@
-"""The `agentd` command: thin — parse, call, print."""
+"""The `agentd` command: thin — parse, call, print.
+
+A command imports what it uses when it runs (`_lazy`), not when the parser is built: the daemon, the
+engine, the MCP SDK and numpy took ~1.3 s to import, which every command — `--version` too — paid.
+"""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
+import importlib
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from agentd import __version__
-from agentd.cli.audit import cmd_audit_export, cmd_audit_verify
-from agentd.cli.chat import cmd_chat
-from agentd.cli.init import cmd_init
-from agentd.cli.local import cmd_forget_episodes, cmd_inspect
 from agentd.cli.logs import LOG_FORMATS, LOG_LEVELS, configure_logging
-from agentd.cli.people import cmd_person_erase, cmd_person_export
-from agentd.cli.reports import cmd_audit, cmd_memories, cmd_runs
+from agentd.cli.pipes import quiet_on_closed_pipe
 from agentd.cli.store import add_store_parser
-from agentd.cli.tools import cmd_tools
-from agentd.config.folder import check_agents
 from agentd.errors import AgentdError
+
+if TYPE_CHECKING:
+    from agentd.config.folder import CheckResult
+
+Command = Callable[[argparse.Namespace], int]
+
+
+def _lazy(where: str) -> Command:
+    """`module:function`, imported at the call."""
+    module, name = where.split(":")
+
+    def command(args: argparse.Namespace) -> int:
+        func: Command = getattr(importlib.import_module(module), name)
+        return func(args)
+
+    return command
+
+
+cmd_chat = _lazy("agentd.cli.chat:cmd_chat")
+cmd_init = _lazy("agentd.cli.init:cmd_init")
+cmd_inspect = _lazy("agentd.cli.local:cmd_inspect")
+cmd_forget_episodes = _lazy("agentd.cli.local:cmd_forget_episodes")
+cmd_person_export = _lazy("agentd.cli.people:cmd_person_export")
+cmd_person_erase = _lazy("agentd.cli.people:cmd_person_erase")
+cmd_audit = _lazy("agentd.cli.reports:cmd_audit")
+cmd_runs = _lazy("agentd.cli.reports:cmd_runs")
+cmd_memories = _lazy("agentd.cli.reports:cmd_memories")
+cmd_audit_verify = _lazy("agentd.cli.audit:cmd_audit_verify")
+cmd_audit_export = _lazy("agentd.cli.audit:cmd_audit_export")
+cmd_tools = _lazy("agentd.cli.tools:cmd_tools")
 
 
 def main(argv: list[str] | None = None) -> int:
+    with quiet_on_closed_pipe():
+        return _main(argv)
+    return 141  # stdout's reader went away (`agentd audit export | head`): 128 + SIGPIPE, as a shell reports
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not hasattr(args, "func"):
@@ -190,9 +225,15 @@ def cmd_audit_any(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from agentd.cli.logs import log_uncaught
     from agentd.daemon import Daemon
     from agentd.daemon.limits import raise_open_files_limit
     from agentd.daemon.server import event_loop_factory
+
+    if args.log_format == "json":
+        log_uncaught()
 
     raise_open_files_limit()
 
@@ -229,10 +270,11 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    from agentd.config.folder import check_agents
     from agentd.providers.embedders import check_embedder
 
     result = check_agents(args.dir, args.config, check_embedder)
-    for warning in result.warnings:
+    for warning in result.warnings + _agent_warnings(result):
         print(f"warning: {warning}", file=sys.stderr)
     for error in result.errors:
         print(error, file=sys.stderr)
@@ -241,3 +283,23 @@ def cmd_check(args: argparse.Namespace) -> int:
         return 1
     print(f"ok: {len(result.agents)} agent(s): {', '.join(a.name for a in result.agents) or 'none'}")
     return 0
+
+
+def _agent_warnings(result: CheckResult) -> list[str]:
+    """What `GET /agents` shows under each agent's `warnings` once `agentd run` loads it (a used provider
+    with no key, memory that will do less than it says), per agent file."""
+    import httpx
+
+    from agentd.daemon.provider_checks import agent_warnings
+    from agentd.providers.registry import ProviderRegistry
+
+    if result.settings is None:
+        return []
+    # the providers are built to ask them about their keys, never called: the client opens nothing, and
+    # has nothing to close (an event loop may be running here, as when a test calls the CLI)
+    providers = ProviderRegistry(result.settings.providers, httpx.AsyncClient())
+    return [
+        f"{result.files[spec.name]}: {warning}"
+        for spec in result.agents
+        for warning in agent_warnings(spec, result.settings, providers)
+    ]

@@ -10,13 +10,16 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from agentd.cli.settings import settings_of
-from agentd.daemon.resources import STORE_URL_ENV
 from agentd.errors import OperatorError
-from agentd.store.copy_chain import ChainCopy
-from agentd.store.folder_lock import probe
+
+if TYPE_CHECKING:
+    from agentd.store.copy_chain import ChainCopy
+
+# agentd.daemon.resources.STORE_URL_ENV, spelled out: importing the daemon to build the parser would cost
+# every command its start-up time (tests/test_cli_startup.py checks the two agree)
+STORE_URL_ENV = "AGENTD_STORE_URL"
 
 
 def add_store_parser(sub: Any) -> None:
@@ -45,6 +48,9 @@ def add_store_parser(sub: Any) -> None:
 
 
 def cmd_store_copy(args: argparse.Namespace) -> int:
+    from agentd.cli.settings import settings_of
+    from agentd.store.folder_lock import probe
+
     url = args.to or settings_of(args).store.url or os.environ.get(STORE_URL_ENV)
     if not url:
         raise OperatorError(
@@ -88,6 +94,7 @@ def cmd_store_copy(args: argparse.Namespace) -> int:
         if r.refused is not None:
             refused += 1
             print(f"{r.agent}: refused, nothing of it copied: {r.refused}")
+            print(f"{r.agent}: to recover: {recovery(r.agent, r.refused)}")
         elif r.copied:
             print(
                 f"{r.agent}: copied {r.copied} rows, {r.already} already there; every table verified "
@@ -100,6 +107,29 @@ def cmd_store_copy(args: argparse.Namespace) -> int:
     copied = sum(r.copied for r in results)
     print(f"{len(results) - refused} of {len(results)} agent(s) into {where}: {copied} rows copied")
     return 1 if refused else 0
+
+
+def recovery(agent: str, refused: str) -> str:
+    """What to do about a refused agent (nothing of it was copied, so every way is still open)."""
+    again = f"then `agentd store copy {agent}` again (nothing already copied is copied twice)"
+    if "does not verify" in refused:
+        how = (
+            f"`agentd audit verify {agent}` shows where its trail breaks; restore the file from a backup taken "
+            "before the break"
+        )
+    elif "since it was copied" in refused or "a different row" in refused:
+        how = (
+            "the file and the database were both written after the first copy; either keep the database "
+            "(it is already complete up to that copy: serve the agent from it and retire the file), or copy "
+            "the file into an empty database (--to another URL) and serve from that one"
+        )
+    elif "unknown" in refused or "newer" in refused:
+        return "the file was written by a newer agentd: copy it with that version (or a later one)"
+    elif "cannot read" in refused:
+        how = "check that the file is an agentd SQLite file readable by this user"
+    else:
+        how = "fix what it names"
+    return f"{how}; {again}"
 
 
 def chain_note(chain: ChainCopy) -> str:

@@ -80,6 +80,14 @@ class TerminalReply:
             self._write("\n")
             self._shown = ""
 
+    def abandon(self) -> None:
+        """The reply will not come (the daemon went away): end the line its start was written on."""
+        with self._lock:
+            self._spinner.stop()
+            if self._shown:
+                self._write("\n")
+                self._shown = ""
+
     def _erase(self) -> None:
         """Take what was written of this reply off the screen: up to its first row, and clear below."""
         if not self._shown:

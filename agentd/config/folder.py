@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agentd.config.loader import AGENT_SUFFIXES, parse_agent, parse_daemon
-from agentd.config.models import AgentSpec, ProviderSpec
+from agentd.config.models import AgentSpec, DaemonSpec, ProviderSpec
 from agentd.errors import ConfigError, ConfigProblem
 
 DAEMON_FILE_NAME = "agentd.yaml"  # beside the agents folder, unless --config says otherwise
@@ -45,6 +45,8 @@ class CheckResult:
     agents: list[AgentSpec] = field(default_factory=list)
     errors: list[ConfigError] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # what `agentd run` starts with, but warns about
+    settings: DaemonSpec | None = None  # agentd.yaml as parsed (None when it has errors)
+    files: dict[str, Path] = field(default_factory=dict)  # agent name -> its file, for the agents parsed
 
 
 def check_agents(
@@ -64,21 +66,33 @@ def check_agents(
     try:
         settings = parse_daemon(daemon_file, check_embedder=check_embedder)
         default_model, providers = settings.defaults.model, settings.provider_names()
-        result.warnings += [
-            f"{spec.unavailable}: calls to provider {name} fail until it is set"
-            for name, spec in settings.providers.items()
-            if spec.unavailable
-        ]
+        result.settings = settings
     except ConfigError as e:
         result.errors.append(e)  # its providers are unknown: agents' references go unchecked
     paths = _agent_paths(target, result)
+    folder = agents_folder_of(target)
+    known = set(agent_sources(folder)) if folder.is_dir() else {p.stem for p in paths}
     for path in paths:
         try:
-            result.agents.append(parse_agent(path, default_model=default_model, providers=providers))
+            spec = parse_agent(path, default_model=default_model, providers=providers, known_agents=known)
+            result.agents.append(spec)
+            result.files[spec.name] = path
         except ConfigError as e:
             result.errors.append(e)
         except OSError as e:
             result.errors.append(ConfigError([ConfigProblem(str(path), None, None, f"cannot read: {e}")]))
+    if result.settings is not None:
+        # a provider the agents use is warned about on them (agentd/daemon/provider_checks.py), with why
+        used = {
+            ref.partition("/")[0]
+            for spec in result.agents
+            for ref in spec.model_refs(result.settings.memory_extractor_model)
+        }
+        result.warnings += [
+            f"{spec.unavailable}: calls to provider {name} fail until it is set"
+            for name, spec in result.settings.providers.items()
+            if spec.unavailable and name not in used
+        ]
     return result
 
 

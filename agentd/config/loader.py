@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 import types
 import typing
 from collections.abc import Callable, Collection, Mapping
@@ -107,7 +108,8 @@ def _problems(
             if allowed:
                 msg += f"; expected one of: {', '.join(allowed)}"
         else:
-            line, col = _nearest_mark(located, loc)
+            # a `kind:` that names no strategy is about that value: point at it
+            line, col = _nearest_mark(located, (*loc, "kind") if kind == "union_tag_invalid" else loc)
             where = ".".join(str(p) for p in loc) or "top level"
             msg = f"{where}: {_describe(err)}"
             previous = next((i for i, p in enumerate(problems) if p.message.startswith(f"{where}: ")), None)
@@ -155,6 +157,15 @@ def _describe(err: Any) -> str:
         return msg.removeprefix("Value error, ")
     if kind == "literal_error":
         return msg.replace("Input should be", "expected")
+    if kind == "union_tag_invalid":  # `kind: episodc`: pydantic lists the tags; say which was meant
+        ctx = err.get("ctx") or {}
+        tag, tags = str(ctx.get("tag")), re.findall(r"'([^']*)'", str(ctx.get("expected_tags", "")))
+        hint = difflib.get_close_matches(tag, tags, n=1)
+        return (
+            f"unknown kind {tag!r}"
+            + (f" (did you mean {hint[0]!r}?)" if hint else "")
+            + f"; expected one of: {', '.join(tags)}"
+        )
     return f"{msg[0].lower()}{msg[1:]}" + (
         f" (got {err['input']!r})" if "input" in err and not isinstance(err["input"], dict | list) else ""
     )
@@ -173,11 +184,13 @@ def parse_agent(
     env: Mapping[str, str] | None = None,
     default_model: str | None = None,
     providers: Collection[str] | None = None,
+    known_agents: Collection[str] | None = None,
 ) -> AgentSpec:
     """Load one agent file; the agent's name is the file stem. Raises ConfigError.
 
     An agent without `model:` gets `default_model` (agentd.yaml's defaults.model), else offline.
-    With `providers`, every model reference must name one of them.
+    With `providers`, every model reference must name one of them; with `known_agents`, every
+    sub-agent (the daemon loads agents one by one and a sub-agent may come later: `agentd check` only).
     """
     file = str(path)
     twins = twin_files(path)
@@ -212,7 +225,7 @@ def parse_agent(
                     file, None, None, p.message.removeprefix("name: ")
                 )
         raise ConfigError(problems) from None
-    references = spec.reference_problems()
+    references = spec.reference_problems(known_agents)
     if references:
         raise ConfigError(
             sorted(

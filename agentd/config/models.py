@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Collection
 from typing import Any, Literal
 
 from pydantic import Field, PrivateAttr, ValidationInfo, field_validator, model_validator
@@ -20,7 +21,7 @@ from agentd.config.refs import (
     provider_names,
 )
 from agentd.config.slack import SlackSpec
-from agentd.config.strategies import StrategySpec
+from agentd.config.strategies import CompositeStrategy, StrategySpec
 from agentd.config.telegram import TelegramSpec
 from agentd.config.tools import Loc, ToolsSpec, subagent_tool_name
 from agentd.errors import OperatorError
@@ -53,6 +54,13 @@ class MemorySpec(Spec):
     # secrets (API keys, tokens, private keys, card numbers) in what is written to memory:
     # redact them, refuse a tool's write that holds one, or allow them (agentd/memory/screening.py)
     secrets: Literal["redact", "refuse", "allow"] = "redact"
+
+    def layers(self) -> list[Any]:
+        """The strategy's layers: a composite's, else the strategy alone (none without one)."""
+        strategy = self.strategy
+        if strategy is None:
+            return []
+        return list(strategy.layers) if isinstance(strategy, CompositeStrategy) else [strategy]
 
     @field_validator("compact_at_tokens", mode="before")
     @classmethod
@@ -127,9 +135,31 @@ class AgentSpec(Spec):
             )
         return v
 
-    def reference_problems(self) -> list[tuple[Loc, str]]:
-        """Cross-references between parts of the file that are wrong (located by path)."""
-        return self.tools.reference_problems([subagent_tool_name(s.agent) for s in self.subagents])
+    def reference_problems(self, known_agents: Collection[str] | None = None) -> list[tuple[Loc, str]]:
+        """Cross-references between parts of the file that are wrong (located by path); with
+        `known_agents` (`agentd check`: the folder's agents), a sub-agent must name one of them."""
+        problems = self.tools.reference_problems([subagent_tool_name(s.agent) for s in self.subagents])
+        if known_agents is not None:
+            known = ", ".join(sorted(known_agents)) or "none"
+            problems += [
+                (("subagents", i, "agent"), f"no agent named {s.agent!r} in this folder (agents: {known})")
+                for i, s in enumerate(self.subagents)
+                if s.agent not in known_agents
+            ]
+        return problems
+
+    def model_refs(self, memory_extractor_model: str | None) -> set[str]:
+        """Every model reference the agent may call: its model, its small model, its memory layers' models
+        (agentd.yaml's memory_extractor_model for a layer that names none)."""
+        refs = {self.model.name}
+        if self.model.small:
+            refs.add(self.model.small)
+        for layer in self.memory.layers():
+            if "model" in type(layer).model_fields:
+                ref = getattr(layer, "model", None) or memory_extractor_model
+                if ref:
+                    refs.add(ref)
+        return refs
 
     @field_validator("model", mode="before")
     @classmethod

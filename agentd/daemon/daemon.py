@@ -25,7 +25,7 @@ import uvicorn
 from agentd.channels.base import HttpChannel
 from agentd.config.loader import parse_daemon
 from agentd.config.models import DaemonSpec, is_loopback
-from agentd.daemon.fleet import Fleet, log_startup
+from agentd.daemon.fleet import DRAIN_TIMEOUT, Fleet, log_startup
 from agentd.daemon.metrics import Metrics
 from agentd.daemon.observe import DaemonObserver
 from agentd.daemon.people import erase_person, export_person
@@ -129,7 +129,7 @@ class Daemon:
                 f"agents folder {self.agents_dir} does not exist: create it and add <name>.yaml files"
             )
         if self._folder_lock is None and not self.resources.shared_store:
-            lock = DataFolderLock(self.data_dir)
+            lock = DataFolderLock(self.data_dir, self.agents_dir)
             lock.acquire()
             self._folder_lock = lock
 
@@ -226,8 +226,14 @@ class Daemon:
                 for sig in (signal.SIGINT, signal.SIGTERM):
                     loop.add_signal_handler(sig, self.request_stop)
             async with self:
+                # log_config=None: uvicorn's records (its tracebacks too) go to agentd's handler, in the
+                # chosen format, instead of uvicorn's own handlers writing raw text into the stream
                 config = uvicorn.Config(
-                    create_app(self), log_level="warning", lifespan="off", timeout_graceful_shutdown=30
+                    create_app(self),
+                    log_level="warning",
+                    log_config=None,
+                    lifespan="off",
+                    timeout_graceful_shutdown=int(DRAIN_TIMEOUT),  # the agents' drain, the same bound
                 )
                 self.server = EmbeddedServer(config)
                 server_task = self.spawn(self.server.serve(sockets=[sock]))
@@ -236,6 +242,11 @@ class Daemon:
                 # Stop intake first (HTTP finishes requests already in flight), then drain, then close.
                 self.server.should_exit = True
                 await server_task
+            # the last line: everything drained and closed (a supervisor's log shows the stop completed)
+            log.info(
+                "stopped: in-flight runs drained, every agent's data closed",
+                extra={"data": {"pid": os.getpid()}},
+            )
         finally:
             sock.close()
 

@@ -10,34 +10,61 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from typing import Any
 
 from agentd.config.models import AgentSpec, DaemonSpec
-from agentd.config.strategies import CompositeStrategy
 from agentd.providers.registry import ProviderRegistry
 
 log = logging.getLogger("agentd")
 
 
 def models_used(spec: AgentSpec, memory_extractor_model: str | None) -> set[str]:
-    """Every model reference the agent may call: its model, its small model, its memory layers' models
-    (agentd.yaml's memory_extractor_model for a layer that names none)."""
-    refs = {spec.model.name}
-    if spec.model.small:
-        refs.add(spec.model.small)
-    strategy = spec.memory.strategy
-    layers = strategy.layers if isinstance(strategy, CompositeStrategy) else [strategy] if strategy else []
-    for layer in layers:
-        if "model" in type(layer).model_fields:
-            ref = getattr(layer, "model", None) or memory_extractor_model
-            if ref:
-                refs.add(ref)
-    return refs
+    """Every model reference the agent may call (AgentSpec.model_refs)."""
+    return spec.model_refs(memory_extractor_model)
+
+
+def memory_warnings(spec: AgentSpec, settings: DaemonSpec) -> list[str]:
+    """Memory layers that will do less than their name says, as configured: episodic with no embedder
+    (recall by keywords only), semantic and state with only the offline model, which cannot extract
+    facts or fold (no facts; a window of the recent tail instead of Σ)."""
+    warnings = []
+    for layer in spec.memory.layers():
+        if layer.kind == "episodic" and settings.embedder is None:
+            warnings.append(
+                "memory.strategy episodic: no embedder (agentd.yaml: embedder:, e.g. hash/256): "
+                "episodes are recalled by keywords only"
+            )
+        elif layer.kind in ("semantic", "state") and _structured_model(spec, layer, settings) is None:
+            what = (
+                "extracts no facts"
+                if layer.kind == "semantic"
+                else "cannot fold: a window of the recent tail"
+            )
+            warnings.append(
+                f"memory.strategy {layer.kind}: only the offline model, which {what}; name a model "
+                f"(the layer's model:, or memory_extractor_model in agentd.yaml)"
+            )
+    return warnings
+
+
+def _structured_model(spec: AgentSpec, layer: Any, settings: DaemonSpec) -> str | None:
+    """The model a fold or an extraction uses, as the engine picks it (MemoryContext.memory_model and
+    memory/runs.py structured_model): None when it is only the offline model."""
+    ref = getattr(layer, "model", None) or settings.memory_extractor_model
+    if ref is None:
+        ref = next((r for r in (spec.model.small, spec.model.name) if r and not _offline(r)), None)
+    return None if ref is None or _offline(ref) else ref
+
+
+def _offline(ref: str) -> bool:
+    return ref.partition("/")[0] == "offline"
 
 
 def agent_warnings(spec: AgentSpec, settings: DaemonSpec, providers: ProviderRegistry) -> list[str]:
     """What will fail when the agent calls its models, as far as can be told without calling them."""
     refs = models_used(spec, settings.memory_extractor_model)
-    return [problem for ref in sorted(refs) if (problem := providers.credential_problem(ref))]
+    credentials = [problem for ref in sorted(refs) if (problem := providers.credential_problem(ref))]
+    return credentials + memory_warnings(spec, settings)
 
 
 def warn_unused_providers(settings: DaemonSpec, specs: Iterable[AgentSpec]) -> None:

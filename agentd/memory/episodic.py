@@ -33,7 +33,7 @@ from agentd.memory.base import MemoryContext, MemoryView, TurnInput, speaker_par
 from agentd.memory.cursor import after_cursor, cursor_behind, layer_state
 from agentd.memory.episode_writes import Retention, exchanges_of, store_episodes, sweep_retention
 from agentd.memory.erasure import Erasure
-from agentd.memory.recall import Recall, Weights, recall_episodes
+from agentd.memory.recall import Recall, Weights, recall_by_keywords, recall_episodes
 from agentd.memory.recall_section import shown_recall
 from agentd.memory.screening import SecretScreen
 from agentd.memory.tooling import Tool, ToolCall, object_schema
@@ -42,7 +42,7 @@ from agentd.store.queries import ConversationPartitions, EpisodeCounts
 from agentd.store.records import AuditRecord, LayerState, NewEpisode, StoredThread
 
 MAX_SAVED_CHARS = 4000
-NO_EMBEDDER = "episodic memory: no embedder configured (agentd.yaml: embedder); episodes are stored, nothing is recalled"
+NO_EMBEDDER = "episodic memory: no embedder configured (agentd.yaml: embedder); recalled by keywords only"
 
 
 # -- the strategy -------------------------------------------------------------------------
@@ -78,25 +78,25 @@ class EpisodicMemory:
         partition = speaker_partition(turn.conversation_key, turn.user_id)
         now = self.clock()
         embedder = ctx.embedder
-        if embedder is None:
-            state.data["last_recall"] = _recall_record(
-                now, turn.text, partition, None, Recall(mode="none", notes=[NO_EMBEDDER])
-            )
-            return MemoryView(notes=(NO_EMBEDDER,))
+        embedder_id = embedder.id if embedder is not None else None
         started = time.perf_counter()
         spare = 2 * self.spec.top_k if self.spec.neighbours else 0
-        recall = await recall_episodes(
-            ctx.store, embedder, partition, turn.text, self.weights, now, spare=spare
-        )
+        if embedder is None:  # none configured: the episodes are stored unembedded, FTS5 still finds them
+            recall = await recall_by_keywords(ctx.store, partition, turn.text, self.weights, now, spare=spare)
+            recall.notes.append(NO_EMBEDDER)
+        else:
+            recall = await recall_episodes(
+                ctx.store, embedder, partition, turn.text, self.weights, now, spare=spare
+            )
         shown = await shown_recall(
             ctx.store,
             recall.episodes,
             self.spec.neighbours,
             self.spec.recall_tokens,
-            embedder.id,
+            embedder_id,
             recall.spare,
         )
-        record = _recall_record(now, turn.text, partition, embedder.id, recall)
+        record = _recall_record(now, turn.text, partition, embedder_id, recall)
         record["neighbours_shown"] = shown.neighbours
         record["took_ms"] = round((time.perf_counter() - started) * 1000, 3)
         state.data["last_recall"] = record

@@ -216,9 +216,44 @@ async def recall_episodes(
             # an episode embedded at another dimension is not searchable, by keywords either
             hits = [h for h in hits if not h.embedded or h.id in index]
     scored = score_candidates(side, hits, weights, now, terms)
+    return await _top(store, result, scored, side, hits, weights, now, embedder.id, spare)
+
+
+async def recall_by_keywords(
+    store: Store, partition: str, text: str, weights: Weights, now: float, spare: int = 0
+) -> Recall:
+    """Recall with no embedder configured: FTS5's keyword score alone over every episode of the
+    partition (they are stored unembedded), ranked, dated and answered by replies as in hybrid recall."""
+    periods = tuple(mentioned_periods(text)) if weights.date_weight > 0 else ()
+    if periods:
+        weights = replace(weights, periods=periods)
+    result = Recall(mode="keyword")
+    terms = keyword_terms(text)
+    if not terms:
+        return result
+    hits = await store.read(KeywordSearch(partition, None, terms, CANDIDATES))
+    if not hits:
+        return result
+    scored = score_candidates(None, hits, weights, now, terms)
+    return await _top(store, result, scored, None, hits, weights, now, None, spare)
+
+
+async def _top(
+    store: Store,
+    result: Recall,
+    scored: list[Scored],
+    side: VectorSide | None,
+    hits: Sequence[KeywordHit] | None,
+    weights: Weights,
+    now: float,
+    embedder_id: str | None,
+    spare: int,
+) -> Recall:
+    """The top k (and `spare` more) of the scored candidates, replies taking over their questions,
+    with their texts."""
     asking = askers(scored, weights)
     if asking:
-        replies = await store.read(FollowingEpisodes(asking, embedder.id))
+        replies = await store.read(FollowingEpisodes(asking, embedder_id))
         scored = with_replies(scored, replies, weights, now)
     scored = pick(scored, side, replace(weights, top_k=weights.top_k + spare))
     if not scored:

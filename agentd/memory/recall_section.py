@@ -68,7 +68,7 @@ async def shown_recall(
     recalled: Sequence[Recalled],
     neighbours: int,
     recall_tokens: int,
-    embedder: str,
+    embedder: str | None,
     spare: Sequence[Recalled] = (),
 ) -> Shown:
     """The section for recalled episodes (best first) with up to `neighbours` on each side of each
@@ -106,7 +106,7 @@ async def shown_recall(
 
 
 async def _distinct_places(
-    store: Store, ranked: Sequence[Recalled], wanted: int, neighbours: int, embedder: str
+    store: Store, ranked: Sequence[Recalled], wanted: int, neighbours: int, embedder: str | None
 ) -> tuple[list[Episode], list[list[Episode]]]:
     """Up to `wanted` of the ranked episodes, best first, none within `neighbours` of a better one
     (it would be shown as its neighbour), each with its neighbours."""

@@ -88,7 +88,9 @@ def _after_tools(tool_message: Message) -> str:
 
 
 def _describe(request: CompletionRequest, text: str) -> str:
-    earlier = max(0, len(request.messages) - 1)
+    # what was said: the person's messages and the replies; a tool call's steps (the call, its result)
+    # are not messages a person would count
+    earlier = sum(1 for m in request.messages[:-1] if m.role in ("user", "assistant") and m.text)
     sees = f"I see {earlier} earlier message{'s' if earlier != 1 else ''} in this conversation"
     hints = request.hints
     if hints.summary:

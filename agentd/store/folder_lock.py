@@ -47,6 +47,7 @@ class Holder:
     hostname: str | None
     started_at: str | None  # ISO 8601, UTC
     http_address: str | None = None  # e.g. http://127.0.0.1:8765, once the port is bound
+    agents_dir: str | None = None  # the agents folder it serves (absolute), for a CLI naming another one
 
     def to_line(self) -> bytes:
         return (json.dumps(asdict(self), separators=(",", ":")) + "\n").encode()
@@ -64,6 +65,7 @@ class Holder:
                 hostname=_optional(fields.get("hostname"), str),
                 started_at=_optional(fields.get("started_at"), str),
                 http_address=_optional(fields.get("http_address"), str),
+                agents_dir=_optional(fields.get("agents_dir"), str),
             )
         except (ValueError, AttributeError):
             return None
@@ -90,8 +92,9 @@ def _optional(value: object, kind: type[T]) -> T | None:
 class DataFolderLock:
     """The exclusive lock on a data folder; a context manager. Not reentrant: one per daemon."""
 
-    def __init__(self, data_dir: Path):
+    def __init__(self, data_dir: Path, agents_dir: Path | None = None):
         self.data_dir = Path(data_dir)
+        self.agents_dir = str(Path(agents_dir).resolve()) if agents_dir is not None else None
         self.path = self.data_dir / LOCK_FILE
         self.holder: Holder | None = None
         self._fd: int | None = None
@@ -113,10 +116,18 @@ class DataFolderLock:
                 host=holder.hostname,
                 http_address=holder.http_address,
                 since=holder.started_at,
+                agents_dir=holder.agents_dir,
             ) from None
         self._fd = fd
         started = datetime.now(UTC).isoformat(timespec="seconds")
-        self._write(Holder(pid=os.getpid(), hostname=socket.gethostname(), started_at=started))
+        self._write(
+            Holder(
+                pid=os.getpid(),
+                hostname=socket.gethostname(),
+                started_at=started,
+                agents_dir=self.agents_dir,
+            )
+        )
         assert self.holder is not None
         return self.holder
 

@@ -174,17 +174,22 @@ async def test_write_tool_offers_save_episode_and_stores_only_on_call(harness: H
     assert ("memory", "save_episode") in audit
 
 
-async def test_without_an_embedder_nothing_is_recalled_the_log_says_so_and_episodes_are_kept(
+async def test_without_an_embedder_recall_is_by_keywords_the_log_says_so_and_episodes_are_kept(
     harness: Harness, caplog: pytest.LogCaptureFixture
 ) -> None:
     runtime, main = await episodic(harness, embedder=None)
     talk = say(runtime, "webhook:c1", "u1")
     caplog.set_level(logging.INFO, logger="agentd.engine.turn")
     await talk("My favourite tea is a smoky lapsang souchong.")
+    await talk("The weather in Lisbon was warm all week.")
     reply = await talk("What is my favourite tea?")
+    recalled = recalled_section(main)
+    assert "lapsang souchong" in recalled  # found by its keywords (favourite, tea), no vectors
+    assert (await last_recall(runtime, "webhook:c1"))["mode"] == "keyword"
+    await say(runtime, "webhook:c2", "u2")("What is my favourite tea?")  # another person: nothing of u1's
     assert "lapsang" not in main.requests[-1].system
     notes = [r for r in caplog.records if NO_EMBEDDER in r.getMessage()]
-    assert len(notes) == 2 and reply.run_id in notes[1].getMessage()  # once per run
+    assert len(notes) == 4 and reply.run_id in notes[2].getMessage()  # once per run
     assert (await episodes(runtime))[0] == (
         "user:u1",
         "User: My favourite tea is a smoky lapsang souchong.\nAssistant: default reply to: My favourite tea is a smoky lapsang souchong.",
@@ -195,7 +200,7 @@ async def test_without_an_embedder_nothing_is_recalled_the_log_says_so_and_episo
     runtime = await harness.restart(runtime, embedder=HashEmbedder(256))
     await say(runtime, "webhook:c1", "u1")("Which tea do I like best?")
     assert "lapsang souchong" in recalled_section(main)
-    assert all(row[2] == "hash/256" and row[3] for row in await episodes(runtime))
+    assert all(row[2] == "hash/256" and row[3] for row in await episodes(runtime) if row[0] == "user:u1")
 
 
 async def test_embedder_down_at_write_time_stores_the_episode_and_embeds_it_later(harness: Harness) -> None:
@@ -224,7 +229,7 @@ async def test_embedder_down_at_write_time_stores_the_episode_and_embeds_it_late
     fact = [e for e in recall["episodes"] if e["text"].startswith("User: My passport expires")]
     assert recall["mode"] == "hybrid" and fact
     assert fact[0]["cosine"] > 0.3  # found through its (late) vector too
-    assert all(row[2] == "hash/256" and row[3] for row in await episodes(runtime))
+    assert all(row[2] == "hash/256" and row[3] for row in await episodes(runtime) if row[0] == "user:u1")
 
 
 async def test_embedder_change_keeps_old_episodes_unsearched_and_recalls_new_ones(harness: Harness) -> None:

@@ -11,6 +11,7 @@ from fastapi.responses import Response
 
 from agentd.events import is_conversation_key
 from agentd.http.ui.access import check_access
+from agentd.http.ui.paging import AUDIT_PAGE, audit_href, audit_page_number, audit_page_of
 from agentd.http.ui.persistent import persistent_keys, whose
 from agentd.http.ui.render import Problem, auto_refresh, reload_links, render, render_problem
 from agentd.http.ui.views import agent_path, conversation_path
@@ -56,8 +57,15 @@ def add_ui_routes(app: FastAPI, directory: AgentDirectory) -> None:
         runtime = directory.agent(agent)
         if runtime is None or runtime.status != "running":
             status = runtime.status if runtime else "not running"
-            raise Problem(503, "Unavailable", f"Agent {agent} is {status}.")
+            # why: a rejected file's errors (file:line:col), a start that failed
+            reason = directory.agent_problem(agent) or (runtime.lifecycle.last_error if runtime else None)
+            raise Problem(
+                503, "Unavailable", f"Agent {agent} is {status}" + (f": {reason}" if reason else ".")
+            )
         return runtime
+
+    def described(agent: str) -> dict[str, Any]:
+        return next((a for a in directory.describe_agents() if a["name"] == agent), {})
 
     @page("/ui/")
     async def agents_page(request: Request) -> Page:
@@ -74,6 +82,8 @@ def add_ui_routes(app: FastAPI, directory: AgentDirectory) -> None:
             "model": runtime.spec.model.name,
             "conversations": conversations,
             "runs": runs,
+            "approvals": await runtime.approvals(),
+            "warnings": described(agent).get("warnings") or [],
         }
 
     def conversation(agent: str, conversation_key: str) -> Agent:
@@ -107,8 +117,10 @@ def add_ui_routes(app: FastAPI, directory: AgentDirectory) -> None:
         upcoming = await runtime.next_prompt(conversation_key)
         transcript = await runtime.transcript(conversation_key)
         runs = await runtime.runs(conversation_key, 20)
+        approvals = [a for a in await runtime.approvals() if a["conversation_key"] == conversation_key]
         api = conversation_path(agent, conversation_key)
         return "conversation.html", {
+            "approvals": approvals,
             "api": [api, f"{api}/memory"],
             "agent": agent,
             "key": conversation_key,
@@ -131,13 +143,20 @@ def add_ui_routes(app: FastAPI, directory: AgentDirectory) -> None:
             raise Problem(
                 400, "Unknown kind", f"Unknown audit kind {kind}: expected one of {', '.join(AUDIT_KINDS)}."
             )
-        events = await directory.query_audit(agent, kind, None, 200)
-        filters = urlencode({name: value for name, value in (("agent", agent), ("kind", kind)) if value})
+        number = audit_page_number(request.query_params.get("page"))
+        # newest last, as GET /audit lists them; page 1 is the newest AUDIT_PAGE, page 2 the ones before
+        newest = await directory.query_audit(agent, kind, None, number * AUDIT_PAGE + 1)
+        events, older = audit_page_of(newest, number)
+        filters = {name: value for name, value in (("agent", agent), ("kind", kind)) if value}
+        query = urlencode(filters)
         return "audit.html", {
-            "api": ["/audit" + (f"?{filters}" if filters else "")],
+            "api": ["/audit" + (f"?{query}" if query else "")],
             "names": names,
             "agent": agent,
             "kind": kind,
             "kinds": AUDIT_KINDS,
-            "events": list(reversed(events)),  # newest first
+            "events": events,
+            "page": number,
+            "older_href": audit_href(filters, number + 1) if older else None,
+            "newer_href": audit_href(filters, number - 1) if number > 1 else None,
         }
