@@ -15,7 +15,7 @@ import psycopg
 
 from agentd.errors import NewerSchema, NotStored, StoreError
 from agentd.store.postgres.claims import ClaimQueue
-from agentd.store.postgres.connection import label_of
+from agentd.store.postgres.connection import Pooler, label_of
 from agentd.store.postgres.executor import DEFAULT_THREADS, PgExecutor
 from agentd.store.postgres.leases import Leases
 from agentd.store.postgres.migrations import MIGRATIONS, Migrations, migrate
@@ -37,13 +37,19 @@ class PostgresBackend:
         heartbeat_s: float | None = None,
         threads: int = DEFAULT_THREADS,
         migrations: Migrations = MIGRATIONS,
+        deadline_s: float | None = None,
+        pooler: Pooler = "none",
     ):
         """`daemon` is recorded on every run and audit event and names this process's claims;
-        `heartbeat_s` (default: a third of `lease_s`) is how often held leases are renewed."""
+        `heartbeat_s` (default: a third of `lease_s`) is how often held leases are renewed;
+        `deadline_s` (default and at most: `lease_s`) bounds every round trip; `pooler` says what
+        sits between agentd and the server (agentd/store/postgres/connection.py)."""
         self.url = url
         self.label = label_of(url)
         self.daemon = daemon
-        self.executor = PgExecutor(url, self.label, threads)
+        self.pooler = pooler
+        deadline_s = lease_s if deadline_s is None else min(deadline_s, lease_s)
+        self.executor = PgExecutor(url, self.label, threads, deadline_s=deadline_s, pooler=pooler)
         self.wakeups = Wakeups(url, self.label)
         self.claims = ClaimQueue(self.executor, self.wakeups, daemon, lease_s, heartbeat_s)
         self.leases = Leases(self.executor)
@@ -53,14 +59,17 @@ class PostgresBackend:
 
     async def open(self) -> list[str]:
         try:
-            self.applied = await self.executor.call(lambda conn: migrate(conn, self._migrations))
+            self.applied = await self.executor.call(
+                lambda conn: migrate(conn, self._migrations, pooler=self.pooler), bounded=False
+            )
         except NewerSchema:
             self.executor.close()
             raise
         except StoreError as e:
             self.executor.close()
             raise StoreError(f"cannot open the store: {e}") from e
-        self.wakeups.start()
+        if self.pooler != "transaction":  # (LISTEN is session state: there waiting claims poll)
+            self.wakeups.start()
         self.claims.start()
         self._opened = True
         return self.applied
