@@ -317,6 +317,10 @@ class PostgresServer:
     async def restart_async(self, mode: str = "fast") -> None:
         """`restart` without blocking the event loop (launched from the loop's thread, as start_async)."""
         await asyncio.to_thread(self.halt, mode)
+        await self.resume_async()
+
+    async def resume_async(self) -> None:
+        """`resume` without blocking the event loop (launched from the loop's thread)."""
         self._launch(port=self.port)
         deadline = time.monotonic() + START_TIMEOUT
         await wait_until(lambda: self._ready(deadline), "postgres to start again", START_TIMEOUT + 5)

@@ -1,0 +1,259 @@
+"""PostgreSQL under faults (issue 17): crash recovery, restarts, a server that is down, a stalled path.
+
+These tests own their server (testkit.postgres.PostgresServer): they stop, crash and restart it, which
+the session's shared server must never see. Each "daemon" is its own PostgresBackend on the test's
+database, as in test_postgres_claims.py; a stalled path is testkit.tcp_proxy.StallingProxy in front of
+the server, in this test's event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any, TypeVar
+
+import pytest
+
+from agentd.errors import LeaseLost, StoreError
+from agentd.store.postgres import PostgresBackend, PostgresStore
+from agentd.store.queries import Runs
+from agentd.store.records import RunRecord
+from agentd.store.writes import InsertRun
+from testkit.postgres import PostgresServer
+from testkit.tcp_proxy import StallingProxy
+from testkit.waiting import wait_until
+from tests.test_store_contract import T0
+
+KEY = "webhook:c1"
+T = TypeVar("T")
+Daemons = Callable[..., Awaitable[PostgresStore]]
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[PostgresServer]:
+    """This module's own server (sync: started in the main thread, which outlives it)."""
+    with PostgresServer() as pg:
+        yield pg
+
+
+@pytest.fixture
+def database(server: PostgresServer) -> Iterator[str]:
+    name = f"faults_{uuid.uuid4().hex[:12]}"
+    server.create_database(name)
+    yield name
+    with contextlib.suppress(RuntimeError):
+        server.drop_database(name)
+
+
+@pytest.fixture
+async def daemon(server: PostgresServer, database: str) -> AsyncIterator[Daemons]:
+    """`await daemon("a", url=..., **PostgresBackend options)`: a daemon's store of agent `bot`."""
+    async with contextlib.AsyncExitStack() as stack:
+
+        async def open_daemon(name: str, url: str | None = None, **kw: Any) -> PostgresStore:
+            backend = PostgresBackend(url or server.url(database), daemon=name, **kw)
+            await stack.enter_async_context(backend)
+            store = backend.store("bot")
+            await store.open()
+            return store
+
+        yield open_daemon
+
+
+def run(run_id: str) -> InsertRun:
+    return InsertRun(RunRecord(run_id, KEY, "command", None, "ok", T0))
+
+
+async def stored_runs(store: PostgresStore) -> list[str]:
+    return [r["id"] for r in await store.read(Runs())]
+
+
+async def past_broken_connections(attempt: Callable[[], Awaitable[T]], tries: int = 10) -> T:
+    """`attempt()`, again while it fails on a connection the server's restart broke (not the point
+    of the tests that use this: those that are, call the store directly)."""
+    for _ in range(tries - 1):
+        try:
+            return await attempt()
+        except LeaseLost:
+            raise
+        except StoreError:
+            await asyncio.sleep(0.1)
+    return await attempt()
+
+
+# -- 1. fencing across crash recovery --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("crash", ["immediate shutdown", "kill -9"])
+async def test_a_lease_held_across_crash_recovery_is_void_and_its_late_hand_back_spares_the_next(
+    daemon: Daemons, server: PostgresServer, crash: str
+) -> None:
+    """Crash recovery empties the UNLOGGED tickets. Before migration 0007 it also restarted their
+    numbering, so the next daemon got the crashed holder's ticket number back: the old holder's
+    writes passed that daemon's fence and its late hand-back deleted that daemon's lease."""
+    a, b = await daemon("a"), await daemon("b")
+    held, b_holds, a_left = asyncio.Event(), asyncio.Event(), asyncio.Event()
+    tokens: dict[str, int | None] = {}
+
+    async def turn_on_a() -> None:
+        async with a.claim(KEY) as claim:
+            tokens["a"] = claim.token
+            await a.write(run("a before the crash"))
+            held.set()
+            await b_holds.wait()
+            with pytest.raises(LeaseLost):
+                await past_broken_connections(lambda: a.write(run("a after the crash")))
+        a_left.set()
+
+    async def turn_on_b() -> None:
+        async with contextlib.AsyncExitStack() as stack:
+            claim = await past_broken_connections(lambda: stack.enter_async_context(b.claim(KEY)))
+            tokens["b"] = claim.token
+            b_holds.set()
+            await a_left.wait()
+            await asyncio.sleep(0.3)  # a's hand-back has run (or would have)
+            await b.write(run("b after a left"))  # still b's lease
+
+    on_a = asyncio.create_task(turn_on_a())
+    await held.wait()
+    if crash == "kill -9":
+        await asyncio.to_thread(server.crash_backend)
+    else:
+        await server.restart_async("immediate")
+    await asyncio.wait_for(asyncio.gather(on_a, turn_on_b()), 60)
+    assert tokens["a"] != tokens["b"]  # a fencing token is never handed out twice
+    assert await stored_runs(b) == ["a before the crash", "b after a left"]
+
+
+async def test_a_ticket_number_seen_again_never_passes_another_daemons_fence(
+    daemon: Daemons, server: PostgresServer, database: str
+) -> None:
+    """The fence, the hand-back and the renewal match the holder as well as the number: even if a
+    number came back (a crash within the WAL writer's delay), it is another daemon's ticket."""
+    a = await daemon("a")
+    async with a.claim(KEY) as claim:
+        # the ticket now is another daemon's, with the same number (what a reissued number looks like)
+        server.psql(
+            f"UPDATE agentd.claim_tickets SET daemon = 'b' WHERE id = {claim.token}", database=database
+        )
+        with pytest.raises(LeaseLost):
+            await a.write(run("a with b's number"))
+    await asyncio.sleep(0.5)  # a's hand-back has run: b's ticket is still there
+    left = server.psql(f"SELECT daemon FROM agentd.claim_tickets WHERE id = {claim.token}", database=database)
+    assert left.split() == ["b"]
+    assert await stored_runs(a) == []
+
+
+# -- 4. a failed hand-back is retried --------------------------------------------------------------
+
+
+async def test_a_hand_back_that_failed_while_the_server_was_down_is_retried_once_it_answers(
+    daemon: Daemons, server: PostgresServer
+) -> None:
+    """Before: the failed hand-back was only logged, and the conversation waited the whole lease."""
+    a, b = await daemon("a", lease_s=60), await daemon("b", lease_s=60)
+    async with a.claim(KEY):
+        await a.write(run("a"))
+        await asyncio.to_thread(server.halt, "fast")  # (a clean shutdown keeps the tickets)
+    await asyncio.sleep(2.5)  # a's hand-back has failed meanwhile
+    await server.resume_async()
+    started = time.monotonic()
+
+    async def claim_on_b() -> None:
+        async with contextlib.AsyncExitStack() as stack:
+            await past_broken_connections(lambda: stack.enter_async_context(b.claim(KEY)))
+            await b.write(run("b"))
+
+    await asyncio.wait_for(claim_on_b(), 20)  # not the 60 s lease
+    assert time.monotonic() - started < 10
+    assert await stored_runs(b) == ["a", "b"]
+
+
+# -- 5. a connection that died while idle ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["fast", "immediate"])
+async def test_the_first_write_after_a_restart_is_not_lost_to_a_connection_that_died_idle(
+    daemon: Daemons, server: PostgresServer, mode: str
+) -> None:
+    """Before: the first write on each connection after `pg_ctl restart` failed (503 to the caller)."""
+    a = await daemon("a", threads=1)  # (one connection: the one that dies)
+    await a.write(run("before"))
+    await server.restart_async(mode)
+    await a.write(run("after"))  # no retry here: the store itself sees the connection is gone
+    async with a.claim(KEY):
+        await a.write(run("fenced after"))
+    assert await stored_runs(a) == ["before", "after", "fenced after"]
+
+
+# -- 2. a stalled path ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+async def proxy(server: PostgresServer) -> AsyncIterator[StallingProxy]:
+    p = await StallingProxy(server.port).start()
+    yield p
+    await p.close()
+
+
+def through(proxy: StallingProxy, server: PostgresServer, database: str) -> str:
+    return f"postgresql://postgres@127.0.0.1:{proxy.port}/{database}"
+
+
+async def test_a_write_on_a_stalled_path_fails_within_its_deadline_and_never_commits_later(
+    daemon: Daemons, server: PostgresServer, database: str, proxy: StallingProxy
+) -> None:
+    """Before: the write waited as long as the stall (here: until the test gave up), and once the
+    path came back it committed, though its caller had long been told it failed."""
+    a = await daemon("a", url=through(proxy, server, database), lease_s=2)
+    async with a.claim(KEY):
+        await a.write(run("before"))
+        proxy.stall()
+        started = time.monotonic()
+        with pytest.raises(StoreError, match="no answer within 2s|connection timeout expired"):
+            await asyncio.wait_for(a.write(run("stalled")), 15)
+        failed_after = time.monotonic() - started
+        await wait_until(lambda: proxy.held > 0, "the write to be held by the proxy", 5)
+        proxy.resume()  # the held batch reaches the server now, after its deadline
+        await wait_until(lambda: proxy.held == 0, "the proxy to pass on what it held", 5)
+        await asyncio.sleep(0.5)
+    assert 2.0 <= failed_after < 4.0
+    assert await stored_runs(a) == ["before"]
+
+
+async def test_a_turn_stalled_on_one_daemon_never_commits_after_a_newer_turn_on_another(
+    daemon: Daemons, server: PostgresServer, database: str, proxy: StallingProxy
+) -> None:
+    """The issue's scenario: a's path stalls mid-turn, the client retries on b (which takes the
+    conversation over once a's lease lapses) and sends a later turn; then a's path comes back."""
+    a = await daemon("a", url=through(proxy, server, database), lease_s=2)
+    b = await daemon("b", lease_s=2)
+    held, a_failed = asyncio.Event(), asyncio.Event()
+
+    async def turn_on_a() -> float:
+        async with a.claim(KEY):
+            await a.write(run("first"))
+            held.set()
+            proxy.stall()
+            started = time.monotonic()
+            try:
+                await a.write(run("second, on a"))
+            except StoreError:
+                a_failed.set()
+                return time.monotonic() - started
+        raise AssertionError("a's write on the stalled path did not fail")
+
+    on_a = asyncio.create_task(turn_on_a())
+    await held.wait()
+    failed_after = await asyncio.wait_for(on_a, 15)
+    for text in ("second, retried on b", "third, on b"):
+        async with b.claim(KEY):
+            await b.write(run(text))
+    proxy.resume()
+    await wait_until(lambda: proxy.held == 0, "the proxy to pass on what it held", 5)
+    await asyncio.sleep(0.5)
+    assert failed_after < 4.0
+    assert await stored_runs(b) == ["first", "second, retried on b", "third, on b"]
