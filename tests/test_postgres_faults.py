@@ -13,16 +13,21 @@ import contextlib
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import Any, TypeVar
 
+import httpx
 import pytest
 
+from agentd.daemon import Daemon
 from agentd.errors import LeaseLost, StoreError
+from agentd.http.app import create_app
 from agentd.store.postgres import PostgresBackend, PostgresStore
 from agentd.store.queries import Runs
 from agentd.store.records import RunRecord
 from agentd.store.writes import InsertRun
 from testkit.postgres import PostgresServer
+from testkit.scripted import ScriptedProvider
 from testkit.tcp_proxy import StallingProxy
 from testkit.waiting import wait_until
 from tests.test_store_contract import T0, turn
@@ -330,3 +335,57 @@ async def test_under_load_restarts_and_crashes_lose_no_acknowledged_turn_and_kee
     for key, text in acked:
         assert sum(1 for k, body in users if k == key and f'"{text}"' in body) == 1, (key, text)
     print(f"acknowledged {len(acked)} turns; by phase {acked_in}; failed {failed}")
+
+
+# -- 6. readiness ----------------------------------------------------------------------------------
+
+
+async def test_readyz_says_not_ready_while_the_database_is_down_and_names_it_but_not_where_it_is(
+    tmp_path: Path, server: PostgresServer, database: str
+) -> None:
+    """Before: only /healthz, which said ok throughout (a load balancer kept sending traffic), and
+    the 503 of a message said "the agent's data file is unavailable" with the database's host and port."""
+    folder = tmp_path / "agents"
+    folder.mkdir()
+    (folder / "bot.yaml").write_text("model: main/m\nchannels: {webhook: {}}\nmemory: {scope: thread}\n")
+    (tmp_path / "agentd.yaml").write_text(f"store: {{url: '{server.url(database)}', lease_s: 2}}\n")
+    daemon = Daemon(
+        folder, tmp_path / "data", reload_interval=60, providers={"main": ScriptedProvider("main")}
+    )
+    await daemon.start()
+    transport = httpx.ASGITransport(app=create_app(daemon))
+    try:
+        async with httpx.AsyncClient(transport=transport, base_url="http://agentd") as client:
+            ready = await client.get("/readyz")
+            assert ready.status_code == 200 and ready.json() == {"ready": True, "daemon": daemon.daemon_id}
+            await asyncio.to_thread(server.halt, "fast")
+            try:
+                not_ready = await client.get("/readyz")
+                message = await client.post(
+                    "/agents/bot/messages", json={"conversation_id": "c", "text": "hi"}
+                )
+                alive = await client.get("/healthz")
+            finally:
+                await server.resume_async()
+            assert alive.status_code == 200  # liveness: the process runs
+            assert not_ready.status_code == 503
+            assert not_ready.json()["error"].startswith(
+                f"not ready: the store is unavailable: PostgreSQL database '{database}'"
+            )
+            assert message.status_code == 503
+            assert message.json()["error"].startswith(
+                f"the agent's database is unavailable: PostgreSQL database '{database}'"
+            )
+            for answer in (not_ready, message):
+                assert "127.0.0.1" not in answer.text and f":{server.port}" not in answer.text
+            await wait_until_ready(client)
+    finally:
+        await daemon.shutdown()
+
+
+async def wait_until_ready(client: httpx.AsyncClient) -> None:
+    for _ in range(100):
+        if (await client.get("/readyz")).status_code == 200:
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError("/readyz did not say ready again once the database was back")

@@ -8,14 +8,15 @@ singletons (agentd/store/postgres/leases.py).
 
 from __future__ import annotations
 
+import asyncio
 from types import TracebackType
 from typing import Any
 
 import psycopg
 
-from agentd.errors import NewerSchema, NotStored, StoreError
+from agentd.errors import DatabaseUnavailable, NewerSchema, NotStored, StoreError
 from agentd.store.postgres.claims import ClaimQueue
-from agentd.store.postgres.connection import Pooler, label_of
+from agentd.store.postgres.connection import Pooler, database_of, label_of
 from agentd.store.postgres.executor import DEFAULT_THREADS, PgExecutor
 from agentd.store.postgres.leases import Leases
 from agentd.store.postgres.migrations import MIGRATIONS, Migrations, migrate
@@ -90,6 +91,20 @@ class PostgresBackend:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.close()
+
+    async def ping(self, timeout_s: float) -> str | None:
+        """None when the database answers within `timeout_s`, else why not, fit to show anyone (the
+        database's name, never its host or port): readiness (GET /readyz)."""
+        job = self.executor.call(lambda conn: conn.execute("SELECT 1"), idempotent=True)
+        try:
+            await asyncio.wait_for(job, timeout_s)
+        except TimeoutError:
+            return f"PostgreSQL database {database_of(self.url)!r}: no answer within {timeout_s:g}s"
+        except DatabaseUnavailable as e:
+            return e.public
+        except StoreError:
+            return f"PostgreSQL database {database_of(self.url)!r}: it refused"
+        return None
 
     def store(self, agent: str, *, readonly: bool = False) -> PostgresStore:
         """The store of the agent (or `_daemon`) `agent`; not opened yet."""

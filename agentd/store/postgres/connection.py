@@ -21,7 +21,7 @@ from typing import Any, Literal
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from agentd.errors import LeaseLost, StoreError
+from agentd.errors import DatabaseUnavailable, LeaseLost, StoreError
 
 SCHEMA = "agentd"
 # Raised by agentd_check_fence (migration 0002) when a write's lease is no longer held.
@@ -43,6 +43,20 @@ def label_of(url: str) -> str:
     host = parts.get("host") or "localhost"
     port = f":{parts['port']}" if parts.get("port") else ""
     return f"postgresql://{host}{port}/{parts.get('dbname') or ''}"
+
+
+def database_of(url: str) -> str:
+    """The database's name alone: what may be shown to anyone (host and port may not)."""
+    try:
+        return str(conninfo_to_dict(url).get("dbname") or "")
+    except psycopg.ProgrammingError:
+        return ""
+
+
+def unavailable(label: str, detail: str, public: str) -> DatabaseUnavailable:
+    """`label: detail` for the log; `public` for an answer, with the database's name, not its place."""
+    database = label.rsplit("/", 1)[-1]
+    return DatabaseUnavailable(f"{label}: {detail}", f"PostgreSQL database {database!r}: {public}")
 
 
 def conninfo(url: str, deadline_s: float | None = None) -> str:
@@ -111,4 +125,7 @@ def as_store_error(label: str, e: BaseException) -> BaseException:
             f"{label}: {detail}: another daemon took this conversation over, so this write was refused "
             "and nothing of it was kept"
         )
-    return StoreError(f"{label}: {str(e).strip()}")
+    detail = str(e).strip()
+    if e.sqlstate is None:  # (libpq's own: cannot connect, the connection broke; it names host and port)
+        return unavailable(label, detail, "no connection (it cannot be reached, or the connection broke)")
+    return unavailable(label, detail, e.diag.message_primary or f"it refused ({e.sqlstate})")

@@ -35,7 +35,7 @@ from psycopg.pq import TransactionStatus
 from agentd.errors import StoreError
 from agentd.store.claims import Fence
 from agentd.store.postgres.claim_fence_sql import CHECK_FENCE
-from agentd.store.postgres.connection import Pooler, as_store_error, connect_measured
+from agentd.store.postgres.connection import Pooler, as_store_error, connect_measured, unavailable
 from agentd.store.postgres.deadlines import Watchdog, grace
 from agentd.store.postgres.dispatch import Cx, apply, one_statement, reads_midway, resolve
 from agentd.store.writes import AppendAudit
@@ -127,9 +127,12 @@ class PgExecutor:
             cut = self._watchdog.disarm(watch)
             self._after_failure(conn)
             if cut:
-                raise StoreError(
-                    f"{self.label}: no answer within {self.deadline_s:g}s (the database or the network to "
-                    "it stalled); a write was either committed in time or refused, never later"
+                detail = f"no answer within {self.deadline_s:g}s"
+                raise unavailable(
+                    self.label,
+                    f"{detail} (the database or the network to it stalled); a write was either committed "
+                    "in time or refused, never later",
+                    detail,
                 ) from e
             raise as_store_error(self.label, e) from e
         except BaseException:  # an op that refused (RowMissing): its batch is rolled back
