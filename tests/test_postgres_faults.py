@@ -23,6 +23,8 @@ from agentd.daemon import Daemon
 from agentd.errors import LeaseLost, StoreError
 from agentd.http.app import create_app
 from agentd.store.postgres import PostgresBackend, PostgresStore
+from agentd.store.postgres.connection import connect
+from agentd.store.postgres.migrations import MIGRATIONS, migrate
 from agentd.store.queries import Runs
 from agentd.store.records import RunRecord
 from agentd.store.writes import InsertRun
@@ -389,3 +391,81 @@ async def wait_until_ready(client: httpx.AsyncClient) -> None:
             return
         await asyncio.sleep(0.1)
     raise AssertionError("/readyz did not say ready again once the database was back")
+
+
+# -- 1. rolling upgrade across migration 0007 ------------------------------------------------------
+
+
+async def test_a_daemon_of_the_version_before_0007_keeps_its_lease_fence_and_hand_back(
+    daemon: Daemons, server: PostgresServer, database: str
+) -> None:
+    """A daemon not yet upgraded (its calls sent here by hand: 7-argument claim, 3-argument fence,
+    1-argument release) holds a ticket numbered by the old sequence while a new daemon migrates 0007;
+    its fence still passes, its release still hands the conversation on, and the new numbers are
+    larger than the old (the queue's order holds)."""
+    url = server.url(database)
+    with connect(url) as old:
+        migrate(old, MIGRATIONS[:6])
+        agent_id = old.execute(
+            "INSERT INTO agents (name, created_at) VALUES ('bot', 0) RETURNING id"
+        ).fetchone()[0]  # type: ignore[index]
+        claim = "SELECT ticket_id, is_granted FROM agentd_claim(%s, %s, 'turn', 'old', 15, NULL, NULL)"
+        ticket, granted = old.execute(claim, (agent_id, KEY)).fetchone()  # type: ignore[misc]
+        assert granted
+        new = await daemon("new")  # migrates 0007 now
+        assert "0007_claim_fences" in server.psql(
+            "SELECT name FROM agentd.schema_migrations", database=database
+        )
+        order: list[str] = []
+
+        async def claim_on_new() -> None:
+            async with new.claim(KEY) as taken:
+                order.append("new")
+                assert taken.token is not None and taken.token > ticket
+
+        waiting = asyncio.create_task(claim_on_new())
+        await asyncio.sleep(0.5)
+        assert order == []  # the old daemon's lease still holds
+        old.execute("SELECT agentd_check_fence(%s, %s, %s)", (ticket, agent_id, KEY))  # passes
+        old.execute("SELECT agentd_release(%s)", (ticket,))
+        await asyncio.wait_for(waiting, 10)
+        assert order == ["new"]
+
+
+async def test_a_daemon_whose_database_path_stalls_answers_503_within_its_deadline_and_is_not_ready(
+    tmp_path: Path, server: PostgresServer, database: str, proxy: StallingProxy
+) -> None:
+    """The issue's stall, through a whole daemon: before, requests hung as long as the stall (40-45 s)
+    and /healthz said ok throughout; now a message answers 503 within the deadline (lease_s: 2 s
+    here), /readyz says not ready while the path is stalled and ready again once it is back."""
+    folder = tmp_path / "agents"
+    folder.mkdir()
+    (folder / "bot.yaml").write_text("model: main/m\nchannels: {webhook: {}}\nmemory: {scope: thread}\n")
+    url = through(proxy, server, database)
+    (tmp_path / "agentd.yaml").write_text(f"store: {{url: '{url}', lease_s: 2}}\n")
+    daemon = Daemon(
+        folder, tmp_path / "data", reload_interval=60, providers={"main": ScriptedProvider("main")}
+    )
+    await daemon.start()
+    transport = httpx.ASGITransport(app=create_app(daemon))
+    try:
+        async with httpx.AsyncClient(transport=transport, base_url="http://agentd", timeout=60) as client:
+            hello = {"conversation_id": "c", "text": "hello"}
+            assert (await client.post("/agents/bot/messages", json=hello)).status_code == 200
+            proxy.stall()
+            started = time.monotonic()
+            stalled = await client.post(
+                "/agents/bot/messages", json={"conversation_id": "c", "text": "again"}
+            )
+            answered_after = time.monotonic() - started
+            not_ready = await client.get("/readyz")
+            proxy.resume()
+            assert (
+                stalled.status_code == 503
+                and "the agent's database is unavailable" in stalled.json()["error"]
+            )
+            assert answered_after < 8  # (the deadline and its grace, a reconnect's bounded wait)
+            assert not_ready.status_code == 503 and "no answer within 2s" in not_ready.json()["error"]
+            await wait_until_ready(client)
+    finally:
+        await daemon.shutdown()
