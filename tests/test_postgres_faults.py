@@ -471,3 +471,23 @@ async def test_a_daemon_whose_database_path_stalls_answers_503_within_its_deadli
             await wait_until_ready(client)
     finally:
         await daemon.shutdown()
+
+
+async def test_a_burst_on_a_stalled_path_fails_within_one_deadline_not_one_per_thread_in_turn(
+    daemon: Daemons, server: PostgresServer, database: str, proxy: StallingProxy
+) -> None:
+    """20 writes at once on 2 threads while the path is stalled: the deadline counts from when a
+    write was handed to the store, so the last of them fails as soon as the first (before: one
+    deadline per pair of writes ahead of it, ~20 s)."""
+    a = await daemon("a", url=through(proxy, server, database), lease_s=2, threads=2)
+    await asyncio.gather(*(a.write(run(f"warm {i}")) for i in range(4)))  # (both connections made)
+    proxy.stall()
+    started = time.monotonic()
+    outcomes = await asyncio.wait_for(
+        asyncio.gather(*(a.write(run(f"burst {i}")) for i in range(20)), return_exceptions=True), 30
+    )
+    slowest = time.monotonic() - started
+    proxy.resume()
+    print(f"20 writes on a stalled path, 2 threads: all answered within {slowest:.2f}s")
+    assert all(isinstance(o, StoreError) for o in outcomes)
+    assert slowest < 4.0

@@ -90,7 +90,8 @@ class PgExecutor:
         (the server restarted, a proxy dropped it): a write is not, it may have committed. A job not
         `bounded` has no deadline (migrations: they may wait for another daemon's)."""
         run = self._run_again_if_broken if idempotent else self._run
-        return await asyncio.get_running_loop().run_in_executor(self._pool, run, job, bounded)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, run, job, bounded, time.monotonic())
 
     async def commit(self, job: Callable[[psycopg.Connection[Any]], T]) -> T:
         """`call` for a write batch, timed for `on_commit` once it has committed."""
@@ -106,33 +107,39 @@ class PgExecutor:
 
     def submit(self, job: Callable[[psycopg.Connection[Any]], T]) -> asyncio.Future[T]:
         """`call` as a future that runs to the end even if whoever awaits it is cancelled."""
-        return asyncio.get_running_loop().run_in_executor(self._pool, self._run, job, True)
+        return asyncio.get_running_loop().run_in_executor(self._pool, self._run, job, True, time.monotonic())
 
     def server_deadline(self) -> float | None:
         """Inside a job: its deadline in the server's clock (epoch seconds), for agentd_check_fence."""
         return getattr(self._local, "server_deadline", None)
 
-    def _run(self, job: Callable[[psycopg.Connection[Any]], T], bounded: bool = True) -> T:
-        started = time.monotonic()
+    def _run(
+        self,
+        job: Callable[[psycopg.Connection[Any]], T],
+        bounded: bool = True,
+        queued_at: float | None = None,
+    ) -> T:
+        """Run the job on this thread's connection. Its deadline counts from when it was handed to
+        the pool (`queued_at`): behind a stalled database every thread waits out its own job, and the
+        jobs queued behind them must not wait a deadline each."""
+        started = time.monotonic() if queued_at is None else queued_at
+        if bounded and time.monotonic() - started >= self.deadline_s:
+            raise self._no_answer("(every connection was busy waiting on the database)")
         conn = self._connection(started)
         if not bounded:
             return self._run_unbounded(conn, job)
-        self._local.server_deadline = time.time() + self._local.clock_offset + self.deadline_s
-        watch = self._watchdog.arm(
-            conn, self.deadline_s + grace(self.deadline_s) - (time.monotonic() - started)
-        )
+        remaining = self.deadline_s - (time.monotonic() - started)
+        self._local.server_deadline = time.time() + self._local.clock_offset + remaining
+        watch = self._watchdog.arm(conn, remaining + grace(self.deadline_s))
         try:
             return job(conn)
         except psycopg.Error as e:
             cut = self._watchdog.disarm(watch)
             self._after_failure(conn)
             if cut:
-                detail = f"no answer within {self.deadline_s:g}s"
-                raise unavailable(
-                    self.label,
-                    f"{detail} (the database or the network to it stalled); a write was either committed "
-                    "in time or refused, never later",
-                    detail,
+                raise self._no_answer(
+                    "(the database or the network to it stalled); a write was either committed in time "
+                    "or refused, never later"
                 ) from e
             raise as_store_error(self.label, e) from e
         except BaseException:  # an op that refused (RowMissing): its batch is rolled back
@@ -141,6 +148,10 @@ class PgExecutor:
         finally:
             self._watchdog.disarm(watch)
             self._local.server_deadline = None
+
+    def _no_answer(self, why: str) -> StoreError:
+        detail = f"no answer within {self.deadline_s:g}s"
+        return unavailable(self.label, f"{detail} {why}", detail)
 
     def _run_unbounded(self, conn: psycopg.Connection[Any], job: Callable[[psycopg.Connection[Any]], T]) -> T:
         try:
@@ -158,13 +169,19 @@ class PgExecutor:
             self._after_failure(conn)
             raise
 
-    def _run_again_if_broken(self, job: Callable[[psycopg.Connection[Any]], T], bounded: bool = True) -> T:
+    def _run_again_if_broken(
+        self,
+        job: Callable[[psycopg.Connection[Any]], T],
+        bounded: bool = True,
+        queued_at: float | None = None,
+    ) -> T:
         try:
-            return self._run(job, bounded)
+            return self._run(job, bounded, queued_at)
         except StoreError as e:
             if not isinstance(e.__cause__, psycopg.OperationalError) or getattr(self._local, "conn", None):
                 raise
-            return self._run(job, bounded)  # (the broken connection was dropped: this one is new)
+            # (the broken connection was dropped: this one is new; within the same deadline)
+            return self._run(job, bounded, queued_at)
 
     def _connection(self, started: float) -> psycopg.Connection[Any]:
         """This thread's connection: the one it has unless that died while idle, else a new one."""
