@@ -24,6 +24,7 @@ from agentd.store.postgres.store import PostgresStore
 from agentd.store.postgres.wakeups import Wakeups
 
 DEFAULT_LEASE_S = 15.0
+MIN_DEADLINE_S = 1.0
 
 
 class PostgresBackend:
@@ -43,13 +44,14 @@ class PostgresBackend:
     ):
         """`daemon` is recorded on every run and audit event and names this process's claims;
         `heartbeat_s` (default: a third of `lease_s`) is how often held leases are renewed;
-        `deadline_s` (default and at most: `lease_s`) bounds every round trip; `pooler` says what
+        `deadline_s` (default and at most: `lease_s`, at least 1 s) bounds every round trip; `pooler` says what
         sits between agentd and the server (agentd/store/postgres/connection.py)."""
         self.url = url
         self.label = label_of(url)
         self.daemon = daemon
         self.pooler = pooler
-        deadline_s = lease_s if deadline_s is None else min(deadline_s, lease_s)
+        # (at least MIN_DEADLINE_S: a sub-second lease, tests only, must not time out ordinary queries)
+        deadline_s = max(MIN_DEADLINE_S, lease_s if deadline_s is None else min(deadline_s, lease_s))
         self.executor = PgExecutor(url, self.label, threads, deadline_s=deadline_s, pooler=pooler)
         self.wakeups = Wakeups(url, self.label)
         self.claims = ClaimQueue(self.executor, self.wakeups, daemon, lease_s, heartbeat_s)
