@@ -153,6 +153,15 @@ class StoreError(RuntimeFault):
     """The agent's data (a SQLite file, a PostgreSQL database) could not be opened, migrated, read or written."""
 
 
+class DatabaseUnavailable(StoreError):
+    """The PostgreSQL database did not answer, could not be reached, or refused. `public` says so for
+    anyone, naming the database but never its host or port (the message, for the log, has them)."""
+
+    def __init__(self, message: str, public: str):
+        super().__init__(message)
+        self.public = public
+
+
 class NewerSchema(StoreError):
     """The data was migrated by a newer agentd than this one: this agent cannot start until agentd is upgraded."""
 

@@ -3,6 +3,8 @@
     with PostgresServer() as pg:                 # or: async with PostgresServer() as pg:
         pg.url()                                 # postgresql://postgres@127.0.0.1:<port>/agentd
         pg.create_database("t1")                 # another empty database, its URL
+        pg.halt("immediate"); pg.resume()        # faults: a clean or an immediate (crash) shutdown,
+        pg.crash_backend()                       # kill -9 of a server process: crash recovery
 
 It runs the machine's own binaries (Debian's `postgresql` package; found with `pg_config --bindir`, else
 the newest /usr/lib/postgresql/*/bin) on 127.0.0.1 at a free port, with its unix socket inside its
@@ -291,9 +293,61 @@ class PostgresServer:
         if done.returncode != 0:
             raise PostgresStartError(f"initdb failed ({done.returncode}):\n{done.stdout}{done.stderr}")
 
-    def _launch(self) -> None:
+    # -- faults ---------------------------------------------------------------------------------
+
+    def halt(self, mode: str = "fast") -> None:
+        """Stop the server, keeping its folder: `fast` (SIGINT: a clean shutdown) or `immediate`
+        (SIGQUIT: no shutdown checkpoint, so the next start runs crash recovery, as after kill -9
+        and a power cut: UNLOGGED tables come back empty). Started again by `resume`."""
+        assert self.process is not None
+        self.process.send_signal({"fast": signal.SIGINT, "immediate": signal.SIGQUIT}[mode])
+        self.process.wait(STOP_TIMEOUT)
+
+    def resume(self) -> None:
+        """Start a halted server again on the same port (clients reconnect to the same URL)."""
+        self._launch(port=self.port)
+        deadline = time.monotonic() + START_TIMEOUT
+        while not self._ready(deadline):
+            time.sleep(0.02)
+
+    def restart(self, mode: str = "fast") -> None:
+        self.halt(mode)
+        self.resume()
+
+    async def restart_async(self, mode: str = "fast") -> None:
+        """`restart` without blocking the event loop (launched from the loop's thread, as start_async)."""
+        await asyncio.to_thread(self.halt, mode)
+        await self.resume_async()
+
+    async def resume_async(self) -> None:
+        """`resume` without blocking the event loop (launched from the loop's thread)."""
+        self._launch(port=self.port)
+        deadline = time.monotonic() + START_TIMEOUT
+        await wait_until(lambda: self._ready(deadline), "postgres to start again", START_TIMEOUT + 5)
+
+    def crash_backend(self) -> None:
+        """kill -9 one of the server's processes (its checkpointer): the postmaster ends every other
+        one, runs crash recovery (UNLOGGED tables emptied) and accepts connections again; returns
+        once it does."""
+        pid = int(self.psql("SELECT pid FROM pg_stat_activity WHERE backend_type = 'checkpointer'").strip())
+        offset = self.log_path.stat().st_size
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + START_TIMEOUT
+        while True:
+            with self.log_path.open("rb") as log:
+                log.seek(offset)
+                text = log.read().decode(errors="replace")
+            if "all server processes terminated; reinitializing" in text and (
+                "database system is ready to accept connections" in text
+            ):
+                return
+            if time.monotonic() > deadline:
+                raise PostgresStartError(f"postgres did not recover in {START_TIMEOUT:g}s:\n{text[-4000:]}")
+            time.sleep(0.02)
+
+    def _launch(self, port: int | None = None) -> None:
         self._attempts += 1
-        self.port = free_port()
+        self.port = port or free_port()
         command = [str(self.bindir / "postgres"), "-D", str(self.data_dir), "-p", str(self.port)]
         command += ["-h", "127.0.0.1", "-k", str(self._folder)]  # TCP on loopback; socket in our folder
         for name, value in self.settings.items():

@@ -27,6 +27,8 @@ TOKEN = "s3cret"
 BEARER = {"Authorization": f"Bearer {TOKEN}"}
 AGENT = "memory: {scope: thread, persistent: true}\nchannels: {webhook: {}}\n"
 
+OPEN_PATHS = {"/healthz", "/readyz"}  # liveness and readiness: probes carry no token
+
 
 @pytest.fixture
 async def secured(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
@@ -64,7 +66,7 @@ async def test_every_operation_documents_its_errors_in_the_one_error_shape(
         # the OpenAI-compatible routes refuse in OpenAI's shape (its clients read that); the rest in agentd's
         shape = "OpenAIErrorOut" if path.startswith("/v1/") else "ErrorOut"
         statuses = set(op["responses"]) - {"200"}
-        if path != "/healthz":
+        if path not in OPEN_PATHS:
             assert "401" in statuses, (method, path)
         for status in statuses:
             body = op["responses"][status]["content"]["application/json"]["schema"]
@@ -83,7 +85,7 @@ async def test_bearer_auth_is_declared_only_when_a_token_is_set(
         "description": "http.token from agentd.yaml",
     }
     for path, method, op in operations(schema):
-        assert op.get("security") == (None if path == "/healthz" else [{"bearer": []}]), (method, path)
+        assert op.get("security") == (None if path in OPEN_PATHS else [{"bearer": []}]), (method, path)
     _daemon, client = open_daemon
     unsecured = (await client.get("/openapi.json")).json()
     assert "securitySchemes" not in unsecured.get("components", {})

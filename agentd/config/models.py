@@ -250,6 +250,9 @@ class StoreSpec(Spec):
     # With several daemons on one store: how long a lease (a conversation being answered, a bot
     # connection) outlives a daemon that stopped renewing it (killed), before another takes over.
     lease_s: float = Field(default=15.0, ge=1.0, le=600.0)
+    # What sits between agentd and PostgreSQL: none, or PgBouncer in `session` or `transaction` pool
+    # mode (transaction: no server-side prepared statements nor session state; docs/scaling.md)
+    pooler: Literal["none", "session", "transaction"] = "none"
 
     @field_validator("url")
     @classmethod

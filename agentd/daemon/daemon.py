@@ -56,6 +56,7 @@ from agentd.store.records import AuditRecord
 from agentd.store.writes import AppendAudit, Write
 
 log = logging.getLogger("agentd")
+READY_TIMEOUT_S = 2.0  # /readyz waits this long for the store to answer (probes time out at a few s)
 
 
 class Daemon:
@@ -103,6 +104,7 @@ class Daemon:
         self._group: asyncio.TaskGroup | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stop = asyncio.Event()
+        self.agents_loaded = False  # the first load of the agent files is done (readiness)
         self._signals = 0
         self._audit_batch: list[Write[Any]] | None = None  # while agents load: committed together
         self._folder_lock: DataFolderLock | None = None
@@ -157,6 +159,7 @@ class Daemon:
             # loading leaves no cyclic garbage; so it stays off until the load is frozen out of reach.
             with collector_paused(freeze_after=True):
                 await self.sync_agents()
+            self.agents_loaded = True
             warn_unused_providers(self.settings, [e.spec for e in self.fleet.entries.values() if e.spec])
             self.spawn(every(self.reload_interval, self.sync_agents, "reloading agents"))
             self.spawn(every(GC_FREEZE_EVERY, freeze_gc, "freezing the GC"))
@@ -301,6 +304,15 @@ class Daemon:
 
     def describe_agents(self) -> list[dict[str, Any]]:
         return self.fleet.describe()
+
+    async def readiness(self) -> str | None:
+        """Why this daemon should not be sent traffic now (None: it should): GET /readyz."""
+        if self._stop.is_set():
+            return "stopping: draining in-flight runs"
+        if not self.agents_loaded:
+            return "still loading the agent files"
+        problem = await self.resources.store_problem(READY_TIMEOUT_S)
+        return None if problem is None else f"the store is unavailable: {problem}"
 
     def describe_daemon(self) -> dict[str, Any]:
         return {"agents": len(self.fleet.entries), **self.resources.stats()}

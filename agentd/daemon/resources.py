@@ -129,7 +129,8 @@ class Resources:
                 f"store.url names a PostgreSQL database, but its driver is not installed ({e}): "
                 "pip install 'agentd[postgres]'"
             ) from None
-        backend = PostgresBackend(url, daemon=self.daemon_id, lease_s=self.settings.store.lease_s)
+        store = self.settings.store
+        backend = PostgresBackend(url, daemon=self.daemon_id, lease_s=store.lease_s, pooler=store.pooler)
         if self.observer is not None:
             backend.executor.on_commit = self.observer.store_commit
         self.postgres = await self._stack.enter_async_context(backend)
@@ -176,6 +177,14 @@ class Resources:
             breakers=self.breakers,
             outbox=self.outbox,
         )
+
+    async def store_problem(self, timeout_s: float) -> str | None:
+        """Why the store cannot serve now (None: it can), fit to show anyone: for readiness."""
+        if self.postgres is not None:
+            return await self.postgres.ping(timeout_s)
+        if not os.access(self.data_dir, os.W_OK | os.X_OK):
+            return "the data folder cannot be written"
+        return None
 
     def stats(self) -> dict[str, Any]:
         """What the process holds for all its agents: open files, the hot threads' memory."""

@@ -14,6 +14,7 @@ from typing import Any
 
 from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.responses import JSONResponse, RedirectResponse, Response, StreamingResponse
+from pydantic import BaseModel, Field
 
 from agentd import __version__
 from agentd.engine.agent import Agent
@@ -32,7 +33,7 @@ from agentd.http.bodies import (
 from agentd.http.deletes import add_delete_routes
 from agentd.http.directory import AgentDirectory
 from agentd.http.docs import add_docs_routes
-from agentd.http.errors import ApiError, errors, install_error_handlers
+from agentd.http.errors import ApiError, ErrorOut, errors, install_error_handlers
 from agentd.http.idempotency import (
     HEADER,
     KEY_DOC,
@@ -49,6 +50,13 @@ from agentd.http.reads import add_read_routes
 from agentd.http.streaming import TurnStream, reply_events
 from agentd.http.tools_routes import add_tool_routes
 from agentd.http.ui import add_ui_routes
+
+READY_503 = "Not ready: the store does not answer, the agents are still loading, or the daemon is stopping"
+
+
+class ReadyOut(BaseModel):
+    ready: bool = Field(description="always true in a 200")
+    daemon: str = Field(description="which daemon answered (host:pid:random)")
 
 
 def create_app(directory: AgentDirectory) -> FastAPI:
@@ -76,6 +84,22 @@ def create_app(directory: AgentDirectory) -> FastAPI:
         agents = directory.describe_agents()
         # `daemon`: behind a load balancer over several daemons, which one this was
         return {"ok": True, "daemon": directory.daemon_id, "agents": {a["name"]: a["status"] for a in agents}}
+
+    @app.get(
+        "/readyz",
+        tags=["daemon"],
+        response_model=ReadyOut,
+        responses={503: {"model": ErrorOut, "description": READY_503}},
+        summary="Readiness: the store answers and the agents are loaded (never needs the token)",
+    )
+    async def readyz() -> Any:
+        """For a load balancer or Kubernetes' readinessProbe (/healthz is liveness: the process runs):
+        200 while this daemon can serve, 503 with the reason while it cannot (its store does not
+        answer, it is still loading its agents, it is stopping)."""
+        problem = await directory.readiness()
+        if problem is not None:
+            raise ApiError(503, f"not ready: {problem}")
+        return {"ready": True, "daemon": directory.daemon_id}
 
     @app.get(
         "/metrics",

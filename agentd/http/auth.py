@@ -1,5 +1,5 @@
-"""The bearer token: with `http.token` set, every route but /healthz (and the platform callbacks, which
-carry their own proof) needs `Authorization: Bearer <token>`."""
+"""The bearer token: with `http.token` set, every route but /healthz and /readyz (and the platform
+callbacks, which carry their own proof) needs `Authorization: Bearer <token>`."""
 
 from __future__ import annotations
 

@@ -32,6 +32,10 @@ class AgentDirectory(Protocol):
 
     def describe_agents(self) -> list[dict[str, Any]]: ...
 
+    async def readiness(self) -> str | None:
+        """Why this daemon should get no traffic now (None: it should); never names a host or port."""
+        ...
+
     def describe_daemon(self) -> dict[str, Any]:
         """What the daemon holds for every agent: open files, the hot threads' memory."""
         ...

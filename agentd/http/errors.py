@@ -18,7 +18,7 @@ from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match, Route
 
-from agentd.errors import LeaseLost, StoreError
+from agentd.errors import DatabaseUnavailable, LeaseLost, StoreError
 
 log = logging.getLogger(__name__)
 F = TypeVar("F", bound=Callable[..., Any])
@@ -49,7 +49,7 @@ WHEN = {
     413: "The request body is over http.max_body_bytes",
     422: "A field failed validation: `detail` names each",
     503: "The agent cannot serve now (its file was rejected, it failed to start, it is stopping) or its "
-    "data file is unavailable: `error` says which",
+    "data file or database is unavailable: `error` says which",
 }
 
 
@@ -122,7 +122,14 @@ def install_error_handlers(app: FastAPI, special: Special | None = None) -> None
         log.error("store error on %s: %s", request.url.path, exc)
         if isinstance(exc, LeaseLost):  # (this daemon stalled; the conversation went on elsewhere)
             return refusal(request, 503, f"{exc}; the message was not answered: send it again")
-        return refusal(request, 503, f"the agent's data file is unavailable: {exc}")
+        return refusal(request, 503, store_unavailable(exc))
+
+
+def store_unavailable(exc: StoreError) -> str:
+    """The 503's reason: the database by name on PostgreSQL (never its host or port), the file on SQLite."""
+    if isinstance(exc, DatabaseUnavailable):
+        return f"the agent's database is unavailable: {exc.public}; the daemon's log has the details"
+    return f"the agent's data file is unavailable: {exc}"
 
 
 def _allowed_methods(request: Request) -> list[str]:

@@ -26,6 +26,7 @@ from starlette.responses import StreamingResponse
 
 from agentd.errors import StoreError
 from agentd.events import Reply, ReplySink
+from agentd.http.errors import store_unavailable
 
 log = logging.getLogger(__name__)
 PING_SECONDS = 15.0
@@ -78,7 +79,7 @@ class TurnStream:
             reply = await run(_QueueSink(self._queue))
         except StoreError as exc:
             log.error("a streamed turn could not run: %s", exc)
-            self._queue.put_nowait(Failed(f"the agent's data file is unavailable: {exc}"))
+            self._queue.put_nowait(Failed(store_unavailable(exc)))
         except Exception:
             log.exception("a streamed turn failed")
             self._queue.put_nowait(Failed("the turn failed inside agentd; the daemon's log says why"))

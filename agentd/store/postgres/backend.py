@@ -8,14 +8,15 @@ singletons (agentd/store/postgres/leases.py).
 
 from __future__ import annotations
 
+import asyncio
 from types import TracebackType
 from typing import Any
 
 import psycopg
 
-from agentd.errors import NewerSchema, NotStored, StoreError
+from agentd.errors import DatabaseUnavailable, NewerSchema, NotStored, StoreError
 from agentd.store.postgres.claims import ClaimQueue
-from agentd.store.postgres.connection import label_of
+from agentd.store.postgres.connection import Pooler, database_of, label_of
 from agentd.store.postgres.executor import DEFAULT_THREADS, PgExecutor
 from agentd.store.postgres.leases import Leases
 from agentd.store.postgres.migrations import MIGRATIONS, Migrations, migrate
@@ -23,6 +24,7 @@ from agentd.store.postgres.store import PostgresStore
 from agentd.store.postgres.wakeups import Wakeups
 
 DEFAULT_LEASE_S = 15.0
+MIN_DEADLINE_S = 1.0
 
 
 class PostgresBackend:
@@ -37,13 +39,20 @@ class PostgresBackend:
         heartbeat_s: float | None = None,
         threads: int = DEFAULT_THREADS,
         migrations: Migrations = MIGRATIONS,
+        deadline_s: float | None = None,
+        pooler: Pooler = "none",
     ):
         """`daemon` is recorded on every run and audit event and names this process's claims;
-        `heartbeat_s` (default: a third of `lease_s`) is how often held leases are renewed."""
+        `heartbeat_s` (default: a third of `lease_s`) is how often held leases are renewed;
+        `deadline_s` (default and at most: `lease_s`, at least 1 s) bounds every round trip; `pooler` says what
+        sits between agentd and the server (agentd/store/postgres/connection.py)."""
         self.url = url
         self.label = label_of(url)
         self.daemon = daemon
-        self.executor = PgExecutor(url, self.label, threads)
+        self.pooler = pooler
+        # (at least MIN_DEADLINE_S: a sub-second lease, tests only, must not time out ordinary queries)
+        deadline_s = max(MIN_DEADLINE_S, lease_s if deadline_s is None else min(deadline_s, lease_s))
+        self.executor = PgExecutor(url, self.label, threads, deadline_s=deadline_s, pooler=pooler)
         self.wakeups = Wakeups(url, self.label)
         self.claims = ClaimQueue(self.executor, self.wakeups, daemon, lease_s, heartbeat_s)
         self.leases = Leases(self.executor)
@@ -53,14 +62,17 @@ class PostgresBackend:
 
     async def open(self) -> list[str]:
         try:
-            self.applied = await self.executor.call(lambda conn: migrate(conn, self._migrations))
+            self.applied = await self.executor.call(
+                lambda conn: migrate(conn, self._migrations, pooler=self.pooler), bounded=False
+            )
         except NewerSchema:
             self.executor.close()
             raise
         except StoreError as e:
             self.executor.close()
             raise StoreError(f"cannot open the store: {e}") from e
-        self.wakeups.start()
+        if self.pooler != "transaction":  # (LISTEN is session state: there waiting claims poll)
+            self.wakeups.start()
         self.claims.start()
         self._opened = True
         return self.applied
@@ -81,6 +93,20 @@ class PostgresBackend:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.close()
+
+    async def ping(self, timeout_s: float) -> str | None:
+        """None when the database answers within `timeout_s`, else why not, fit to show anyone (the
+        database's name, never its host or port): readiness (GET /readyz)."""
+        job = self.executor.call(lambda conn: conn.execute("SELECT 1"), idempotent=True)
+        try:
+            await asyncio.wait_for(job, timeout_s)
+        except TimeoutError:
+            return f"PostgreSQL database {database_of(self.url)!r}: no answer within {timeout_s:g}s"
+        except DatabaseUnavailable as e:
+            return e.public
+        except StoreError:
+            return f"PostgreSQL database {database_of(self.url)!r}: it refused"
+        return None
 
     def store(self, agent: str, *, readonly: bool = False) -> PostgresStore:
         """The store of the agent (or `_daemon`) `agent`; not opened yet."""

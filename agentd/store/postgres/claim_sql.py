@@ -31,8 +31,11 @@ _SAME_QUEUE = "t.agent_id = p_agent AND t.purpose = p_purpose AND t.conversation
 _QUEUE_KEY = "{agent}::text || '/' || {purpose} || '/' || {key}"
 
 # What every version of agentd_claim does before it answers: the queue's lock, p_release given back,
-# lapsed tickets dropped, then the lease tried for p_ticket (or a new ticket): v_granted.
-_TAKE_TICKET = f"""    DECLARE
+# lapsed tickets dropped, then the lease tried for p_ticket (or a new ticket): v_granted. `{mine}` is
+# empty in the shipped migrations 0002 and 0006 (their text never changes); 0007 matches p_release and
+# p_ticket on this daemon as well (claim_fence_sql.py), so a ticket number seen again never acts on
+# another daemon's ticket.
+_TAKE_TICKET_TEMPLATE = f"""    DECLARE
         v_now timestamptz := clock_timestamp();
         v_until timestamptz := clock_timestamp() + p_lease * interval '1 second';
         v_holder_until timestamptz;
@@ -44,7 +47,7 @@ _TAKE_TICKET = f"""    DECLARE
         PERFORM pg_advisory_xact_lock(
             hashtextextended({_QUEUE_KEY.format(agent="p_agent", purpose="p_purpose", key="p_key")}, 0));
         IF p_release IS NOT NULL THEN
-            DELETE FROM claim_tickets t WHERE t.id = p_release AND {_SAME_QUEUE};
+            DELETE FROM claim_tickets t WHERE t.id = p_release AND {_SAME_QUEUE}{{mine}};
             IF FOUND AND EXISTS (SELECT 1 FROM claim_tickets t WHERE {_SAME_QUEUE}) THEN
                 PERFORM pg_notify('{NOTIFY_CHANNEL}', md5(
                     {_QUEUE_KEY.format(agent="p_agent", purpose="p_purpose", key="p_key")}));
@@ -63,7 +66,7 @@ _TAKE_TICKET = f"""    DECLARE
             UPDATE claim_tickets t
                SET expires_at = v_until,
                    granted = (v_holder_until IS NULL AND (v_first IS NULL OR v_first > p_ticket))
-             WHERE t.id = p_ticket
+             WHERE t.id = p_ticket{{mine}}
             RETURNING t.granted INTO v_granted;
             IF NOT FOUND THEN
                 p_ticket := NULL;  -- dropped as expired while this daemon stalled: a new one, last
@@ -76,6 +79,8 @@ _TAKE_TICKET = f"""    DECLARE
             RETURNING id INTO p_ticket;
         END IF;
 """
+_TAKE_TICKET = _TAKE_TICKET_TEMPLATE.format(mine="")
+HOLDER_MATCH = " AND t.daemon = p_daemon"
 # 0002's grant: the thread mark and the memories version
 _GRANTED = """            SELECT p_ticket, true, 0::double precision, th.id, th.version,
                    COALESCE((SELECT max(m.seq) FROM messages m WHERE m.thread_id = th.id), 0) + 1,
@@ -86,17 +91,22 @@ _GRANTED = """            SELECT p_ticket, true, 0::double precision, th.id, th.
              WHERE a.id = p_agent;"""
 
 
-def _claim_function(last_params: str, last_columns: str, last_refused: str, granted: str) -> str:
+def claim_function(
+    last_params: str, last_columns: str, last_refused: str, granted: str, *, holder_match: bool = False
+) -> str:
     """agentd_claim's text. Its versions differ only in their last parameters, the last columns they
-    return (NULL when the lease is not granted) and the query that answers a grant."""
-    return f"""CREATE FUNCTION agentd_claim(
+    return (NULL when the lease is not granted) and the query that answers a grant; `holder_match`
+    (0007) replaces the version of the same signature with one that matches tickets on the daemon too."""
+    create = "CREATE OR REPLACE FUNCTION" if holder_match else "CREATE FUNCTION"
+    take = _TAKE_TICKET_TEMPLATE.format(mine=HOLDER_MATCH) if holder_match else _TAKE_TICKET
+    return f"""{create} agentd_claim(
         p_agent bigint, p_key text, p_purpose text, p_daemon text, p_lease double precision, p_ticket bigint,
         {last_params}
     ) RETURNS TABLE (
         ticket_id bigint, is_granted boolean, retry_s double precision, mark_thread bigint,
         mark_version bigint, mark_next_seq integer, {last_columns}
     ) LANGUAGE plpgsql AS $$
-{_TAKE_TICKET}        IF NOT v_granted THEN
+{take}        IF NOT v_granted THEN
             RETURN QUERY SELECT p_ticket, false,
                 COALESCE(extract(epoch FROM v_holder_until - v_now)::double precision, p_lease),
                 NULL::bigint, NULL::bigint, NULL::integer, {last_refused};
@@ -107,6 +117,14 @@ def _claim_function(last_params: str, last_columns: str, last_refused: str, gran
     END
     $$"""
 
+
+# The parts of 0002's agentd_claim (7 arguments): its last parameters, columns, refusal and grant.
+CLAIM_0002_PARTS = (
+    "p_release bigint",
+    "mark_layers bigint, memories bigint",
+    "NULL::bigint, NULL::bigint",
+    _GRANTED,
+)
 
 CLAIM_STATEMENTS: tuple[str, ...] = (
     # UNLOGGED: tickets are coordination, not data. Taking and giving one back then costs no WAL
@@ -128,9 +146,7 @@ CLAIM_STATEMENTS: tuple[str, ...] = (
     # p_release: this daemon's last ticket of the conversation, if its release may not have run yet
     # (the next message of a burst): given back here first, the others woken as a release would.
     # (migration 0006 adds an overload that also brings a cached copy's missing tail: CLAIM_TAIL_STATEMENTS)
-    _claim_function(
-        "p_release bigint", "mark_layers bigint, memories bigint", "NULL::bigint, NULL::bigint", _GRANTED
-    ),
+    claim_function(*CLAIM_0002_PARTS),
     """CREATE FUNCTION agentd_check_fence(p_ticket bigint, p_agent bigint, p_key text)
     RETURNS void LANGUAGE plpgsql AS $$
     BEGIN
@@ -195,27 +211,25 @@ _GRANTED_WITH_TAIL = """            SELECT p_ticket, true, 0::double precision, 
               ) tail ON true
              WHERE a.id = p_agent;"""
 
+# The parts of 0006's agentd_claim (11 arguments), as CLAIM_0002_PARTS.
+CLAIM_0006_PARTS = (
+    "p_release bigint, p_known_thread bigint, p_known_version bigint, p_known_next_seq integer,\n"
+    "        p_tail_cap integer",
+    "mark_layers bigint, memories bigint,\n"
+    "        tail_seqs integer[], tail_bodies text[], tail_runs text[], tail_input_tokens integer,\n"
+    "        tail_tokens_estimated boolean",
+    "NULL::bigint, NULL::bigint, NULL::integer[], NULL::text[], NULL::text[], NULL::integer, NULL::boolean",
+    _GRANTED_WITH_TAIL,
+)
+
 CLAIM_TAIL_STATEMENTS: tuple[str, ...] = (
     # A new overload, not a replacement: a daemon of the version before, still running during a rolling
     # upgrade, keeps claiming with the 7-argument one (same tickets, same rules; it reads a missing tail
     # itself), so upgrading one daemon at a time never fails another's claims.
-    _claim_function(
-        "p_release bigint, p_known_thread bigint, p_known_version bigint, p_known_next_seq integer,\n"
-        "        p_tail_cap integer",
-        "mark_layers bigint, memories bigint,\n"
-        "        tail_seqs integer[], tail_bodies text[], tail_runs text[], tail_input_tokens integer,\n"
-        "        tail_tokens_estimated boolean",
-        "NULL::bigint, NULL::bigint, NULL::integer[], NULL::text[], NULL::text[], NULL::integer, NULL::boolean",
-        _GRANTED_WITH_TAIL,
-    ),
+    claim_function(*CLAIM_0006_PARTS),
 )
 
 CLAIM = "SELECT * FROM agentd_claim(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
-RELEASE = "SELECT agentd_release(%s)"
-RENEW = (
-    "UPDATE claim_tickets SET expires_at = clock_timestamp() + %s * interval '1 second'"
-    " WHERE id = ANY(%s) RETURNING id"
-)
 
 
 def queue_digest(agent_id: int, purpose: str, key: str) -> str:

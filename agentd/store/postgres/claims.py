@@ -14,7 +14,10 @@ Leaving gives the ticket back without waiting for the database: what the claim c
 (or refused) already, so the reply need not wait for the release's round trip. The release is on its
 way at once (others waiting are notified when it commits); a claim of the same conversation by this
 process that comes before it has run (the next message of a burst) gives that ticket back itself, in
-its own round trip, so it never queues behind its own last ticket nor waits for the release.
+its own round trip, so it never queues behind its own last ticket nor waits for the release. A release
+that fails (the database restarting, unreachable) is tried again, with backoff, until the database
+answers or the ticket would have lapsed anyway: giving a ticket back twice is harmless, while not giving
+it back blocks the conversation on every other daemon for the rest of the lease.
 """
 
 from __future__ import annotations
@@ -28,8 +31,11 @@ from typing import Any
 
 import psycopg
 
+from agentd.backoff import backoff_delays
+from agentd.errors import StoreError
 from agentd.store.claims import Claim, Fence, KnownThread, ThreadMark, ThreadTail, current_fence
-from agentd.store.postgres.claim_sql import CLAIM, RELEASE, RENEW, queue_digest
+from agentd.store.postgres.claim_fence_sql import RELEASE, RENEW
+from agentd.store.postgres.claim_sql import CLAIM, queue_digest
 from agentd.store.postgres.executor import PgExecutor
 from agentd.store.postgres.wakeups import Wakeups, stopped
 from agentd.store.records import stored_messages
@@ -41,6 +47,8 @@ MAX_POLL_S = 1.0  # a waiting claim tries again at least this often (a lost noti
 # none of the conversation's last 32 turns) reads what it misses in pages, as a cold load does,
 # rather than make a claim's answer (and the advisory lock held while it is read) long.
 TAIL_CAP = 64
+RELEASE_RETRY_S = 0.1  # a failed release is tried again after this, doubling up to
+MAX_RELEASE_RETRY_S = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,12 +88,15 @@ class ClaimQueue:
         self._held: set[int] = set()  # granted, with their claim's block still running
         self._releasing: dict[str, tuple[asyncio.Future[Any], int]] = {}  # by queue digest: (job, ticket)
         self._heartbeat: asyncio.Task[None] | None = None
+        self._closing = False
 
     def start(self) -> None:
         self._heartbeat = asyncio.create_task(self._renew_forever(), name="agentd-pg-heartbeat")
 
     async def close(self) -> None:
-        """Stop renewing; wait for the releases still on their way."""
+        """Stop renewing; wait for the releases still on their way (a failing one is not retried
+        any more: its ticket lapses by itself)."""
+        self._closing = True
         await stopped(self._heartbeat)
         self._heartbeat = None
         if self._releasing:
@@ -162,12 +173,33 @@ class ClaimQueue:
         return grant
 
     def _release(self, digest: str, ticket: int) -> None:
-        """Give the ticket back, without waiting. A failure is only logged: the ticket lapses by
-        itself when its lease runs out."""
+        """Give the ticket back, without waiting (retried while it fails: `_give_back`)."""
         self._tickets.discard(ticket)
-        future = self._executor.submit(lambda conn: conn.execute(RELEASE, (ticket,)))
+        # (the first try is on its way at once; the task only waits for it, and retries)
+        future = asyncio.ensure_future(self._give_back(ticket, self._submit_release(ticket)))
         self._releasing[digest] = (future, ticket)
         future.add_done_callback(lambda done: self._released(digest, done))
+
+    def _submit_release(self, ticket: int) -> asyncio.Future[Any]:
+        return self._executor.submit(lambda conn: conn.execute(RELEASE, (ticket, self.daemon)))
+
+    async def _give_back(self, ticket: int, attempt: asyncio.Future[Any]) -> None:
+        """agentd_release until the database answers, or until the ticket would have lapsed anyway."""
+        loop = asyncio.get_running_loop()
+        lapses_at = loop.time() + self.lease_s
+        delays = backoff_delays(RELEASE_RETRY_S, MAX_RELEASE_RETRY_S)
+        while True:
+            try:
+                await attempt
+                return
+            except StoreError as e:
+                delay = next(delays)
+                if self._closing or loop.time() + delay >= lapses_at:
+                    log.warning("giving a conversation lease back failed (it lapses by itself): %s", e)
+                    return
+                log.info("giving a conversation lease back failed, trying again in %.1fs: %s", delay, e)
+                await asyncio.sleep(delay)
+                attempt = self._submit_release(ticket)
 
     def _released(self, digest: str, future: asyncio.Future[Any]) -> None:
         if self._releasing.get(digest, (None,))[0] is future:
@@ -182,7 +214,7 @@ class ClaimQueue:
             self._release(digest, future.result().ticket)
 
     def _renew(self, tickets: list[int]) -> Callable[[psycopg.Connection[Any]], set[int]]:
-        return lambda conn: {row[0] for row in conn.execute(RENEW, (self.lease_s, tickets))}
+        return lambda conn: {row[0] for row in conn.execute(RENEW, (self.lease_s, tickets, self.daemon))}
 
     async def _renew_forever(self) -> None:
         while True:

@@ -9,16 +9,18 @@ database's own collation. JSON is stored as text, exactly as written (jsonb woul
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from typing import Any
 
 import psycopg
 
-from agentd.errors import NewerSchema
+from agentd.errors import NewerSchema, StoreError
 from agentd.store.postgres.audit import seal_unchained
+from agentd.store.postgres.claim_fence_sql import FENCE_STATEMENTS
 from agentd.store.postgres.claim_sql import CLAIM_STATEMENTS, CLAIM_TAIL_STATEMENTS
-from agentd.store.postgres.connection import SCHEMA
+from agentd.store.postgres.connection import SCHEMA, Pooler
 
 Step = str | Callable[[psycopg.Connection[Any]], None]  # a statement, or what SQL alone cannot do
 Migrations = list[tuple[str, tuple[Step, ...]]]
@@ -263,6 +265,7 @@ MIGRATIONS: Migrations = [
     ("0004_audit_chain", AUDIT_CHAIN),
     ("0005_copied_rows", COPIED_ROWS),
     ("0006_claim_tail", CLAIM_TAIL_STATEMENTS),
+    ("0007_claim_fences", FENCE_STATEMENTS),
 ]
 
 
@@ -275,32 +278,60 @@ def applied(conn: psycopg.Connection[Any]) -> list[str]:
     return [row[0] for row in conn.execute(f"SELECT name FROM {SCHEMA}.schema_migrations ORDER BY n")]
 
 
-def migrate(conn: psycopg.Connection[Any], migrations: Migrations = MIGRATIONS) -> list[str]:
+def migrate(
+    conn: psycopg.Connection[Any], migrations: Migrations = MIGRATIONS, *, pooler: Pooler = "none"
+) -> list[str]:
     """Apply every migration not yet applied, in order, under the migration lock; returns the names
-    applied now. `conn` is in autocommit mode and not in a pipeline."""
+    applied now. `conn` is in autocommit mode and not in a pipeline.
+
+    Behind a transaction-mode pooler a session lock would be taken on one server connection and
+    released on another (never, in fact): there everything runs in one transaction under the
+    transaction-level lock, and the server must supply the search path (checked first)."""
+    if pooler == "transaction":
+        _check_search_path(conn)
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
+            return _apply(conn, migrations, one_transaction=True)
     conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK,))
     try:
-        done = set(applied(conn))
-        unknown = done - {name for name, _ in migrations}
-        if unknown:
-            raise NewerSchema(
-                f"this database was written by a newer agentd (migrations {', '.join(sorted(unknown))} "
-                "are unknown to this one): upgrade agentd to use it; nothing was changed"
-            )
-        now_applied = []
-        for name, statements in migrations:
-            if name in done:
-                continue
-            with conn.transaction():
-                for step in statements:
-                    if isinstance(step, str):
-                        conn.execute(step)  # type: ignore[arg-type]  # (literal DDL)
-                    else:
-                        step(conn)
-                conn.execute(
-                    "INSERT INTO schema_migrations (name, applied_at) VALUES (%s, %s)", (name, time.time())
-                )
-            now_applied.append(name)
-        return now_applied
+        return _apply(conn, migrations, one_transaction=False)
     finally:
         conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK,))
+
+
+def _check_search_path(conn: psycopg.Connection[Any]) -> None:
+    row = conn.execute("SELECT current_setting('search_path'), current_user, current_database()").fetchone()
+    assert row is not None
+    path, user, database = row
+    if [part.strip().strip('"') for part in path.split(",")][:1] != [SCHEMA]:
+        raise StoreError(
+            f"store.pooler is transaction, and there agentd cannot set its search path per session (a "
+            f"pooled server connection keeps no session state): the server's search_path is {path!r}. "
+            f'Set it for agentd\'s role: ALTER ROLE "{user}" IN DATABASE "{database}" SET search_path = {SCHEMA} '
+            "(new server connections get it; restart the pooler's), then start agentd again"
+        )
+
+
+def _apply(conn: psycopg.Connection[Any], migrations: Migrations, *, one_transaction: bool) -> list[str]:
+    done = set(applied(conn))
+    unknown = done - {name for name, _ in migrations}
+    if unknown:
+        raise NewerSchema(
+            f"this database was written by a newer agentd (migrations {', '.join(sorted(unknown))} "
+            "are unknown to this one): upgrade agentd to use it; nothing was changed"
+        )
+    now_applied = []
+    for name, statements in migrations:
+        if name in done:
+            continue
+        with contextlib.nullcontext() if one_transaction else conn.transaction():
+            for step in statements:
+                if isinstance(step, str):
+                    conn.execute(step)  # type: ignore[arg-type]  # (literal DDL)
+                else:
+                    step(conn)
+            conn.execute(
+                "INSERT INTO schema_migrations (name, applied_at) VALUES (%s, %s)", (name, time.time())
+            )
+        now_applied.append(name)
+    return now_applied

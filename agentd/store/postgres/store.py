@@ -83,7 +83,14 @@ class PostgresStore:
         if fence is not None and (fence.agent != self.agent or not self._backend.claims.holds(fence.token)):
             fence = None  # (a claim of another agent, a sub-agent's say, or one that is over)
         batch = stamped(ops, self.daemon)
-        return await self._executor.commit(lambda conn: write_batch(conn, agent_id, batch, fence))
+        executor, holder = self._executor, self._backend.daemon
+
+        def job(conn: Any) -> list[Any]:
+            return write_batch(
+                conn, agent_id, batch, fence, holder=holder, deadline=executor.server_deadline()
+            )
+
+        return await executor.commit(job)
 
     def claim(
         self, conversation_key: str, purpose: str = "turn", known: KnownThread | None = None
