@@ -217,6 +217,11 @@ def schema_text(which: str) -> str:
         # the name is the file name, never a key in the file
         schema["properties"].pop("name", None)
         schema["required"] = [r for r in schema.get("required", []) if r != "name"]
+        # an empty (or all-comment) agent file is refused: an agent needs at least its purpose
+        schema["minProperties"] = 1
+    else:
+        # an all-comment agentd.yaml (what `agentd init` writes) is YAML null: every default
+        schema["type"] = ["object", "null"]
     return json.dumps(schema, indent=2, sort_keys=True) + "\n"
 
 
