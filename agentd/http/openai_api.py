@@ -43,6 +43,7 @@ from agentd.events import InboundEvent, Reply, ReplySink
 from agentd.http.bodies import MAX_TEXT, body_schema, read_json, sse_event_schema
 from agentd.http.directory import AgentDirectory
 from agentd.http.errors import ApiError
+from agentd.http.openai_usage import UsageOut, usage_of
 from agentd.http.streaming import SSE_HEADERS, Failed, Restart, TurnStream
 from agentd.messages import Message
 
@@ -109,6 +110,7 @@ class ChatCompletionOut(BaseModel):
     created: int
     model: str
     choices: list[ChoiceOut]
+    usage: UsageOut | None = None
 
 
 class ModelOut(BaseModel):
@@ -273,24 +275,34 @@ def add_openai_routes(
         headers = {CONVERSATION_HEADER: call.key}
         if body.stream:
             await agent.ready()  # data that cannot be opened is a 503 now, not an error chunk in a 200
-            chunks = _chunks(TurnStream(run, turns), agent.name)
+            include_usage = bool(body.stream_options and body.stream_options.include_usage)
+
+            async def usage(reply: Reply) -> dict[str, Any]:
+                return (await usage_of(agent, reply, call.text)).streamed()
+
+            chunks = _chunks(TurnStream(run, turns), agent.name, usage if include_usage else None)
             return StreamingResponse(chunks, media_type="text/event-stream", headers=SSE_HEADERS | headers)
         reply = await run(None)
         if reply.error is not None:
             return openai_error(
                 502, reply.text, code=reply.error, headers={"x-should-retry": "false"} | headers
             )
+        used = await usage_of(agent, reply, call.text)
         out = ChatCompletionOut(
             id=f"chatcmpl-{reply.run_id or uuid.uuid4().hex}",
             created=int(time.time()),
             model=agent.name,
             choices=[ChoiceOut(message=AssistantOut(content=reply.text))],
+            usage=used.tokens,
         )
-        return JSONResponse(out.model_dump(), headers=headers)
+        return JSONResponse(out.model_dump(), headers=headers | used.headers())
 
 
-async def _chunks(stream: TurnStream, model: str) -> AsyncIterator[str]:
-    """The turn as OpenAI's chunk stream; the text ends as the reply, whatever was heard on the way."""
+async def _chunks(
+    stream: TurnStream, model: str, usage: Callable[[Reply], Awaitable[dict[str, Any]]] | None = None
+) -> AsyncIterator[str]:
+    """The turn as OpenAI's chunk stream; the text ends as the reply, whatever was heard on the way.
+    With `usage` (stream_options.include_usage), a last chunk with no choices carries the run's tokens."""
     base = {
         "id": f"chatcmpl-{uuid.uuid4().hex}",
         "object": "chat.completion.chunk",
@@ -321,6 +333,8 @@ async def _chunks(stream: TurnStream, model: str) -> AsyncIterator[str]:
                 if rest:
                     yield chunk({"content": rest})
                 yield chunk({}, "stop")
+                if usage is not None:
+                    yield _data({**base, "choices": [], "usage": await usage(item)})
             yield "data: [DONE]\n\n"
         else:
             yield ": ping\n\n"
