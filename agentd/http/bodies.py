@@ -125,12 +125,19 @@ def inlined(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 def sse_event_schema(events: list[str] | None) -> dict[str, Any]:
-    """One Server-Sent Event as schemathesis and clients see it: its `event` name (one of `events`;
-    None: events carry no name, only `data`) and its `data` line."""
+    """The schema of a Server-Sent Events body: a string. A validator (openapi-core, schemathesis)
+    applies a response's schema to the whole body, which is text here, never one JSON object; each
+    event's shape (its `event` name, one of `events`, or None: events carry only `data`) is told in the
+    description and in `x-agentd-sse-event`, for people and tools that read events one by one."""
     properties: dict[str, Any] = {"data": {"type": "string"}}
     if events is not None:
         properties["event"] = {"type": "string", "enum": events}
-    return {"type": "object", "properties": properties, "required": ["data"]}
+    names = f"events named {', '.join(events)}" if events is not None else "unnamed events"
+    return {
+        "type": "string",
+        "description": f"Server-Sent Events (text/event-stream): {names}, each with a `data:` line",
+        "x-agentd-sse-event": {"type": "object", "properties": properties, "required": ["data"]},
+    }
 
 
 M = TypeVar("M", bound=BaseModel)
