@@ -42,6 +42,18 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
+class TurnLimits:
+    """What a caller asks of this turn's model calls: stop sequences, and at most this many output
+    tokens (the OpenAI-compatible API's `stop` and `max_tokens`)."""
+
+    stop: tuple[str, ...] = ()
+    max_output_tokens: int | None = None
+
+
+NO_LIMITS = TurnLimits()
+
+
+@dataclass(frozen=True, slots=True)
 class TurnOptions:
     """How this run is answered: a sink for the reply as it is written, extra instructions for this
     turn, and whether a person can be asked to approve a call."""
@@ -49,6 +61,12 @@ class TurnOptions:
     sink: ReplySink | None = None
     instructions: str = ""
     can_ask: bool = True
+    # a caller's limits for this turn; the agent file's max_output_tokens still caps every call
+    limits: TurnLimits = NO_LIMITS
+
+
+def _lower(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else min(a, b)
 
 
 async def run_turn(
@@ -123,7 +141,8 @@ async def _drive(
                 messages=history.extended(new),
                 tools=tool_specs if allow_tools else (),
                 temperature=spec.model.temperature,
-                max_output_tokens=spec.model.max_output_tokens,
+                max_output_tokens=_lower(spec.model.max_output_tokens, options.limits.max_output_tokens),
+                stop=options.limits.stop,
                 hints=prompt.hints,
             )
             completion = await call_model(provider, request, step_sink)

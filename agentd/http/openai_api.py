@@ -12,10 +12,12 @@ included). Without a name the call is stateless: the messages sent are the
 whole conversation, nothing is kept but the run. Either way the request's
 system (and developer) messages are added to the agent's purpose for that
 call only; the purpose comes first and always stays. The agent's file decides
-the model, its sampling and its tools: `temperature`, `max_tokens` and other
-sampling options are accepted and ignored, while what agentd cannot honour
-(`n` > 1, client-side `tools`, a `response_format` other than text, tool
-messages) is refused with a reason.
+the model, its sampling and its tools: `stop` and `max_tokens` /
+`max_completion_tokens` are passed to the model for this turn, `temperature`
+and other sampling options are accepted, ignored and listed in the
+`x-agentd-ignored` header, while what agentd cannot honour (`n` > 1,
+client-side `tools`, a `response_format` other than text, `logprobs`, audio
+output, tool messages) is refused with a reason (openai_params.py).
 
 `stream: true` answers with OpenAI's chunk stream. Text the model writes
 before it calls one of the agent's tools streams too, followed by a blank line
@@ -43,6 +45,7 @@ from agentd.events import InboundEvent, Reply, ReplySink
 from agentd.http.bodies import MAX_TEXT, body_schema, read_json, sse_event_schema
 from agentd.http.directory import AgentDirectory
 from agentd.http.errors import ApiError
+from agentd.http.openai_params import ignored_headers, turn_limits
 from agentd.http.openai_usage import UsageOut, usage_of
 from agentd.http.streaming import SSE_HEADERS, Failed, Restart, TurnStream
 from agentd.messages import Message
@@ -263,16 +266,17 @@ def add_openai_routes(
         body = await read_json(request, ChatCompletionIn, directory.max_body_bytes)
         agent = agent_of(body.model)
         call = _Call(body, request.headers.get(CONVERSATION_HEADER))
+        limits = turn_limits(body.model_extra or {})
         event = InboundEvent(agent.name, call.key, call.text, CHANNEL, user_id=call.user)
 
         async def run(sink: ReplySink | None) -> Reply:
             if call.earlier is not None:
                 return await agent.answer_stateless(
-                    event, call.earlier, sink=sink, instructions=call.instructions
+                    event, call.earlier, sink=sink, instructions=call.instructions, limits=limits
                 )
-            return await agent.handle(event, sink=sink, instructions=call.instructions)
+            return await agent.handle(event, sink=sink, instructions=call.instructions, limits=limits)
 
-        headers = {CONVERSATION_HEADER: call.key}
+        headers = {CONVERSATION_HEADER: call.key} | ignored_headers(body.model_extra or {})
         if body.stream:
             await agent.ready()  # data that cannot be opened is a 503 now, not an error chunk in a 200
             include_usage = bool(body.stream_options and body.stream_options.include_usage)

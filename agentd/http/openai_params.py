@@ -1,0 +1,82 @@
+"""The Chat Completions parameters that change the answer: honoured, refused, or said to be ignored.
+
+A client that sends `stop` or `max_tokens` expects an answer that obeys them; one that asks for
+`logprobs` or audio output reads fields agentd never fills. So, parameter by parameter (the README's
+table says the same):
+
+- `stop` (a string or up to 4) and `max_completion_tokens` / `max_tokens` go to the agent's model for
+  this turn (OpenAI's and Anthropic's APIs and the offline model all honour them; the agent file's
+  `model.max_output_tokens` still caps);
+- `logprobs` / `top_logprobs`, and audio output (`modalities` with "audio", `audio`) are refused with a
+  400 in OpenAI's shape, naming the parameter: agentd has no log probabilities or audio to give;
+- any other parameter the request carries (`temperature`, `top_p`, `seed`, ...: the agent file decides
+  the model and its sampling) is accepted and listed in the `x-agentd-ignored` response header, so a
+  client can tell it had no effect.
+
+Its own module beside openai_api.py, which reads the request and answers it.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from agentd.engine.turn import TurnLimits
+from agentd.http.errors import ApiError
+
+IGNORED_HEADER = "x-agentd-ignored"
+MAX_STOPS = 4  # as OpenAI's API allows
+HONOURED = ("stop", "max_tokens", "max_completion_tokens")
+REFUSED = ("logprobs", "top_logprobs", "modalities", "audio")
+NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")  # what a header may carry of a parameter's name
+MAX_LISTED = 20
+
+
+def turn_limits(extra: dict[str, Any]) -> TurnLimits:
+    """`stop` and the output limit of a request's parameters (its fields beyond those the endpoint
+    declares); raises ApiError (400) for a malformed one, or one asking what agentd cannot give."""
+    _refuse(extra)
+    stop = extra.get("stop")
+    if stop is None:
+        stops: tuple[str, ...] = ()
+    elif isinstance(stop, str):
+        stops = (stop,)
+    elif isinstance(stop, list) and all(isinstance(s, str) for s in stop) and len(stop) <= MAX_STOPS:
+        stops = tuple(stop)
+    else:
+        raise ApiError(400, f"stop: a string or a list of up to {MAX_STOPS} strings", param="stop")
+    if any(s == "" for s in stops):
+        raise ApiError(400, "stop: a stop sequence cannot be empty", param="stop")
+    limit = None
+    for name in ("max_completion_tokens", "max_tokens"):  # the newer name wins when both are sent
+        value = extra.get(name)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ApiError(400, f"{name}: a positive number of tokens", param=name)
+        limit = value if limit is None else limit
+    return TurnLimits(stop=stops, max_output_tokens=limit)
+
+
+def _refuse(extra: dict[str, Any]) -> None:
+    if extra.get("logprobs") or extra.get("top_logprobs") is not None:
+        param = "logprobs" if extra.get("logprobs") else "top_logprobs"
+        raise ApiError(400, f"{param}: agents give no log probabilities; leave it out", param=param)
+    modalities = extra.get("modalities")
+    if extra.get("audio") is not None or (isinstance(modalities, list) and "audio" in modalities):
+        raise ApiError(
+            400, "modalities: agents answer in text only; leave out audio output", param="modalities"
+        )
+    if modalities is not None and modalities != ["text"]:
+        raise ApiError(400, 'modalities: only ["text"]', param="modalities")
+
+
+def ignored_headers(extra: dict[str, Any]) -> dict[str, str]:
+    """`x-agentd-ignored: temperature, top_p` for the parameters that had no effect (none: no header)."""
+    ignored = sorted(k for k, v in extra.items() if k not in HONOURED + REFUSED and v is not None)
+    if not ignored:
+        return {}
+    # a name no parameter has (non-ASCII, blanks: a header cannot carry it) is counted, not written
+    named = [k for k in ignored if NAME_RE.match(k)][:MAX_LISTED]
+    unnamed = len(ignored) - len(named)
+    return {IGNORED_HEADER: ", ".join([*named, *([f"(and {unnamed} more)"] if unnamed else [])])}
