@@ -71,6 +71,13 @@ AGENTS: list[tuple[str, str, bool]] = [
     ("window strategy", "memory: {scope: thread, strategy: {kind: window, messages: 5}}\n", True),
     ("compaction off", "memory: {compact_at_tokens: false}\n", True),
     ("subagent", "subagents: [{agent: researcher-2}]\n", True),
+    ("webhook with nothing after it", "channels:\n  webhook:\n", True),
+    ("discord", "channels: {discord: {token: abc}}\n", True),
+    (
+        "composite strategy",
+        "memory: {strategy: {kind: composite, layers: [{kind: window}, {kind: episodic}]}}\n",
+        True,
+    ),
     ("empty file", "", False),
     ("all comments", "# nothing yet\n", False),
     ("a mapping of nothing", "{}\n", False),
@@ -97,6 +104,18 @@ AGENTS: list[tuple[str, str, bool]] = [
     ("subagent name", "subagents: [{agent: Researcher}]\n", False),
     ("no tool steps", "max_tool_steps: 0\n", False),
     ("unknown strategy", "memory: {strategy: {kind: windowed}}\n", False),
+    (
+        "composite in composite",
+        "memory: {strategy: {kind: composite, layers: [{kind: composite, layers: []}]}}\n",
+        False,
+    ),
+    (
+        "state field name",
+        "memory: {strategy: {kind: state, spec: s, fields: [{name: 1a, description: d}]}}\n",
+        False,
+    ),
+    ("discord with nothing after it", "channels:\n  discord:\n", False),
+    ("temperature out of range", "model: {name: offline, temperature: 3}\n", False),
 ]
 
 DAEMONS: list[tuple[str, str, bool]] = [
@@ -127,6 +146,11 @@ LOADER_ONLY: list[tuple[str, str, str]] = [
     ("agent", "pattern naming no server", "tools: {allow: [nothere.read]}\n"),
     ("agent", "allow on a built-in source", "tools: {allow: [memory.recall]}\n"),
     ("agent", "unset variable", "purpose: ${AGENTD_SCHEMA_TEST_UNSET}\n"),
+    (
+        "agent",
+        "state fields named twice",
+        "memory: {strategy: {kind: state, spec: s, fields: [{name: a, description: d}, {name: a, description: e}]}}\n",
+    ),
     ("daemon", "embedder of an undeclared provider", "embedder: nowhere/model\n"),
 ]
 

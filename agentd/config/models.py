@@ -94,11 +94,19 @@ class WebhookSpec(Spec):
     """`channels.webhook: {}` enables POST /agents/<name>/messages."""
 
 
+def _written_means_enabled(schema: JsonDict) -> None:
+    """`discord:` with nothing after it is `discord: {}` (`_null_channel_is_empty`), which lacks the
+    channel's token: the schema offers no null for a channel that needs settings."""
+    branches = schema.pop("anyOf")
+    assert isinstance(branches, list)
+    schema["anyOf"] = [b for b in branches if b != {"type": "null"}]
+
+
 class ChannelsSpec(Spec):
     webhook: WebhookSpec | None = None
-    discord: DiscordSpec | None = None
-    slack: SlackSpec | None = None
-    telegram: TelegramSpec | None = None
+    discord: DiscordSpec | None = Field(default=None, json_schema_extra=_written_means_enabled)
+    slack: SlackSpec | None = Field(default=None, json_schema_extra=_written_means_enabled)
+    telegram: TelegramSpec | None = Field(default=None, json_schema_extra=_written_means_enabled)
 
     def enabled(self) -> list[str]:
         return [name for name in type(self).model_fields if getattr(self, name) is not None]
