@@ -102,7 +102,7 @@ async def record(client: httpx.AsyncClient) -> list[httpx.Response]:
         await get("/v1/models", headers=BEARER),
         await get("/v1/models/assistant", headers=BEARER),
         await get("/v1/models", headers={"Authorization": "Bearer wrong"}),  # 401, OpenAI's error shape
-        await post("/v1/chat/completions", json=chat, headers=BEARER),
+        await post("/v1/chat/completions", json={**chat, "temperature": 0.5, "stop": "x"}, headers=BEARER),
         await post(
             "/v1/chat/completions",
             json={**chat, "stream": True, "stream_options": {"include_usage": True}},
@@ -121,6 +121,10 @@ async def test_the_document_is_valid_openapi(secured: httpx.AsyncClient) -> None
     assert doc["paths"]["/healthz"]["get"]["security"] == []
     stream = doc["paths"]["/v1/chat/completions"]["post"]["responses"]["200"]["content"]["text/event-stream"]
     assert {"type": "string", "description": "the whole stream, as text"} in stream["schema"]["anyOf"]
+    answered = doc["paths"]["/v1/chat/completions"]["post"]["responses"]["200"]
+    assert {"X-Agentd-Conversation", "x-agentd-usage-estimated", "x-agentd-ignored"} <= set(
+        answered["headers"]
+    )
 
 
 async def test_every_recorded_response_matches_the_document(secured: httpx.AsyncClient) -> None:

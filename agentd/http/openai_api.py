@@ -45,7 +45,7 @@ from agentd.events import InboundEvent, Reply, ReplySink
 from agentd.http.bodies import MAX_TEXT, body_schema, read_json, sse_event_schema
 from agentd.http.directory import AgentDirectory
 from agentd.http.errors import ApiError
-from agentd.http.openai_params import ignored_headers, turn_limits
+from agentd.http.openai_params import ignored_headers, turn_limits, with_answer_headers
 from agentd.http.openai_usage import UsageOut, usage_of
 from agentd.http.streaming import SSE_HEADERS, Failed, Restart, TurnStream
 from agentd.messages import Message
@@ -259,7 +259,9 @@ def add_openai_routes(
         tags=["openai"],
         dependencies=[Depends(require_token)],
         responses=openai_errors(404, 413, 502, 503),
-        openapi_extra=body_schema(ChatCompletionIn, stream=sse_event_schema(None)),
+        openapi_extra=with_answer_headers(
+            body_schema(ChatCompletionIn, stream=sse_event_schema(None)), CONVERSATION_HEADER
+        ),
     )
     async def chat_completions(request: Request) -> Any:
         """Talk to an agent as to an OpenAI model (see the module docstring for the rules)."""

@@ -23,6 +23,7 @@ from typing import Any
 
 from agentd.engine.turn import TurnLimits
 from agentd.http.errors import ApiError
+from agentd.http.openai_usage import USAGE_ESTIMATED_HEADER
 
 IGNORED_HEADER = "x-agentd-ignored"
 MAX_STOPS = 4  # as OpenAI's API allows
@@ -69,6 +70,27 @@ def _refuse(extra: dict[str, Any]) -> None:
         )
     if modalities is not None and modalities != ["text"]:
         raise ApiError(400, 'modalities: only ["text"]', param="modalities")
+
+
+def with_answer_headers(extra: dict[str, Any], conversation_header: str) -> dict[str, Any]:
+    """The route's `openapi_extra` with the headers a 200 carries declared, so clients and validators
+    know them: the conversation, estimated usage, the ignored parameters."""
+    ok = extra.setdefault("responses", {}).setdefault("200", {})
+    ok["headers"] = {
+        conversation_header: {
+            "description": "the conversation's key (openai:<name>, or openai:(stateless))",
+            "schema": {"type": "string"},
+        },
+        USAGE_ESTIMATED_HEADER: {
+            "description": "present when `usage` is agentd's estimate, not the provider's count",
+            "schema": {"type": "string", "enum": ["true"]},
+        },
+        IGNORED_HEADER: {
+            "description": "the request's parameters that had no effect, comma-separated",
+            "schema": {"type": "string"},
+        },
+    }
+    return extra
 
 
 def ignored_headers(extra: dict[str, Any]) -> dict[str, str]:
