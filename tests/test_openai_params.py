@@ -59,6 +59,16 @@ async def test_stop_and_max_tokens_reach_an_openai_model(client: openai.AsyncOpe
     assert "stop" not in fake.requests[-1].json and "max_tokens" not in fake.requests[-1].json
 
 
+async def test_a_model_cut_short_finishes_with_length(client: openai.AsyncOpenAI, fake: FakeLLM) -> None:
+    fake.reply("Lisbon is", stop_reason="length")
+    cut = await client.chat.completions.create(**ask("gpt", max_tokens=2))
+    assert (cut.choices[0].message.content, cut.choices[0].finish_reason) == ("Lisbon is", "length")
+    fake.reply("Lisbon is", pieces=["Lisbon ", "is"], stop_reason="length")
+    stream = await client.chat.completions.create(**ask("gpt", max_tokens=2, stream=True))
+    finishes = [c.choices[0].finish_reason async for c in stream if c.choices]
+    assert finishes[-1] == "length"
+
+
 async def test_the_agent_files_limit_still_caps(client: openai.AsyncOpenAI, fake: FakeLLM) -> None:
     await client.chat.completions.create(**ask("capped", max_tokens=500))
     assert fake.requests[-1].json["max_tokens"] == 5
@@ -83,6 +93,7 @@ async def test_the_offline_model_honours_stop_and_max_tokens(client: openai.Asyn
     assert stopped.choices[0].message.content == "(offline model) I see 0 "
     short = await client.chat.completions.create(**ask("offline-bot", max_tokens=2))
     assert short.choices[0].message.content == text[:8]
+    assert short.choices[0].finish_reason == "length" and stopped.choices[0].finish_reason == "stop"
     stream = await client.chat.completions.create(**ask("offline-bot", stop="earlier", stream=True))
     assert (
         "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])

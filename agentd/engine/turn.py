@@ -125,6 +125,7 @@ async def _drive(
     new_chars = sum(m.char_count() for m in new)
     reply_text = ""
     error: str | None = None
+    cut_short = False
     try:
         if progress.batch is not None:
             if decision is not None:
@@ -163,6 +164,8 @@ async def _drive(
             calls = answer.tool_calls
             if not calls:
                 reply_text = answer.text
+                # OpenAI's and the offline model's "length", Anthropic's "max_tokens"
+                cut_short = completion.stop_reason in ("length", "max_tokens")
                 break
             if not allow_tools:
                 # The model called tools although none were offered: answer each call with an
@@ -203,7 +206,13 @@ async def _drive(
     run.duration_ms = (time.time() - run.started_at) * 1000
     closing = decision.approval if decision is not None else None
     await _commit(conv, progress, closing)
-    reply = Reply(text=reply_text, conversation_key=event.conversation_key, run_id=run.id, error=error)
+    reply = Reply(
+        text=reply_text,
+        conversation_key=event.conversation_key,
+        run_id=run.id,
+        error=error,
+        cut_short=cut_short,
+    )
     return TurnResult(reply)
 
 

@@ -45,7 +45,7 @@ from agentd.events import InboundEvent, Reply, ReplySink
 from agentd.http.bodies import MAX_TEXT, body_schema, read_json, sse_event_schema
 from agentd.http.directory import AgentDirectory
 from agentd.http.errors import ApiError
-from agentd.http.openai_params import ignored_headers, turn_limits, with_answer_headers
+from agentd.http.openai_params import finish_reason, ignored_headers, turn_limits, with_answer_headers
 from agentd.http.openai_usage import UsageOut, usage_of
 from agentd.http.streaming import SSE_HEADERS, Failed, Restart, TurnStream
 from agentd.messages import Message
@@ -298,7 +298,7 @@ def add_openai_routes(
             id=f"chatcmpl-{reply.run_id or uuid.uuid4().hex}",
             created=int(time.time()),
             model=agent.name,
-            choices=[ChoiceOut(message=AssistantOut(content=reply.text))],
+            choices=[ChoiceOut(message=AssistantOut(content=reply.text), finish_reason=finish_reason(reply))],
             usage=used.tokens,
         )
         return JSONResponse(out.model_dump(), headers=headers | used.headers())
@@ -338,7 +338,7 @@ async def _chunks(
                 rest = item.text[len(showing) :] if item.text.startswith(showing) else "\n\n" + item.text
                 if rest:
                     yield chunk({"content": rest})
-                yield chunk({}, "stop")
+                yield chunk({}, finish_reason(item))
                 if usage is not None:
                     yield _data({**base, "choices": [], "usage": await usage(item)})
             yield "data: [DONE]\n\n"

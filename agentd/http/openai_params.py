@@ -22,6 +22,7 @@ import re
 from typing import Any
 
 from agentd.engine.turn import TurnLimits
+from agentd.events import Reply
 from agentd.http.errors import ApiError
 from agentd.http.openai_usage import USAGE_ESTIMATED_HEADER
 
@@ -70,6 +71,11 @@ def _refuse(extra: dict[str, Any]) -> None:
         )
     if modalities is not None and modalities != ["text"]:
         raise ApiError(400, 'modalities: only ["text"]', param="modalities")
+
+
+def finish_reason(reply: Reply) -> str:
+    """OpenAI's `finish_reason`: "length" when the model stopped at the output limit (max_tokens)."""
+    return "length" if reply.cut_short else "stop"
 
 
 def with_answer_headers(extra: dict[str, Any], conversation_header: str) -> dict[str, Any]:
