@@ -178,6 +178,8 @@ def check_valid(tmp: Path, which: str, text: str) -> bool:
 
 
 def test_the_schemas_are_valid_json_schemas() -> None:
+    assert jsonschema.validators.validator_for(AGENT_SCHEMA, default=None) is jsonschema.Draft202012Validator
+    assert jsonschema.validators.validator_for(DAEMON_SCHEMA, default=None) is jsonschema.Draft202012Validator
     jsonschema.Draft202012Validator.check_schema(AGENT_SCHEMA)
     jsonschema.Draft202012Validator.check_schema(DAEMON_SCHEMA)
 

@@ -213,6 +213,8 @@ def schema_text(which: str) -> str:
     from agentd.config.models import AgentSpec, DaemonSpec
 
     schema = (AgentSpec if which == "agent" else DaemonSpec).model_json_schema()
+    # pydantic writes Draft 2020-12 ($defs, prefixItems): said, so an editor does not assume draft-07
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     if which == "agent":
         # the name is the file name, never a key in the file
         schema["properties"].pop("name", None)
