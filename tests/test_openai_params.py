@@ -11,10 +11,13 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import openai
 import pytest
 
 from agentd.daemon import Daemon
+from agentd.http.errors import ApiError
+from agentd.http.openai_params import REQUEST_PROPERTIES, turn_limits
 from testkit.fake_llm import FakeLLM
 from tests.support import daemon_on_loopback
 
@@ -130,3 +133,37 @@ async def test_ignored_parameters_are_listed(client: openai.AsyncOpenAI) -> None
     assert raw.headers["x-agentd-ignored"] == "seed, temperature, top_p"
     plain = await client.chat.completions.with_raw_response.create(**ask("offline-bot", stop="x"))
     assert "x-agentd-ignored" not in plain.headers
+
+
+def test_the_documented_parameters_are_exactly_what_is_accepted() -> None:
+    """The request schema's properties for these parameters (which schemathesis fuzzes in CI) accept
+    what turn_limits accepts, and nothing it refuses."""
+    schema = {"type": "object", "properties": REQUEST_PROPERTIES}
+    accepted = [
+        {"stop": "x"},
+        {"stop": ["a", "b", "c", "d"]},
+        {"stop": None, "max_tokens": 5, "max_completion_tokens": 64.0},
+        {"logprobs": False, "modalities": ["text"]},
+    ]
+    refused = [
+        {"stop": ""},
+        {"stop": ["a"] * 5},
+        {"stop": 3},
+        {"max_tokens": 0},
+        {"max_tokens": 2.5},
+        {"max_tokens": True},
+        {"logprobs": True},
+        {"logprobs": 0},
+        {"top_logprobs": 1},
+        {"modalities": ["text", "audio"]},
+        {"modalities": []},
+        {"audio": {"voice": "alloy"}},
+    ]
+    validator = jsonschema.Draft202012Validator(schema)
+    for params in accepted:
+        assert validator.is_valid(params), params
+        turn_limits(params)
+    for params in refused:
+        assert not validator.is_valid(params), params
+        with pytest.raises(ApiError):
+            turn_limits(params)

@@ -54,6 +54,8 @@ def turn_limits(extra: dict[str, Any]) -> TurnLimits:
         value = extra.get(name)
         if value is None:
             continue
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)  # 64.0 is the integer 64 in JSON (and in the schema's "integer")
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ApiError(400, f"{name}: a positive number of tokens", param=name)
         limit = value if limit is None else limit
@@ -61,9 +63,13 @@ def turn_limits(extra: dict[str, Any]) -> TurnLimits:
 
 
 def _refuse(extra: dict[str, Any]) -> None:
-    if extra.get("logprobs") or extra.get("top_logprobs") is not None:
-        param = "logprobs" if extra.get("logprobs") else "top_logprobs"
-        raise ApiError(400, f"{param}: agents give no log probabilities; leave it out", param=param)
+    logprobs = extra.get("logprobs")
+    if logprobs is not None and logprobs is not False:  # (0 == False in Python, not in JSON)
+        raise ApiError(400, "logprobs: agents give no log probabilities; leave it out", param="logprobs")
+    if extra.get("top_logprobs") is not None:
+        raise ApiError(
+            400, "top_logprobs: agents give no log probabilities; leave it out", param="top_logprobs"
+        )
     modalities = extra.get("modalities")
     if extra.get("audio") is not None or (isinstance(modalities, list) and "audio" in modalities):
         raise ApiError(
@@ -78,9 +84,41 @@ def finish_reason(reply: Reply) -> str:
     return "length" if reply.cut_short else "stop"
 
 
+# The parameters above as the request's schema says them (ChatCompletionIn takes them as extra fields,
+# which turn_limits reads): exactly what is accepted, so a value the schema allows is never refused.
+REQUEST_PROPERTIES: dict[str, Any] = {
+    "stop": {
+        "anyOf": [
+            {"type": "string", "minLength": 1},
+            {"type": "array", "items": {"type": "string", "minLength": 1}, "maxItems": MAX_STOPS},
+            {"type": "null"},
+        ],
+        "description": "passed to the agent's model for this turn",
+    },
+    **{
+        name: {
+            "type": ["integer", "null"],
+            "minimum": 1,
+            "description": "passed to the agent's model for this turn (the agent file's limit still caps)",
+        }
+        for name in ("max_completion_tokens", "max_tokens")
+    },
+    "logprobs": {"enum": [False, None], "description": "agents give no log probabilities: true is refused"},
+    "top_logprobs": {"type": "null", "description": "refused: agents give no log probabilities"},
+    "modalities": {
+        "anyOf": [{"const": ["text"]}, {"type": "null"}],
+        "description": "text only: audio output is refused",
+    },
+    "audio": {"type": "null", "description": "refused: agents answer in text"},
+}
+
+
 def with_answer_headers(extra: dict[str, Any], conversation_header: str) -> dict[str, Any]:
-    """The route's `openapi_extra` with the headers a 200 carries declared, so clients and validators
-    know them: the conversation, estimated usage, the ignored parameters."""
+    """The route's `openapi_extra` with the parameters above in its request schema and the headers a
+    200 carries declared, so clients and validators know them: the conversation, estimated usage, the
+    ignored parameters."""
+    body = extra["requestBody"]["content"]["application/json"]["schema"]
+    body.setdefault("properties", {}).update(REQUEST_PROPERTIES)
     ok = extra.setdefault("responses", {}).setdefault("200", {})
     ok["headers"] = {
         conversation_header: {
