@@ -12,12 +12,10 @@ included). Without a name the call is stateless: the messages sent are the
 whole conversation, nothing is kept but the run. Either way the request's
 system (and developer) messages are added to the agent's purpose for that
 call only; the purpose comes first and always stays. The agent's file decides
-the model, its sampling and its tools: `stop` and `max_tokens` /
-`max_completion_tokens` are passed to the model for this turn, `temperature`
-and other sampling options are accepted, ignored and listed in the
-`x-agentd-ignored` header, while what agentd cannot honour (`n` > 1,
-client-side `tools`, a `response_format` other than text, `logprobs`, audio
-output, tool messages) is refused with a reason (openai_params.py).
+the model, its sampling and its tools: `stop` and `max_tokens` reach the model,
+other options are ignored (named in `x-agentd-ignored`), and what agentd cannot
+honour (`n` > 1, client-side `tools`, a non-text `response_format`, `logprobs`,
+audio, tool messages) is refused with a reason (openai_params.py).
 
 `stream: true` answers with OpenAI's chunk stream. Text the model writes
 before it calls one of the agent's tools streams too, followed by a blank line
@@ -42,11 +40,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agentd.engine.agent import Agent
 from agentd.events import InboundEvent, Reply, ReplySink
-from agentd.http.bodies import MAX_TEXT, body_schema, read_json, sse_event_schema
+from agentd.http.bodies import MAX_TEXT, read_json
 from agentd.http.directory import AgentDirectory
 from agentd.http.errors import ApiError
-from agentd.http.openai_params import finish_reason, ignored_headers, turn_limits, with_answer_headers
-from agentd.http.openai_usage import UsageOut, usage_of
+from agentd.http.openai_params import completion_docs, finish_reason, ignored_headers, turn_limits
+from agentd.http.openai_usage import UsageChunk, UsageOut, stream_usage, usage_of
 from agentd.http.streaming import SSE_HEADERS, Failed, Restart, TurnStream
 from agentd.messages import Message
 
@@ -259,9 +257,7 @@ def add_openai_routes(
         tags=["openai"],
         dependencies=[Depends(require_token)],
         responses=openai_errors(404, 413, 502, 503),
-        openapi_extra=with_answer_headers(
-            body_schema(ChatCompletionIn, stream=sse_event_schema(None)), CONVERSATION_HEADER
-        ),
+        openapi_extra=completion_docs(ChatCompletionIn, CONVERSATION_HEADER),
     )
     async def chat_completions(request: Request) -> Any:
         """Talk to an agent as to an OpenAI model (see the module docstring for the rules)."""
@@ -281,12 +277,8 @@ def add_openai_routes(
         headers = {CONVERSATION_HEADER: call.key} | ignored_headers(body.model_extra or {})
         if body.stream:
             await agent.ready()  # data that cannot be opened is a 503 now, not an error chunk in a 200
-            include_usage = bool(body.stream_options and body.stream_options.include_usage)
-
-            async def usage(reply: Reply) -> dict[str, Any]:
-                return (await usage_of(agent, reply, call.text)).streamed()
-
-            chunks = _chunks(TurnStream(run, turns), agent.name, usage if include_usage else None)
+            wanted = bool(body.stream_options and body.stream_options.include_usage)
+            chunks = _chunks(TurnStream(run, turns), agent.name, stream_usage(agent, wanted, call.text))
             return StreamingResponse(chunks, media_type="text/event-stream", headers=SSE_HEADERS | headers)
         reply = await run(None)
         if reply.error is not None:
@@ -304,9 +296,7 @@ def add_openai_routes(
         return JSONResponse(out.model_dump(), headers=headers | used.headers())
 
 
-async def _chunks(
-    stream: TurnStream, model: str, usage: Callable[[Reply], Awaitable[dict[str, Any]]] | None = None
-) -> AsyncIterator[str]:
+async def _chunks(stream: TurnStream, model: str, usage: UsageChunk | None = None) -> AsyncIterator[str]:
     """The turn as OpenAI's chunk stream; the text ends as the reply, whatever was heard on the way.
     With `usage` (stream_options.include_usage), a last chunk with no choices carries the run's tokens."""
     base = {

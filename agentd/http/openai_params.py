@@ -21,8 +21,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from pydantic import BaseModel
+
 from agentd.engine.turn import TurnLimits
 from agentd.events import Reply
+from agentd.http.bodies import body_schema, sse_event_schema
 from agentd.http.errors import ApiError
 from agentd.http.openai_usage import USAGE_ESTIMATED_HEADER
 
@@ -113,10 +116,11 @@ REQUEST_PROPERTIES: dict[str, Any] = {
 }
 
 
-def with_answer_headers(extra: dict[str, Any], conversation_header: str) -> dict[str, Any]:
-    """The route's `openapi_extra` with the parameters above in its request schema and the headers a
-    200 carries declared, so clients and validators know them: the conversation, estimated usage, the
-    ignored parameters."""
+def completion_docs(request: type[BaseModel], conversation_header: str) -> dict[str, Any]:
+    """The route's `openapi_extra`: its body (`request`, with the parameters above) and its stream, and
+    the headers a 200 carries, so clients and validators know them: the conversation, estimated usage,
+    the ignored parameters."""
+    extra = body_schema(request, stream=sse_event_schema(None))
     body = extra["requestBody"]["content"]["application/json"]["schema"]
     body.setdefault("properties", {}).update(REQUEST_PROPERTIES)
     ok = extra.setdefault("responses", {}).setdefault("200", {})

@@ -13,6 +13,7 @@ Its own module beside openai_api.py so that the endpoint's rules and its account
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -22,6 +23,7 @@ from agentd.events import Reply
 from agentd.messages import estimate_tokens
 
 USAGE_ESTIMATED_HEADER = "x-agentd-usage-estimated"
+UsageChunk = Callable[[Reply], Awaitable[dict[str, Any]]]  # a stream's last chunk's `usage`, for a reply
 RUNS_SEARCHED = 50  # the newest runs of the conversation among which the reply's run is looked for
 
 
@@ -61,3 +63,14 @@ async def usage_of(agent: Agent, reply: Reply, prompt_text: str) -> Usage:
     if run is None:
         return _usage(estimate_tokens(len(prompt_text)), estimate_tokens(len(reply.text)), True)
     return _usage(run["input_tokens"], run["output_tokens"], bool(run["tokens_estimated"]))
+
+
+def stream_usage(agent: Agent, wanted: bool, prompt_text: str) -> UsageChunk | None:
+    """What a stream's usage chunk says, when `stream_options.include_usage` asked for one."""
+    if not wanted:
+        return None
+
+    async def usage(reply: Reply) -> dict[str, Any]:
+        return (await usage_of(agent, reply, prompt_text)).streamed()
+
+    return usage
