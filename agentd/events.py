@@ -91,6 +91,7 @@ class Reply:
     duplicate: bool = False
     error: str | None = None
     approval: str | None = None
+    cut_short: bool = False  # the model stopped at its output limit (max tokens), not at its end
 
 
 class ReplySink(Protocol):

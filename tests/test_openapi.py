@@ -85,7 +85,7 @@ async def test_bearer_auth_is_declared_only_when_a_token_is_set(
         "description": "http.token from agentd.yaml",
     }
     for path, method, op in operations(schema):
-        assert op.get("security") == (None if path in OPEN_PATHS else [{"bearer": []}]), (method, path)
+        assert op.get("security") == ([] if path in OPEN_PATHS else [{"bearer": []}]), (method, path)
     _daemon, client = open_daemon
     unsecured = (await client.get("/openapi.json")).json()
     assert "securitySchemes" not in unsecured.get("components", {})

@@ -257,10 +257,17 @@ def schema_text(which: str) -> str:
     from agentd.config.models import AgentSpec, DaemonSpec
 
     schema = (AgentSpec if which == "agent" else DaemonSpec).model_json_schema()
+    # pydantic writes Draft 2020-12 ($defs, prefixItems): said, so an editor does not assume draft-07
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     if which == "agent":
         # the name is the file name, never a key in the file
         schema["properties"].pop("name", None)
         schema["required"] = [r for r in schema.get("required", []) if r != "name"]
+        # an empty (or all-comment) agent file is refused: an agent needs at least its purpose
+        schema["minProperties"] = 1
+    else:
+        # an all-comment agentd.yaml (what `agentd init` writes) is YAML null: every default
+        schema["type"] = ["object", "null"]
     return json.dumps(schema, indent=2, sort_keys=True) + "\n"
 
 

@@ -7,12 +7,14 @@ import re
 from collections.abc import Collection
 from typing import Any, Literal
 
-from pydantic import Field, PrivateAttr, ValidationInfo, field_validator, model_validator
+from pydantic import ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator, model_validator
+from pydantic.json_schema import JsonDict
 
 from agentd.config.base import Spec
 from agentd.config.discord import DiscordSpec
 from agentd.config.refs import (
     EMBEDDER_CHECK,
+    MODEL_REF_SCHEMA,
     OFFLINE_MODEL,
     ModelRef,
     ProviderKind,
@@ -27,6 +29,14 @@ from agentd.config.tools import Loc, ToolsSpec, subagent_tool_name
 from agentd.errors import OperatorError
 
 AGENT_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
+PROVIDER_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+
+def _model_or_shorthand(schema: JsonDict) -> None:
+    """`model: openai/gpt-4.1-mini` is `model: {name: openai/gpt-4.1-mini}` (`_shorthand`): the schema
+    offers both."""
+    ref = schema.pop("$ref")
+    schema["anyOf"] = [MODEL_REF_SCHEMA, {"$ref": ref}]
 
 
 class ModelSpec(Spec):
@@ -43,7 +53,10 @@ class ModelSpec(Spec):
 class MemorySpec(Spec):
     scope: Literal["none", "thread"] = "none"
     persistent: bool = False
-    compact_at_tokens: int | Literal[False] = 50000
+    compact_at_tokens: int | Literal[False] = Field(
+        default=50000,
+        json_schema_extra={"anyOf": [{"type": "integer", "exclusiveMinimum": 0}, {"const": False}]},
+    )
     max_value_chars: int = Field(default=4000, gt=0, le=1_000_000)
     # agent: one set of facts for everyone; user: each person's facts are theirs alone
     persistent_scope: Literal["agent", "user"] = "agent"
@@ -89,11 +102,19 @@ class WebhookSpec(Spec):
     """`channels.webhook: {}` enables POST /agents/<name>/messages."""
 
 
+def _written_means_enabled(schema: JsonDict) -> None:
+    """`discord:` with nothing after it is `discord: {}` (`_null_channel_is_empty`), which lacks the
+    channel's token: the schema offers no null for a channel that needs settings."""
+    branches = schema.pop("anyOf")
+    assert isinstance(branches, list)
+    schema["anyOf"] = [b for b in branches if b != {"type": "null"}]
+
+
 class ChannelsSpec(Spec):
     webhook: WebhookSpec | None = None
-    discord: DiscordSpec | None = None
-    slack: SlackSpec | None = None
-    telegram: TelegramSpec | None = None
+    discord: DiscordSpec | None = Field(default=None, json_schema_extra=_written_means_enabled)
+    slack: SlackSpec | None = Field(default=None, json_schema_extra=_written_means_enabled)
+    telegram: TelegramSpec | None = Field(default=None, json_schema_extra=_written_means_enabled)
 
     def enabled(self) -> list[str]:
         return [name for name in type(self).model_fields if getattr(self, name) is not None]
@@ -102,7 +123,7 @@ class ChannelsSpec(Spec):
 class SubagentSpec(Spec):
     """Another agent this one may call as a tool, optionally with a different memory for this slot."""
 
-    agent: str
+    agent: str = Field(json_schema_extra={"pattern": AGENT_NAME_RE.pattern})
     description: str | None = None
     memory_override: StrategySpec | None = None
 
@@ -117,7 +138,7 @@ class SubagentSpec(Spec):
 class AgentSpec(Spec):
     name: str
     purpose: str = ""
-    model: ModelSpec = ModelSpec(name=OFFLINE_MODEL)
+    model: ModelSpec = Field(default=ModelSpec(name=OFFLINE_MODEL), json_schema_extra=_model_or_shorthand)
     memory: MemorySpec = MemorySpec()
     transcripts: TranscriptsSpec = TranscriptsSpec()
     channels: ChannelsSpec = ChannelsSpec()
@@ -201,7 +222,21 @@ class ProviderSpec(Spec):
         self._unavailable = reason
 
 
+_OCTET = r"(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)"
+# `is_loopback` for an editor, in its usual spellings (an unusual one of ::1, say 0::1, the schema
+# asks a token for where the loader would not)
+LOOPBACK_RE = rf"^(localhost|127(\.{_OCTET}){{3}}|::1|0:0:0:0:0:0:0:1)$"
+
+
 class HttpSpec(Spec):
+    # `_token_beyond_loopback` for an editor
+    model_config = ConfigDict(
+        json_schema_extra={
+            "if": {"required": ["host"], "properties": {"host": {"not": {"pattern": LOOPBACK_RE}}}},
+            "then": {"required": ["token"], "properties": {"token": {"type": "string", "minLength": 1}}},
+        }
+    )
+
     host: str = "127.0.0.1"
     port: int = Field(default=8765, ge=0, le=65535)
     token: str | None = None
@@ -246,7 +281,7 @@ class StoreSpec(Spec):
     hot_cache_mb: float = Field(default=512, gt=0)
     # postgresql://user:password@host:port/database puts every agent in one PostgreSQL database that
     # several daemons may share (AGENTD_STORE_URL says the same); none: one SQLite file per agent
-    url: str | None = None
+    url: str | None = Field(default=None, json_schema_extra={"pattern": r"^postgres(ql)?://|^\s*$"})
     # With several daemons on one store: how long a lease (a conversation being answered, a bot
     # connection) outlives a daemon that stopped renewing it (killed), before another takes over.
     lease_s: float = Field(default=15.0, ge=1.0, le=600.0)
@@ -269,7 +304,9 @@ class DefaultsSpec(Spec):
 
 
 class DaemonSpec(Spec):
-    providers: dict[str, ProviderSpec] = {}
+    providers: dict[str, ProviderSpec] = Field(
+        default={}, json_schema_extra={"propertyNames": {"pattern": PROVIDER_NAME_RE.pattern}}
+    )
     # provider/model of the embedder episodic memory uses: openai/..., ollama/..., hash/<dim>, local/...
     embedder: str | None = None
     # the model for folds and fact extraction when a strategy names none
@@ -300,6 +337,6 @@ class DaemonSpec(Spec):
     @model_validator(mode="after")
     def _provider_names(self) -> DaemonSpec:
         for name in self.providers:
-            if not re.match(r"^[A-Za-z0-9_.-]+$", name):
+            if not PROVIDER_NAME_RE.match(name):
                 raise ValueError(f"provider name {name!r} may only use letters, digits, '_', '.', '-'")
         return self

@@ -14,7 +14,8 @@ import re
 from collections.abc import Collection, Iterable
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import AfterValidator, ValidationInfo
+from pydantic import AfterValidator, ValidationInfo, WithJsonSchema
+from pydantic.json_schema import JsonDict
 
 MODEL_REF_RE = re.compile(r"^[A-Za-z0-9_.-]+/\S+$")
 OFFLINE_MODEL = "offline/offline"
@@ -59,5 +60,15 @@ def _checked_model_ref(value: str, info: ValidationInfo) -> str:
     return ref
 
 
+# What an editor's schema says of a model reference: the loader's form (surrounding blanks are stripped),
+# or a value read from the environment (`${AGENTD_MODEL:-offline}`, replaced before validation; JSON
+# Schema's `pattern` searches, so the unanchored `\$\{` alternative accepts any text holding one). Which
+# providers exist is agentd.yaml's, beyond a schema: `agentd check` says that.
+MODEL_REF_SCHEMA: JsonDict = {
+    "type": "string",
+    "pattern": rf"^\s*(offline|{MODEL_REF_RE.pattern.strip('^$')})\s*$|\$\{{",
+    "description": "provider/model (e.g. openai/gpt-4.1-mini), or offline",
+}
+
 # The type of every field that names a model: `model.name`, `model.small`, a strategy's `model`, ...
-ModelRef = Annotated[str, AfterValidator(_checked_model_ref)]
+ModelRef = Annotated[str, AfterValidator(_checked_model_ref), WithJsonSchema(MODEL_REF_SCHEMA)]

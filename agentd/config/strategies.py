@@ -80,14 +80,17 @@ class SemanticStrategy(Spec):
     model: ModelRef | None = None
 
 
+STATE_FIELD_RE = r"^[A-Za-z_][A-Za-z0-9_]{0,63}$"
+
+
 class StateField(Spec):
-    name: str
+    name: str = Field(json_schema_extra={"pattern": STATE_FIELD_RE})
     description: str
 
     @field_validator("name")
     @classmethod
     def _identifier(cls, v: str) -> str:
-        if not re.match(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$", v):
+        if not re.match(STATE_FIELD_RE, v):
             raise ValueError("a field name is 1-64 letters, digits or '_', not starting with a digit")
         return v
 

@@ -26,7 +26,8 @@ import fnmatch
 import re
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, Field, field_validator, model_validator
+from pydantic import AfterValidator, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
+from pydantic.json_schema import JsonDict
 
 from agentd.config.base import Spec
 
@@ -53,13 +54,43 @@ def pattern_matches(pattern: str, source: str, tool: str) -> bool:
     return fnmatch.fnmatchcase(tool, match.group(2).replace("[", "[[]"))
 
 
+# The editor's schema says what `_one_transport` checks: a `command` (no url, no headers) or a `url` (no
+# command, no env, no cwd); an empty env/headers or a null cwd is as good as none, as in the validator.
+_TRANSPORT_SCHEMA: JsonDict = {
+    "anyOf": [
+        {
+            "title": "stdio",
+            "required": ["command"],
+            "properties": {
+                "command": {"type": "array"},
+                "url": {"type": "null"},
+                "headers": {"maxProperties": 0},
+            },
+        },
+        {
+            "title": "Streamable HTTP",
+            "required": ["url"],
+            "properties": {
+                "url": {"type": "string"},
+                "command": {"type": "null"},
+                "env": {"maxProperties": 0},
+                "cwd": {"maxLength": 0},
+            },
+        },
+    ]
+}
+_URL_RE = r"^https?://[^\s/]+"
+
+
 class McpServerSpec(Spec):
     """One MCP server: a command run over stdio, or a Streamable HTTP `url`."""
+
+    model_config = ConfigDict(json_schema_extra=_TRANSPORT_SCHEMA)
 
     command: list[str] | None = Field(default=None, min_length=1)
     env: dict[str, str] = {}
     cwd: str | None = None
-    url: str | None = None
+    url: str | None = Field(default=None, json_schema_extra={"pattern": _URL_RE})
     headers: dict[str, str] = {}
     timeout_s: float = Field(default=30.0, gt=0, le=3600)  # one call
     connect_timeout_s: float = Field(default=30.0, gt=0, le=3600)  # starting and connecting
@@ -69,7 +100,7 @@ class McpServerSpec(Spec):
     @field_validator("url")
     @classmethod
     def _http_url(cls, v: str | None) -> str | None:
-        if v is not None and not re.match(r"^https?://[^\s/]+", v):
+        if v is not None and not re.match(_URL_RE, v):
             raise ValueError(f"expected an http:// or https:// URL of the server's MCP endpoint, got {v!r}")
         return v
 
@@ -104,12 +135,23 @@ def _approver(value: str) -> str:
     return value
 
 
-Pattern = Annotated[str, AfterValidator(_pattern)]
-Approver = Annotated[str, AfterValidator(_approver)]
+Pattern = Annotated[
+    str, AfterValidator(_pattern), WithJsonSchema({"type": "string", "pattern": PATTERN_RE.pattern})
+]
+Approver = Annotated[
+    str, AfterValidator(_approver), WithJsonSchema({"type": "string", "pattern": APPROVER_RE.pattern})
+]
+# `_server_names` for an editor: the name's form, and not a built-in source's name
+_SERVER_NAMES_SCHEMA: JsonDict = {
+    "propertyNames": {
+        "pattern": SERVER_NAME_RE.pattern,
+        "not": {"enum": [*BUILTIN_SOURCES]},
+    }
+}
 
 
 class ToolsSpec(Spec):
-    mcp: dict[str, McpServerSpec] = {}
+    mcp: dict[str, McpServerSpec] = Field(default={}, json_schema_extra=_SERVER_NAMES_SCHEMA)
     # None: every tool of the listed servers. Built-in tools (memory, sub-agents) are the file's own
     # choice and always allowed; deny and ask apply to them too.
     allow: list[Pattern] | None = None

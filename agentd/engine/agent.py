@@ -26,7 +26,7 @@ from agentd.engine.resources import AgentResources
 from agentd.engine.state import AgentState
 from agentd.engine.stateless import run_stateless
 from agentd.engine.status import status_facts, tools_report
-from agentd.engine.turn import TurnOptions
+from agentd.engine.turn import NO_LIMITS, TurnLimits, TurnOptions
 from agentd.errors import NewerSchema, StoreError
 from agentd.events import InboundEvent, Reply, ReplySink
 from agentd.memory.episode_writes import forget_partition
@@ -184,11 +184,15 @@ class Agent:
         *,
         sink: ReplySink | None = None,
         instructions: str = "",
+        limits: TurnLimits = NO_LIMITS,
     ) -> Reply:
         """Answer one event in its conversation. `sink` hears the reply as the model writes it;
-        `instructions` are added to the system prompt of this turn only (never stored)."""
+        `instructions` are added to the system prompt of this turn only (never stored); `limits`: a
+        caller's stop sequences and output tokens for this turn."""
         await self.ready()
-        return await self._handler.handle(event, TurnOptions(sink, instructions), parent_run_id)
+        return await self._handler.handle(
+            event, TurnOptions(sink, instructions, limits=limits), parent_run_id
+        )
 
     async def answer_stateless(
         self,
@@ -197,13 +201,13 @@ class Agent:
         *,
         sink: ReplySink | None = None,
         instructions: str = "",
+        limits: TurnLimits = NO_LIMITS,
     ) -> Reply:
         """Answer `event` after `earlier`, the whole conversation as the caller sent it: no thread is
         read or written, only the run is recorded (see stateless.py)."""
         await self.ready()
-        return await run_stateless(
-            self.state, self.lifecycle, event, earlier, TurnOptions(sink, instructions)
-        )
+        options = TurnOptions(sink, instructions, limits=limits)
+        return await run_stateless(self.state, self.lifecycle, event, earlier, options)
 
     # -- what the API and the CLI read --------------------------------------------------------
 

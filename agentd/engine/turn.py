@@ -42,6 +42,18 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
+class TurnLimits:
+    """What a caller asks of this turn's model calls: stop sequences, and at most this many output
+    tokens (the OpenAI-compatible API's `stop` and `max_tokens`)."""
+
+    stop: tuple[str, ...] = ()
+    max_output_tokens: int | None = None
+
+
+NO_LIMITS = TurnLimits()
+
+
+@dataclass(frozen=True, slots=True)
 class TurnOptions:
     """How this run is answered: a sink for the reply as it is written, extra instructions for this
     turn, and whether a person can be asked to approve a call."""
@@ -49,6 +61,12 @@ class TurnOptions:
     sink: ReplySink | None = None
     instructions: str = ""
     can_ask: bool = True
+    # a caller's limits for this turn; the agent file's max_output_tokens still caps every call
+    limits: TurnLimits = NO_LIMITS
+
+
+def _lower(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else min(a, b)
 
 
 async def run_turn(
@@ -107,6 +125,7 @@ async def _drive(
     new_chars = sum(m.char_count() for m in new)
     reply_text = ""
     error: str | None = None
+    cut_short = False
     try:
         if progress.batch is not None:
             if decision is not None:
@@ -123,7 +142,8 @@ async def _drive(
                 messages=history.extended(new),
                 tools=tool_specs if allow_tools else (),
                 temperature=spec.model.temperature,
-                max_output_tokens=spec.model.max_output_tokens,
+                max_output_tokens=_lower(spec.model.max_output_tokens, options.limits.max_output_tokens),
+                stop=options.limits.stop,
                 hints=prompt.hints,
             )
             completion = await call_model(provider, request, step_sink)
@@ -144,6 +164,8 @@ async def _drive(
             calls = answer.tool_calls
             if not calls:
                 reply_text = answer.text
+                # OpenAI's and the offline model's "length", Anthropic's "max_tokens"
+                cut_short = completion.stop_reason in ("length", "max_tokens")
                 break
             if not allow_tools:
                 # The model called tools although none were offered: answer each call with an
@@ -188,7 +210,13 @@ async def _drive(
     run.duration_ms = (time.time() - run.started_at) * 1000
     closing = decision.approval if decision is not None else None
     await _commit(conv, progress, closing)
-    reply = Reply(text=reply_text, conversation_key=event.conversation_key, run_id=run.id, error=error)
+    reply = Reply(
+        text=reply_text,
+        conversation_key=event.conversation_key,
+        run_id=run.id,
+        error=error,
+        cut_short=cut_short,
+    )
     return TurnResult(reply)
 
 

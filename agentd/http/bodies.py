@@ -139,12 +139,27 @@ def inlined(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 def sse_event_schema(events: list[str] | None) -> dict[str, Any]:
-    """One Server-Sent Event as schemathesis and clients see it: its `event` name (one of `events`;
-    None: events carry no name, only `data`) and its `data` line."""
+    """The schema of a Server-Sent Events body, for both ways validators read one. A generic one
+    (openapi-core) applies a response's schema to the whole body, which is text; schemathesis, as
+    OpenAPI 3.1 leaves streams to tools, applies it to each event, an object of its `event` name (one
+    of `events`; None: events carry only `data`) and its `data` line. An object schema alone refused
+    every real stream in the first; a string schema alone every event in the second."""
     properties: dict[str, Any] = {"data": {"type": "string"}}
     if events is not None:
         properties["event"] = {"type": "string", "enum": events}
-    return {"type": "object", "properties": properties, "required": ["data"]}
+    names = f"events named {', '.join(events)}" if events is not None else "unnamed events"
+    return {
+        "description": f"Server-Sent Events (text/event-stream): {names}, each with a `data:` line",
+        "anyOf": [
+            {"type": "string", "description": "the whole stream, as text"},
+            {
+                "type": "object",
+                "description": "one event",
+                "properties": properties,
+                "required": ["data"],
+            },
+        ],
+    }
 
 
 M = TypeVar("M", bound=BaseModel)

@@ -7,7 +7,10 @@ reads. Swagger UI's files come from the installed `fastapi-offline` package, nev
 CDN, and the page's Content-Security-Policy allows nothing but this server.
 
 With a token set, the document declares bearer authentication on every route that
-needs it, so clients (and schemathesis) know; without one it declares none.
+needs it, and `security: []` on those that do not (/healthz), so clients (and
+schemathesis) know; without one it declares none. The document names its server
+relatively (`/`: wherever it was fetched from, as a daemon does not know the address
+it is reached by) and the project's license, which generic validators ask for.
 """
 
 from __future__ import annotations
@@ -39,6 +42,8 @@ DOCS_HEADERS = {
     "Referrer-Policy": "no-referrer",
 }
 BEARER = "bearer"
+SERVERS = [{"url": "/", "description": "the daemon that serves this document"}]
+LICENSE = {"name": "MIT", "identifier": "MIT"}  # LICENSE at the repository's root
 
 
 def add_docs_routes(app: FastAPI, directory: AgentDirectory, require_token: TokenCheck) -> None:
@@ -91,7 +96,14 @@ def add_docs_routes(app: FastAPI, directory: AgentDirectory, require_token: Toke
 
 
 def _openapi(app: FastAPI, require_token: TokenCheck, token_set: bool) -> dict[str, Any]:
-    schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+    schema = get_openapi(
+        title=app.title,
+        version=app.version,
+        description=app.description,
+        routes=app.routes,
+        servers=SERVERS,
+        license_info=LICENSE,
+    )
     if not token_set:
         return schema
     schema.setdefault("components", {})["securitySchemes"] = {
@@ -100,7 +112,10 @@ def _openapi(app: FastAPI, require_token: TokenCheck, token_set: bool) -> dict[s
     for route in app.routes:
         if not isinstance(route, APIRoute) or not route.include_in_schema:
             continue
-        if any(dep.dependency is require_token for dep in route.dependencies):
-            for method in route.methods or ():
-                schema["paths"][route.path_format][method.lower()]["security"] = [{BEARER: []}]
+        needs_token = any(dep.dependency is require_token for dep in route.dependencies)
+        for method in route.methods or ():
+            # `[]`: explicitly open, not "whatever the document's default is"
+            schema["paths"][route.path_format][method.lower()]["security"] = (
+                [{BEARER: []}] if needs_token else []
+            )
     return schema

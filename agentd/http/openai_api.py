@@ -12,10 +12,10 @@ included). Without a name the call is stateless: the messages sent are the
 whole conversation, nothing is kept but the run. Either way the request's
 system (and developer) messages are added to the agent's purpose for that
 call only; the purpose comes first and always stays. The agent's file decides
-the model, its sampling and its tools: `temperature`, `max_tokens` and other
-sampling options are accepted and ignored, while what agentd cannot honour
-(`n` > 1, client-side `tools`, a `response_format` other than text, tool
-messages) is refused with a reason.
+the model, its sampling and its tools: `stop` and `max_tokens` reach the model,
+other options are ignored (named in `x-agentd-ignored`), and what agentd cannot
+honour (`n` > 1, client-side `tools`, a non-text `response_format`, `logprobs`,
+audio, tool messages) is refused with a reason (openai_params.py).
 
 `stream: true` answers with OpenAI's chunk stream. Text the model writes
 before it calls one of the agent's tools streams too, followed by a blank line
@@ -44,7 +44,7 @@ from pydantic import BaseModel, Field
 
 from agentd.engine.agent import Agent
 from agentd.events import InboundEvent, Reply, ReplySink
-from agentd.http.bodies import body_schema, read_json, sse_event_schema
+from agentd.http.bodies import read_json
 from agentd.http.directory import AgentDirectory
 from agentd.http.errors import ApiError
 from agentd.http.idempotency import (
@@ -57,6 +57,8 @@ from agentd.http.idempotency import (
     replay_headers,
 )
 from agentd.http.openai_call import CHANNEL, CONVERSATION_HEADER, Call, ChatCompletionIn
+from agentd.http.openai_params import completion_docs, finish_reason, ignored_headers, turn_limits
+from agentd.http.openai_usage import UsageChunk, UsageOut, stream_usage, usage_of
 from agentd.http.streaming import SSE_HEADERS, Failed, Restart, TurnStream
 
 # What a header value may carry as is: printable ASCII but `%`, which starts an escape (RFC 3986).
@@ -85,6 +87,7 @@ class ChatCompletionOut(BaseModel):
     created: int
     model: str
     choices: list[ChoiceOut]
+    usage: UsageOut | None = None
 
 
 class ModelOut(BaseModel):
@@ -229,7 +232,7 @@ def add_openai_routes(
                 }
             },
         },
-        openapi_extra=body_schema(ChatCompletionIn, stream=sse_event_schema(None)),
+        openapi_extra=completion_docs(ChatCompletionIn, CONVERSATION_HEADER, CONVERSATION_HEADER_DOC),
     )
     async def chat_completions(
         request: Request,
@@ -243,14 +246,15 @@ def add_openai_routes(
         stateless = call.earlier is not None
         # a stateless call stores nothing: its key is honoured in this process only (idempotency.py)
         event_id = None if stateless else key
+        limits = turn_limits(body.model_extra or {})
         event = InboundEvent(agent.name, call.key, call.text, CHANNEL, user_id=call.user, event_id=event_id)
 
         async def turn(sink: ReplySink | None) -> Reply:
             if call.earlier is not None:
                 return await agent.answer_stateless(
-                    event, call.earlier, sink=sink, instructions=call.instructions
+                    event, call.earlier, sink=sink, instructions=call.instructions, limits=limits
                 )
-            return await agent.handle(event, sink=sink, instructions=call.instructions)
+            return await agent.handle(event, sink=sink, instructions=call.instructions, limits=limits)
 
         async def run(sink: ReplySink | None) -> Reply:
             if key is None:
@@ -258,10 +262,13 @@ def add_openai_routes(
             stored = None if stateless else (lambda: agent.delivered(CHANNEL, key))
             return await once.once((agent.name, CHANNEL, key), call.key, lambda: turn(sink), stored)
 
-        headers = {CONVERSATION_HEADER: conversation_header(call.key)}
+        headers = {CONVERSATION_HEADER: conversation_header(call.key)} | ignored_headers(
+            body.model_extra or {}
+        )
         if body.stream:
             await agent.ready()  # data that cannot be opened is a 503 now, not an error chunk in a 200
-            chunks = _chunks(TurnStream(run, turns), agent.name)
+            wanted = bool(body.stream_options and body.stream_options.include_usage)
+            chunks = _chunks(TurnStream(run, turns), agent.name, stream_usage(agent, wanted, call.text))
             return StreamingResponse(chunks, media_type="text/event-stream", headers=SSE_HEADERS | headers)
         reply = await run(None)
         headers |= replay_headers(reply)
@@ -269,17 +276,20 @@ def add_openai_routes(
             return openai_error(
                 502, reply.text, code=reply.error, headers={"x-should-retry": "false"} | headers
             )
+        used = await usage_of(agent, reply, call.text)
         out = ChatCompletionOut(
             id=f"chatcmpl-{reply.run_id or uuid.uuid4().hex}",
             created=int(time.time()),
             model=agent.name,
-            choices=[ChoiceOut(message=AssistantOut(content=reply.text))],
+            choices=[ChoiceOut(message=AssistantOut(content=reply.text), finish_reason=finish_reason(reply))],
+            usage=used.tokens,
         )
-        return AsciiJSONResponse(out.model_dump(), headers=headers)
+        return AsciiJSONResponse(out.model_dump(), headers=headers | used.headers())
 
 
-async def _chunks(stream: TurnStream, model: str) -> AsyncIterator[str]:
-    """The turn as OpenAI's chunk stream; the text ends as the reply, whatever was heard on the way."""
+async def _chunks(stream: TurnStream, model: str, usage: UsageChunk | None = None) -> AsyncIterator[str]:
+    """The turn as OpenAI's chunk stream; the text ends as the reply, whatever was heard on the way.
+    With `usage` (stream_options.include_usage), a last chunk with no choices carries the run's tokens."""
     base = {
         "id": f"chatcmpl-{uuid.uuid4().hex}",
         "object": "chat.completion.chunk",
@@ -309,7 +319,9 @@ async def _chunks(stream: TurnStream, model: str) -> AsyncIterator[str]:
                 rest = item.text[len(showing) :] if item.text.startswith(showing) else "\n\n" + item.text
                 if rest:
                     yield chunk({"content": rest})
-                yield chunk({}, "stop")
+                yield chunk({}, finish_reason(item))
+                if usage is not None:
+                    yield _data({**base, "choices": [], "usage": await usage(item)})
             yield "data: [DONE]\n\n"
         else:
             yield ": ping\n\n"

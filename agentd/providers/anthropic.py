@@ -103,6 +103,8 @@ class AnthropicProvider:
             ]
         if request.temperature is not None:
             payload["temperature"] = request.temperature
+        if request.stop:
+            payload["stop_sequences"] = list(request.stop)
         return payload
 
     def _turns(self, messages: Sequence[Message], model: str) -> list[dict[str, Any]]:

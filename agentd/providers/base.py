@@ -54,6 +54,7 @@ class CompletionRequest:
     tools: Sequence[ToolSpec] = ()
     temperature: float | None = None
     max_output_tokens: int | None = None
+    stop: tuple[str, ...] = ()  # the text ends before the first of these (a caller's `stop`)
     purpose: str = "chat"
     hints: PromptHints = PromptHints()
 

@@ -9,7 +9,9 @@ TOOL {json arguments}"), repeats a recalled value (the
 material of its remembered block), summarises for compaction with an
 extractive rule, and reports no usage, so the runtime estimates tokens and
 marks them as estimated. Streamed, its reply comes word by word
-(deterministic, no waiting).
+(deterministic, no waiting). A request's `stop` sequences and output limit
+are honoured as a real model would: the answer ends before the first stop
+sequence, and after about `max_output_tokens` tokens (four characters each).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import re
 from collections.abc import AsyncGenerator
 from typing import Any
 
-from agentd.messages import Message, ToolCallPart
+from agentd.messages import CHARS_PER_TOKEN, Message, ToolCallPart
 from agentd.providers.base import Completion, CompletionRequest, TextDelta
 from agentd.providers.remembered import material_of
 
@@ -40,14 +42,14 @@ class OfflineProvider:
             return Completion(Message.assistant(_extractive_summary(request)), stop_reason="stop")
         last = request.messages[-1] if request.messages else None
         if last is not None and last.role == "tool":
-            return Completion(Message.assistant(_after_tools(last)), stop_reason="stop")
+            return _answer(request, _after_tools(last))
         text = last.text if last is not None else ""
         call = _memory_call(text, {t.name for t in request.tools})
         if call is not None:
             name, args = call
             part = ToolCallPart(id=f"call_{len(request.messages)}", name=name, arguments=args)
             return Completion(Message(role="assistant", parts=(part,)), stop_reason="tool_calls")
-        return Completion(Message.assistant(_describe(request, text)), stop_reason="stop")
+        return _answer(request, _describe(request, text))
 
     async def stream(self, request: CompletionRequest) -> AsyncGenerator[TextDelta | Completion, None]:
         completion = await self.complete(request)
@@ -55,6 +57,17 @@ class OfflineProvider:
             if word:
                 yield TextDelta(word)
         yield completion
+
+
+def _answer(request: CompletionRequest, text: str) -> Completion:
+    """The answer cut where the request says: before a stop sequence, or at its output limit."""
+    stops = [i for s in request.stop if (i := text.find(s)) >= 0]
+    if stops:
+        return Completion(Message.assistant(text[: min(stops)]), stop_reason="stop")
+    limit = request.max_output_tokens
+    if limit is not None and len(text) > limit * CHARS_PER_TOKEN:
+        return Completion(Message.assistant(text[: limit * CHARS_PER_TOKEN]), stop_reason="length")
+    return Completion(Message.assistant(text), stop_reason="stop")
 
 
 def _memory_call(text: str, tools: set[str]) -> tuple[str, dict[str, Any]] | None:

@@ -123,6 +123,8 @@ class OpenAIProvider:
             payload["temperature"] = request.temperature
         if request.max_output_tokens is not None:
             payload["max_tokens"] = request.max_output_tokens
+        if request.stop:
+            payload["stop"] = list(request.stop)
         return payload
 
     def _wire_messages(self, message: Message, model: str) -> list[dict[str, Any]]:
