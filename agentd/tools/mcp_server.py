@@ -10,6 +10,16 @@ process exits, its stream drops, a call finds the connection closed) is
 reconnected after a backoff pause (1 s doubling to 60 s, reset once a
 connection has lived a minute).
 
+A connection is stopped the way the SDK is written to be stopped: by
+cancelling the anyio cancel scope that holds it (and the connect deadline is
+that scope's deadline), never by a native `Task.cancel()` or
+`asyncio.timeout`. The SDK's stdio transport closes the server's stdin, waits,
+terminates and kills it inside a shielded, bounded shutdown; a native
+cancellation landing in that shutdown (a stop during `initialize`, then the
+connect timeout) aborted it and left its reader draining a live server
+forever: the reload loop hung, the process leaked, SIGTERM no longer stopped
+agentd.
+
 Every call has limits: a timeout (the server's `timeout_s`), a cap on calls in
 flight at once (`max_concurrent_calls`; waiting for a slot counts toward the
 timeout), and a cap on the result's size (cut, with a note the model reads).
@@ -22,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -44,6 +55,10 @@ log = logging.getLogger(__name__)
 CLIENT_INFO = types.Implementation(name="agentd", version="0.1.0")
 STABLE_AFTER_S = 60.0  # a connection that lived this long resets the backoff
 MAX_LIST_PAGES = 100
+# How long a stop waits for the connection to close. The SDK's stdio shutdown is bounded by itself
+# (0.5 s flush, 2 s for the server to exit once its stdin closes, SIGTERM, 2 s, SIGKILL, 2 s to reap);
+# past this the supervisor is left to finish on its own rather than hang the caller (a reload, a stop).
+STOP_BOUND_S = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +88,7 @@ class McpServer:
         self._stopping = asyncio.Event()
         self._slots = asyncio.Semaphore(spec.max_concurrent_calls)
         self._task: asyncio.Task[None] | None = None
+        self._scope: anyio.CancelScope | None = None  # the connection being made or held
         self._refreshes: set[asyncio.Task[None]] = set()
 
     def describe(self) -> dict[str, Any]:
@@ -91,12 +107,26 @@ class McpServer:
         self._task = asyncio.get_running_loop().create_task(self._supervise())
 
     async def stop(self) -> None:
+        """Close the connection by cancelling its scope, and wait for it, bounded by STOP_BOUND_S.
+
+        The wait is `asyncio.wait`, which neither cancels the supervisor when the caller is
+        cancelled (a daemon stopping during a reload) nor swallows the caller's own cancellation.
+        """
         self._stopping.set()
-        for task in (self._task, *self._refreshes):
-            if task is not None and not task.done():
-                task.cancel()
-                with contextlib.suppress(BaseException):
-                    await task
+        if self._scope is not None:
+            self._scope.cancel()
+        for refresh in self._refreshes:
+            refresh.cancel()  # a tools/list request in flight: an ordinary request, not the transport
+        pending = {t for t in (self._task, *self._refreshes) if t is not None and not t.done()}
+        if pending:
+            _, left = await asyncio.wait(pending, timeout=STOP_BOUND_S)
+            if left:
+                log.error(
+                    "agent %s: MCP server %s did not stop within %g s; left to finish on its own",
+                    self.agent,
+                    self.name,
+                    STOP_BOUND_S,
+                )
         self.status, self._client = "stopped", None
         self._ready.clear()
 
@@ -136,7 +166,12 @@ class McpServer:
                 await asyncio.wait_for(self._stopping.wait(), wait)
 
     async def _serve(self) -> None:
-        """Connect, list the tools, then keep the connection until it is lost or the agent stops."""
+        """Connect, list the tools, then keep the connection until it is lost or the agent stops.
+
+        All of it runs in one anyio cancel scope: its deadline is the connect timeout (lifted once
+        connected), and `stop` cancels it. A cancelled scope is how the SDK's transports expect to be
+        left: their shutdown is shielded and bounded, and finishes.
+        """
         self._lost = lost = asyncio.Event()
         client = Client(
             watched(transport_of(self.spec), lost),
@@ -144,27 +179,42 @@ class McpServer:
             message_handler=self._on_message,
             cache=None,  # the tool list is ours to cache: refreshed when the server says it changed
         )
-        async with contextlib.AsyncExitStack() as stack:
-            # asyncio's timeout, not anyio's: the client's task groups stay open past this block
-            async with asyncio.timeout(self.spec.connect_timeout_s):
-                await stack.enter_async_context(client)
-                self.protocol = client.protocol_version
-                await self._list_tools(client)
-            self._client = client
-            self.status, self.error = "running", None
-            self._ready.set()
-            log.info("agent %s: MCP server %s connected (%d tools)", self.agent, self.name, len(self.tools))
-            async with anyio.create_task_group() as group:
-                if self.protocol in MODERN_PROTOCOL_VERSIONS:
-                    group.start_soon(self._listen, client)
-                stop = asyncio.ensure_future(self._stopping.wait())
-                gone = asyncio.ensure_future(lost.wait())
-                try:
-                    await asyncio.wait({stop, gone}, return_when=asyncio.FIRST_COMPLETED)
-                finally:
-                    stop.cancel()
-                    gone.cancel()
-                    group.cancel_scope.cancel()
+        connected = False
+        with anyio.CancelScope(deadline=anyio.current_time() + self.spec.connect_timeout_s) as scope:
+            self._scope = scope
+            if self._stopping.is_set():
+                scope.cancel()
+            try:
+                async with contextlib.AsyncExitStack() as stack:
+                    await stack.enter_async_context(client)
+                    self.protocol = client.protocol_version
+                    await self._list_tools(client)
+                    scope.deadline, connected = math.inf, True
+                    self._client = client
+                    self.status, self.error = "running", None
+                    self._ready.set()
+                    log.info(
+                        "agent %s: MCP server %s connected (%d tools)", self.agent, self.name, len(self.tools)
+                    )
+                    await self._hold(client, lost)
+            finally:
+                self._scope = None
+        if scope.cancelled_caught and not connected and not self._stopping.is_set():
+            raise TimeoutError("no answer while connecting")
+
+    async def _hold(self, client: Client, lost: asyncio.Event) -> None:
+        """Keep a connection (and its `subscriptions/listen` stream) until it is lost or the agent stops."""
+        async with anyio.create_task_group() as group:
+            if self.protocol in MODERN_PROTOCOL_VERSIONS:
+                group.start_soon(self._listen, client)
+            stop = asyncio.ensure_future(self._stopping.wait())
+            gone = asyncio.ensure_future(lost.wait())
+            try:
+                await asyncio.wait({stop, gone}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                stop.cancel()
+                gone.cancel()
+                group.cancel_scope.cancel()
 
     async def _listen(self, client: Client) -> None:
         """2026-era servers announce tool changes on a `subscriptions/listen` stream."""
