@@ -81,8 +81,9 @@ class ToolGate:
         self._can_ask = can_ask
 
     def shown_args(self, call: ToolCallPart, tool: Tool | None) -> dict[str, Any] | None:
-        private = tool.private_args if tool is not None else ()
-        return audit_args(call.arguments, self._mode, private)
+        if tool is None:
+            return audit_args(call.arguments, self._mode)
+        return audit_args(call.arguments, self._mode, tool.private_args, tool.plain_args)
 
     async def answer(self, batch: ToolBatch) -> ApprovalNeeded | None:
         """Answer the batch's calls in order; stop at the first one a person must approve."""
