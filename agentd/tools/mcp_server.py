@@ -84,6 +84,8 @@ class McpServer:
         self._on_tools = on_tools
         self._client: Client | None = None
         self._ready = asyncio.Event()
+        self._started = asyncio.Event()  # the first connection was made or failed: no longer "starting"
+        self._first_deadline = time.monotonic() + spec.connect_timeout_s
         self._lost = asyncio.Event()
         self._stopping = asyncio.Event()
         self._slots = asyncio.Semaphore(spec.max_concurrent_calls)
@@ -104,7 +106,17 @@ class McpServer:
     # -- lifecycle ---------------------------------------------------------------------------
 
     def start(self) -> None:
+        self._first_deadline = time.monotonic() + self.spec.connect_timeout_s
         self._task = asyncio.get_running_loop().create_task(self._supervise())
+
+    async def wait_started(self, timeout: float) -> None:
+        """While the server makes its first connection, wait for it to be made or to fail: at most
+        `timeout`, and never past the connect timeout (a message must not be answered without the
+        tools of a server that is a moment from connecting, nor wait on one that is down)."""
+        left = min(timeout, self._first_deadline - time.monotonic() + 0.5)
+        if not self._started.is_set() and left > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._started.wait(), left)
 
     async def stop(self) -> None:
         """Close the connection by cancelling its scope, and wait for it, bounded by STOP_BOUND_S.
@@ -129,6 +141,7 @@ class McpServer:
                 )
         self.status, self._client = "stopped", None
         self._ready.clear()
+        self._started.set()
 
     async def wait_ready(self, timeout: float) -> bool:
         with contextlib.suppress(TimeoutError):
@@ -154,6 +167,7 @@ class McpServer:
                 delays = backoff_delays(1.0, 60.0)
             wait = next(delays)
             self.status, self.error = "restarting", error
+            self._started.set()
             self.restarts += 1
             log.warning(
                 "agent %s: MCP server %s is down (%s); reconnecting in %.1f s",
@@ -193,6 +207,7 @@ class McpServer:
                     self._client = client
                     self.status, self.error = "running", None
                     self._ready.set()
+                    self._started.set()
                     log.info(
                         "agent %s: MCP server %s connected (%d tools)", self.agent, self.name, len(self.tools)
                     )
