@@ -87,6 +87,8 @@ class McpServer:
         self._started = asyncio.Event()  # the first connection was made or failed: no longer "starting"
         self._first_deadline = time.monotonic() + spec.connect_timeout_s
         self._lost = asyncio.Event()
+        self._expired = asyncio.Event()  # the HTTP server no longer knows this connection's session
+        self._new_connection = asyncio.Event()  # set (and replaced) at each connection made
         self._stopping = asyncio.Event()
         self._slots = asyncio.Semaphore(spec.max_concurrent_calls)
         self._task: asyncio.Task[None] | None = None
@@ -152,9 +154,13 @@ class McpServer:
         delays = backoff_delays(1.0, 60.0)
         while not self._stopping.is_set():
             started = time.monotonic()
+            renew = False
             try:
                 await self._serve()
                 error = "the server closed the connection"
+                if self._expired.is_set():
+                    # the spec: a 404 for the session means start a new one (the server restarted)
+                    error, renew = "the server no longer knows the session; opening a new one", True
             except asyncio.CancelledError:
                 raise
             except Exception as e:
@@ -165,7 +171,8 @@ class McpServer:
                 return
             if time.monotonic() - started > STABLE_AFTER_S:
                 delays = backoff_delays(1.0, 60.0)
-            wait = next(delays)
+            # a session that expired after it worked is renewed at once; anything else backs off
+            wait = 0.0 if renew else next(delays)
             self.status, self.error = "restarting", error
             self._started.set()
             self.restarts += 1
@@ -187,8 +194,14 @@ class McpServer:
         left: their shutdown is shielded and bounded, and finishes.
         """
         self._lost = lost = asyncio.Event()
+        self._expired = expired = asyncio.Event()
+
+        def session_gone() -> None:
+            expired.set()
+            lost.set()
+
         client = Client(
-            watched(transport_of(self.spec), lost),
+            watched(transport_of(self.spec, session_gone=session_gone), lost),
             client_info=CLIENT_INFO,
             message_handler=self._on_message,
             cache=None,  # the tool list is ours to cache: refreshed when the server says it changed
@@ -205,6 +218,8 @@ class McpServer:
                     await self._list_tools(client)
                     scope.deadline, connected = math.inf, True
                     self._client = client
+                    self._new_connection.set()
+                    self._new_connection = asyncio.Event()
                     self.status, self.error = "running", None
                     self._ready.set()
                     self._started.set()
@@ -283,15 +298,19 @@ class McpServer:
             raise ToolError(
                 f"the tool server {self.name} is not running{why}; try again later or answer without it"
             )
-        client = self._client
+        client, expired = self._client, self._expired
         assert client is not None
         try:
             async with asyncio.timeout(timeout):
-                async with self._slots:
-                    left = max(deadline - time.monotonic(), 0.001)
-                    result = await client.call_tool(
-                        tool, arguments, read_timeout_seconds=left, meta=cast(types.RequestParamsMeta, meta)
-                    )
+                try:
+                    result = await self._call(client, tool, arguments, meta, deadline)
+                except MCPError:
+                    if not expired.is_set():
+                        raise
+                    # the server forgot the session (it restarted): the call never ran; once a new
+                    # session is open, make it there, within the same timeout
+                    client = await self._renewed(client)
+                    result = await self._call(client, tool, arguments, meta, deadline)
         except TimeoutError:
             raise ToolError(f"{tool} on {self.name} did not answer within {timeout:g} s") from None
         except MCPError as e:
@@ -307,6 +326,21 @@ class McpServer:
         if result.is_error:
             raise ToolError(text or f"{tool} failed")
         return text
+
+    async def _call(
+        self, client: Client, tool: str, arguments: dict[str, Any], meta: dict[str, Any], deadline: float
+    ) -> types.CallToolResult:
+        async with self._slots:
+            left = max(deadline - time.monotonic(), 0.001)
+            return await client.call_tool(
+                tool, arguments, read_timeout_seconds=left, meta=cast(types.RequestParamsMeta, meta)
+            )
+
+    async def _renewed(self, old: Client) -> Client:
+        """The connection that replaces `old`, once it is made (the caller bounds the wait)."""
+        while self._client is None or self._client is old:
+            await self._new_connection.wait()
+        return self._client
 
 
 def _describe(e: BaseException) -> str:

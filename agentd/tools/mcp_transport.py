@@ -5,6 +5,12 @@ server that crashed, an HTTP stream that dropped). `watched` stands between
 the transport and the client and sets an event when the server's side of the
 connection ends, whatever the transport, so the supervisor can reconnect at
 once instead of at the next call.
+
+A Streamable HTTP server that no longer knows the session (it restarted, or
+expired it) answers 404 to a request that carries the session's id; the spec
+says the client must then start a new session. Some servers say 400 "no valid
+session" instead. The SDK surfaces either as a failed request only, so the
+HTTP client here watches the responses and reports the session gone.
 """
 
 from __future__ import annotations
@@ -12,14 +18,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import anyio
 import httpx2
 from mcp.client import Transport
 from mcp.client.stdio import StdioServerParameters, stdio_client
-from mcp.client.streamable_http import streamable_http_client
+from mcp.client.streamable_http import MCP_SESSION_ID, streamable_http_client
 
 from agentd.config.tools import McpServerSpec
 
@@ -28,8 +34,11 @@ SSE_READ_TIMEOUT_S = 300.0
 
 
 @contextlib.asynccontextmanager
-async def transport_of(spec: McpServerSpec, errlog: Any = None) -> AsyncIterator[Any]:
-    """The SDK transport streams for `spec` (an HTTP client owned here when it is a URL)."""
+async def transport_of(
+    spec: McpServerSpec, errlog: Any = None, session_gone: Callable[[], None] | None = None
+) -> AsyncIterator[Any]:
+    """The SDK transport streams for `spec` (an HTTP client owned here when it is a URL);
+    `session_gone` is called when an HTTP server says it no longer knows the session."""
     if spec.command is not None:
         params = StdioServerParameters(
             command=spec.command[0],
@@ -43,11 +52,26 @@ async def transport_of(spec: McpServerSpec, errlog: Any = None) -> AsyncIterator
         return
     assert spec.url is not None
     timeout = httpx2.Timeout(spec.timeout_s, read=max(SSE_READ_TIMEOUT_S, spec.timeout_s))
+    hooks = {"response": [_session_watch(session_gone)]} if session_gone is not None else {}
     async with (
-        httpx2.AsyncClient(headers=dict(spec.headers), timeout=timeout) as http,
+        httpx2.AsyncClient(headers=dict(spec.headers), timeout=timeout, event_hooks=hooks) as http,
         streamable_http_client(spec.url, http_client=http) as streams,
     ):
         yield streams
+
+
+def _session_watch(session_gone: Callable[[], None]) -> Callable[[httpx2.Response], Any]:
+    async def check(response: httpx2.Response) -> None:
+        if MCP_SESSION_ID not in response.request.headers:
+            return  # no session asked for: a 404 is the server not knowing the method
+        if response.status_code == 404:
+            session_gone()
+        elif response.status_code == 400:
+            await response.aread()  # a short error body; the SDK reads it again from the cache
+            if b"session" in response.content.lower():
+                session_gone()
+
+    return check
 
 
 def _stderr() -> Any:

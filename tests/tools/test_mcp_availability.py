@@ -13,7 +13,8 @@ import pytest
 
 from agentd.cli import main
 from testkit.fake_llm import FakeLLM
-from testkit.fake_mcp import stdio_command
+from testkit.fake_mcp import serve_http, stdio_command
+from tests.daemon_process import free_port
 from tests.support import Harness, say
 from tests.tools.support import agent_yaml, offered, openai, tool_agent, tool_results
 
@@ -72,3 +73,26 @@ def test_agentd_tools_exits_1_when_a_server_cannot_be_reached(
     assert main(["tools", "bot", "--agents", "agents", "--data", "data"]) == 1
     out = capsys.readouterr().out
     assert "server files (stdio): restarting (Connection closed" in out
+
+
+async def test_after_an_http_server_restarts_a_new_session_is_opened(
+    harness: Harness, fake: FakeLLM, client: httpx.AsyncClient, root: Path
+) -> None:
+    port = free_port()
+    async with serve_http(root, port, legacy=True) as url:  # 2025-era: initialize opens a session
+        server = {"url": url, "timeout_s": 10}
+        agent = await tool_agent(harness, openai(fake, client), agent_yaml({"files": server}))
+        fake.reply(tool_calls=[("files__read_file", {"path": "notes.txt"})])
+        fake.reply("ok")
+        await say(agent)("read it")
+        assert tool_results(fake.requests[1].json) == ["buy milk"]
+    (root / "notes.txt").write_text("buy bread", encoding="utf-8")
+    async with serve_http(
+        root, port, legacy=True
+    ):  # a new instance on the same port: it knows no old session
+        fake.reply(tool_calls=[("files__read_file", {"path": "notes.txt"})])
+        fake.reply("ok")
+        await say(agent)("read it again")
+        assert tool_results(fake.requests[3].json)[-1] == "buy bread", agent.state.tool_servers.describe()
+        described = agent.state.tool_servers.describe()["files"]
+        assert described["status"] == "running" and described["restarts"] >= 1
