@@ -49,6 +49,7 @@ from agentd.backoff import backoff_delays
 from agentd.config.tools import McpServerSpec
 from agentd.errors import ToolError
 from agentd.tools.mcp_results import result_text
+from agentd.tools.mcp_stderr import ServerStderr
 from agentd.tools.mcp_transport import transport_of, watched
 
 log = logging.getLogger(__name__)
@@ -82,6 +83,7 @@ class McpServer:
         self.tools: list[RemoteTool] = []
         self.listed = False  # whether the server has listed its tools at least once
         self._on_tools = on_tools
+        self._stderr = ServerStderr(agent, name) if spec.command is not None else None
         self._client: Client | None = None
         self._ready = asyncio.Event()
         self._started = asyncio.Event()  # the first connection was made or failed: no longer "starting"
@@ -103,6 +105,8 @@ class McpServer:
             "restarts": self.restarts,
             "protocol": self.protocol,
             "tools": [t.name for t in self.tools],
+            # a stdio server's last lines on stderr (why it crashed, most often)
+            "stderr": list(self._stderr.tail) if self._stderr is not None else [],
         }
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -169,6 +173,9 @@ class McpServer:
             self._client = None
             if self._stopping.is_set():
                 return
+            said = self._stderr.last() if self._stderr is not None else ""
+            if said:
+                error += f"; its stderr said: {said}"
             if time.monotonic() - started > STABLE_AFTER_S:
                 delays = backoff_delays(1.0, 60.0)
             # a session that expired after it worked is renewed at once; anything else backs off
@@ -201,7 +208,7 @@ class McpServer:
             lost.set()
 
         client = Client(
-            watched(transport_of(self.spec, session_gone=session_gone), lost),
+            watched(transport_of(self.spec, self._stderr, session_gone), lost),
             client_info=CLIENT_INFO,
             message_handler=self._on_message,
             cache=None,  # the tool list is ours to cache: refreshed when the server says it changed

@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import sys
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, TextIO, cast
 
 import anyio
 import httpx2
@@ -28,6 +28,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import MCP_SESSION_ID, streamable_http_client
 
 from agentd.config.tools import McpServerSpec
+from agentd.tools.mcp_stderr import ServerStderr
 
 # The MCP SDK's own default: long reads, since a server may hold a response stream open.
 SSE_READ_TIMEOUT_S = 300.0
@@ -35,9 +36,12 @@ SSE_READ_TIMEOUT_S = 300.0
 
 @contextlib.asynccontextmanager
 async def transport_of(
-    spec: McpServerSpec, errlog: Any = None, session_gone: Callable[[], None] | None = None
+    spec: McpServerSpec,
+    stderr: ServerStderr | None = None,
+    session_gone: Callable[[], None] | None = None,
 ) -> AsyncIterator[Any]:
     """The SDK transport streams for `spec` (an HTTP client owned here when it is a URL);
+    a stdio server's stderr goes to `stderr` (logged, its tail kept), else to ours;
     `session_gone` is called when an HTTP server says it no longer knows the session."""
     if spec.command is not None:
         params = StdioServerParameters(
@@ -47,8 +51,14 @@ async def transport_of(
             env=dict(spec.env),
             cwd=spec.cwd,
         )
-        async with stdio_client(params, errlog=errlog or _stderr()) as streams:
-            yield streams
+        if stderr is None:
+            async with stdio_client(params, errlog=_stderr()) as streams:
+                yield streams
+            return
+        async with stderr.capture() as errlog:
+            async with stdio_client(params, errlog=cast(TextIO, errlog)) as streams:
+                errlog.close()  # the server holds its own copy: the pipe ends when the server does
+                yield streams
         return
     assert spec.url is not None
     timeout = httpx2.Timeout(spec.timeout_s, read=max(SSE_READ_TIMEOUT_S, spec.timeout_s))

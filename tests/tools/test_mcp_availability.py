@@ -5,6 +5,7 @@ server's first connection waits for its tools; an unknown tool's error lists onl
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from pathlib import Path
 
@@ -17,6 +18,36 @@ from testkit.fake_mcp import serve_http, stdio_command
 from tests.daemon_process import free_port
 from tests.support import Harness, say
 from tests.tools.support import agent_yaml, offered, openai, tool_agent, tool_results
+
+# a stdio server that says why it cannot start, on stderr, and exits
+CRASHES = [
+    sys.executable,
+    "-c",
+    "import sys; print('starting', file=sys.stderr); print('error: no API key in FILES_KEY', file=sys.stderr);"
+    " sys.exit(3)",
+]
+
+
+async def test_a_crashed_servers_stderr_is_logged_and_shown_not_written_raw(
+    harness: Harness,
+    fake: FakeLLM,
+    client: httpx.AsyncClient,
+    capfd: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, "agentd.tools")
+    agent = await tool_agent(
+        harness, openai(fake, client), agent_yaml({"files": {"command": CRASHES}}), wait=False
+    )
+    await agent.state.tool_servers.wait_started()
+    described = agent.state.tool_servers.describe()["files"]
+    assert described["stderr"] == ["starting", "error: no API key in FILES_KEY"]
+    assert (
+        described["error"] == "Connection closed; its stderr said: starting | error: no API key in FILES_KEY"
+    )
+    logged = [r.getMessage() for r in caplog.records if r.name == "agentd.tools.mcp_stderr"]
+    assert "agent bot: MCP server files: error: no API key in FILES_KEY" in logged
+    assert "no API key" not in capfd.readouterr().err  # nothing raw in the process's own stderr stream
 
 
 async def test_a_message_while_a_server_starts_waits_for_its_tools(
@@ -64,7 +95,7 @@ async def test_an_unknown_tool_lists_only_the_offered_ones(
 def test_agentd_tools_exits_1_when_a_server_cannot_be_reached(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    broken = {"command": [sys.executable, "-c", "import sys; sys.exit(3)"]}
+    broken = {"command": CRASHES}
     (tmp_path / "agents").mkdir()
     (tmp_path / "agents" / "bot.yaml").write_text(
         "purpose: p\n" + f"tools: {json.dumps({'mcp': {'files': broken}})}\n"
@@ -73,6 +104,7 @@ def test_agentd_tools_exits_1_when_a_server_cannot_be_reached(
     assert main(["tools", "bot", "--agents", "agents", "--data", "data"]) == 1
     out = capsys.readouterr().out
     assert "server files (stdio): restarting (Connection closed" in out
+    assert "its stderr said: starting | error: no API key in FILES_KEY" in out  # why, from the server
 
 
 async def test_after_an_http_server_restarts_a_new_session_is_opened(
