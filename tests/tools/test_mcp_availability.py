@@ -107,9 +107,11 @@ def test_agentd_tools_exits_1_when_a_server_cannot_be_reached(
     assert "its stderr said: starting | error: no API key in FILES_KEY" in out  # why, from the server
 
 
+@pytest.mark.parametrize("unknown_session", [404, 400])
 async def test_after_an_http_server_restarts_a_new_session_is_opened(
-    harness: Harness, fake: FakeLLM, client: httpx.AsyncClient, root: Path
+    harness: Harness, fake: FakeLLM, client: httpx.AsyncClient, root: Path, unknown_session: int
 ) -> None:
+    # the spec's 404 for a session the server does not know, or the 400 "no valid session" some send
     port = free_port()
     async with serve_http(root, port, legacy=True) as url:  # 2025-era: initialize opens a session
         server = {"url": url, "timeout_s": 10}
@@ -119,9 +121,8 @@ async def test_after_an_http_server_restarts_a_new_session_is_opened(
         await say(agent)("read it")
         assert tool_results(fake.requests[1].json) == ["buy milk"]
     (root / "notes.txt").write_text("buy bread", encoding="utf-8")
-    async with serve_http(
-        root, port, legacy=True
-    ):  # a new instance on the same port: it knows no old session
+    # a new instance on the same port: it knows no old session
+    async with serve_http(root, port, legacy=True, unknown_session=unknown_session):
         fake.reply(tool_calls=[("files__read_file", {"path": "notes.txt"})])
         fake.reply("ok")
         await say(agent)("read it again")
