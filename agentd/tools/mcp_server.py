@@ -107,6 +107,7 @@ class McpServer:
             "tools": [t.name for t in self.tools],
             # a stdio server's last lines on stderr (why it crashed, most often)
             "stderr": list(self._stderr.tail) if self._stderr is not None else [],
+            "exit": (self._stderr.exit_status() or None) if self._stderr is not None else None,
         }
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -173,9 +174,10 @@ class McpServer:
             self._client = None
             if self._stopping.is_set():
                 return
-            said = self._stderr.last() if self._stderr is not None else ""
-            if said:
-                error += f"; its stderr said: {said}"
+            if self._stderr is not None:
+                ended, said = self._stderr.exit_status(), self._stderr.last()
+                error += f"; it {ended}" if ended else ""
+                error += f"; its stderr said: {said}" if said else ""
             if time.monotonic() - started > STABLE_AFTER_S:
                 delays = backoff_delays(1.0, 60.0)
             # a session that expired after it worked is renewed at once; anything else backs off

@@ -17,7 +17,7 @@ import logging
 import os
 from collections import deque
 from collections.abc import AsyncIterator
-from typing import IO
+from typing import IO, Any
 
 log = logging.getLogger(__name__)
 TAIL_LINES = 20
@@ -30,6 +30,14 @@ class ServerStderr:
         self.agent = agent
         self.server = server
         self.tail: deque[str] = deque(maxlen=TAIL_LINES)
+        self.process: Any = None  # the last run's process (its returncode once it ended), when known
+
+    def exit_status(self) -> str:
+        """How the last run ended, in words ('' while it runs or when unknown)."""
+        code = getattr(self.process, "returncode", None)
+        if code is None:
+            return ""
+        return f"killed by signal {-code}" if code < 0 else f"exited with status {code}"
 
     def last(self, lines: int = 3) -> str:
         """The last few lines, as one line for an error message ('' when it printed nothing)."""
@@ -40,6 +48,7 @@ class ServerStderr:
         """A pipe for one spawn: yields its write end (the server's stderr; close it once the server
         runs, so the pipe ends with the server), and reads the other end until then."""
         self.tail.clear()  # what this run of the server says
+        self.process = None
         read_fd, write_fd = os.pipe()
         reading = os.fdopen(read_fd, "rb", buffering=0)
         writing = os.fdopen(write_fd, "wb", buffering=0)

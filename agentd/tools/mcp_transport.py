@@ -56,9 +56,14 @@ async def transport_of(
                 yield streams
             return
         async with stderr.capture() as errlog:
-            async with stdio_client(params, errlog=cast(TextIO, errlog)) as streams:
+            connection = stdio_client(params, errlog=cast(TextIO, errlog))
+            async with connection as streams:
                 errlog.close()  # the server holds its own copy: the pipe ends when the server does
-                yield streams
+                process = _process_of(connection)
+                try:
+                    yield streams
+                finally:
+                    stderr.process = process
         return
     assert spec.url is not None
     timeout = httpx2.Timeout(spec.timeout_s, read=max(SSE_READ_TIMEOUT_S, spec.timeout_s))
@@ -68,6 +73,15 @@ async def transport_of(
         streamable_http_client(spec.url, http_client=http) as streams,
     ):
         yield streams
+
+
+def _process_of(connection: Any) -> Any:
+    """The server process inside the SDK's stdio_client, for its exit status once it ended. The SDK
+    does not expose it: it is read from the suspended context manager's frame, and a later SDK that
+    keeps it elsewhere only costs the status in the error message (None here)."""
+    frame = getattr(getattr(connection, "gen", None), "ag_frame", None)
+    process = frame.f_locals.get("process") if frame is not None else None
+    return process if hasattr(process, "returncode") else None
 
 
 def _session_watch(session_gone: Callable[[], None]) -> Callable[[httpx2.Response], Any]:

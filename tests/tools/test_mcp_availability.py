@@ -42,8 +42,9 @@ async def test_a_crashed_servers_stderr_is_logged_and_shown_not_written_raw(
     await agent.state.tool_servers.wait_started()
     described = agent.state.tool_servers.describe()["files"]
     assert described["stderr"] == ["starting", "error: no API key in FILES_KEY"]
-    assert (
-        described["error"] == "Connection closed; its stderr said: starting | error: no API key in FILES_KEY"
+    assert described["exit"] == "exited with status 3"
+    assert described["error"] == (
+        "Connection closed; it exited with status 3; its stderr said: starting | error: no API key in FILES_KEY"
     )
     logged = [r.getMessage() for r in caplog.records if r.name == "agentd.tools.mcp_stderr"]
     assert "agent bot: MCP server files: error: no API key in FILES_KEY" in logged
@@ -104,7 +105,9 @@ def test_agentd_tools_exits_1_when_a_server_cannot_be_reached(
     assert main(["tools", "bot", "--agents", "agents", "--data", "data"]) == 1
     out = capsys.readouterr().out
     assert "server files (stdio): restarting (Connection closed" in out
-    assert "its stderr said: starting | error: no API key in FILES_KEY" in out  # why, from the server
+    assert (
+        "it exited with status 3; its stderr said: starting | error: no API key in FILES_KEY" in out
+    )  # why, from the server
 
 
 @pytest.mark.parametrize("unknown_session", [404, 400])
