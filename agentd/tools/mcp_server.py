@@ -128,8 +128,9 @@ class McpServer:
     async def stop(self) -> None:
         """Close the connection by cancelling its scope, and wait for it, bounded by STOP_BOUND_S.
 
-        The wait is `asyncio.wait`, which neither cancels the supervisor when the caller is
-        cancelled (a daemon stopping during a reload) nor swallows the caller's own cancellation.
+        The wait is `asyncio.wait`, which does not cancel the supervisor when the caller is
+        cancelled (a daemon stopping during a reload); the stop is then waited for all the same
+        (bounded), and the caller's cancellation goes on.
         """
         self._stopping.set()
         if self._scope is not None:
@@ -138,7 +139,13 @@ class McpServer:
             refresh.cancel()  # a tools/list request in flight: an ordinary request, not the transport
         pending = {t for t in (self._task, *self._refreshes) if t is not None and not t.done()}
         if pending:
-            _, left = await asyncio.wait(pending, timeout=STOP_BOUND_S)
+            try:
+                _, left = await asyncio.wait(pending, timeout=STOP_BOUND_S)
+            except asyncio.CancelledError:
+                # the caller is cancelled (the daemon stopping mid-reload): the server is still stopped
+                # first, or the loop's end would cancel the supervisor natively and orphan the process
+                await asyncio.wait(pending, timeout=STOP_BOUND_S)
+                raise
             if left:
                 log.error(
                     "agent %s: MCP server %s did not stop within %g s; left to finish on its own",

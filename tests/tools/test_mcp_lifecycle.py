@@ -17,6 +17,7 @@ import pytest
 
 from agentd.daemon import Daemon
 from testkit.waiting import wait_until
+from tests.daemon_process import DaemonProcess
 
 # A stdio "server" that reads initialize and never answers, and outlives its stdin closing: only a
 # signal stops it. It writes its pid to the file named by its argument.
@@ -99,4 +100,28 @@ async def test_a_server_stuck_in_initialize_is_stopped_and_the_reload_goes_on(
         await wait_until(lambda: "later" in daemon.fleet.entries, "a later agent file to load")
     finally:
         await asyncio.wait_for(daemon.shutdown(), 20)
+    assert [pid for pid in started(pids) if alive(pid)] == [], "no server outlives the daemon"
+
+
+@pytest.mark.slow
+async def test_sigterm_stops_agentd_after_a_stuck_server_was_removed(tmp_path: Path, pids: Path) -> None:
+    # the issue as an operator met it: `agentd run`, the agent file removed while its server is in
+    # initialize, then SIGTERM: agentd exits (one signal), and the server is not orphaned
+    script = tmp_path / "silent.py"
+    script.write_text(SILENT)
+    (tmp_path / "agents").mkdir()
+    (tmp_path / "agents" / "stuck.yaml").write_text(stuck_agent(script, pids, "a"))
+    daemon = await DaemonProcess(tmp_path, reload_interval=0.05).start()
+    try:
+        await wait_until(lambda: started(pids), "the server to start")
+        (tmp_path / "agents" / "stuck.yaml").unlink()
+        (tmp_path / "agents" / "later.yaml").write_text(WEBHOOK)
+        await wait_until(
+            lambda: "later" in [a["name"] for a in daemon.get("/agents")["agents"]],
+            "a later file to load",
+            20,
+        )
+        assert daemon.stop() == 0
+    finally:
+        daemon.kill()
     assert [pid for pid in started(pids) if alive(pid)] == [], "no server outlives the daemon"
