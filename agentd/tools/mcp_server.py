@@ -107,7 +107,7 @@ class McpServer:
             "tools": [t.name for t in self.tools],
             # a stdio server's last lines on stderr (why it crashed, most often)
             "stderr": list(self._stderr.tail) if self._stderr is not None else [],
-            "exit": (self._stderr.exit_status() or None) if self._stderr is not None else None,
+            "exit_status": self._stderr.returncode() if self._stderr is not None else None,
         }
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -182,8 +182,8 @@ class McpServer:
             if self._stopping.is_set():
                 return
             if self._stderr is not None:
-                ended, said = self._stderr.exit_status(), self._stderr.last()
-                error += f"; it {ended}" if ended else ""
+                ended, said = self._stderr.ended(), self._stderr.last()
+                error += f"; {ended}" if ended else ""
                 error += f"; its stderr said: {said}" if said else ""
             if time.monotonic() - started > STABLE_AFTER_S:
                 delays = backoff_delays(1.0, 60.0)

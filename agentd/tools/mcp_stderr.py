@@ -32,12 +32,18 @@ class ServerStderr:
         self.tail: deque[str] = deque(maxlen=TAIL_LINES)
         self.process: Any = None  # the last run's process (its returncode once it ended), when known
 
-    def exit_status(self) -> str:
-        """How the last run ended, in words ('' while it runs or when unknown)."""
+    def returncode(self) -> int | None:
+        """The last run's exit status (negative: the signal that killed it); None while it runs or
+        when unknown."""
         code = getattr(self.process, "returncode", None)
+        return code if isinstance(code, int) else None
+
+    def ended(self) -> str:
+        """How the last run ended, in words ('' while it runs or when unknown)."""
+        code = self.returncode()
         if code is None:
             return ""
-        return f"killed by signal {-code}" if code < 0 else f"exited with status {code}"
+        return f"it was killed by signal {-code}" if code < 0 else f"it exited with status {code}"
 
     def last(self, lines: int = 3) -> str:
         """The last few lines, as one line for an error message ('' when it printed nothing)."""

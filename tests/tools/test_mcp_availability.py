@@ -42,7 +42,7 @@ async def test_a_crashed_servers_stderr_is_logged_and_shown_not_written_raw(
     await agent.state.tool_servers.wait_started()
     described = agent.state.tool_servers.describe()["files"]
     assert described["stderr"] == ["starting", "error: no API key in FILES_KEY"]
-    assert described["exit"] == "exited with status 3"
+    assert described["exit_status"] == 3
     assert described["error"] == (
         "Connection closed; it exited with status 3; its stderr said: starting | error: no API key in FILES_KEY"
     )
