@@ -24,6 +24,7 @@ import os
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any, cast
 
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
@@ -102,10 +103,84 @@ def build_server(root: Path) -> MCPServer:
 
 
 @contextlib.asynccontextmanager
-async def serve_http(root: Path) -> AsyncIterator[str]:
-    """Serve the fake over Streamable HTTP on 127.0.0.1 in this loop; yields its URL."""
-    async with serve_on_loopback(build_server(root).streamable_http_app(), lifespan="on") as base:
+async def serve_http(
+    root: Path, port: int = 0, legacy: bool = False, unknown_session: int = 404
+) -> AsyncIterator[str]:
+    """Serve the fake over Streamable HTTP on 127.0.0.1 in this loop (on `port`, to restart one where
+    it was: a new instance knows none of the old one's sessions); yields its URL. `legacy`: as a
+    2025-era server, which knows no `server/discover`, so the client's `initialize` opens a session.
+    `unknown_session=400`: a session it does not know is a 400 "No valid session ID provided" (as the
+    TypeScript SDK's servers answer), not the spec's 404."""
+    app: Any = build_server(root).streamable_http_app()
+    if legacy:
+        app = _without_discover(app)
+    if unknown_session == 400:
+        app = _unknown_session_as_400(app)
+    async with serve_on_loopback(app, lifespan="on", port=port) as base:
         yield f"{base}/mcp"
+
+
+def _without_discover(app: Any) -> Any:
+    """`app`, answering `server/discover` with "method not found" as a 2025-era server does."""
+
+    async def wrapped(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            return await app(scope, receive, send)
+        body, more = b"", True
+        while more:
+            message = await receive()
+            body, more = body + message.get("body", b""), message.get("more_body", False)
+        request = json.loads(body or b"null")
+        if isinstance(request, dict) and request.get("method") == "server/discover":
+            error = {"code": -32601, "message": "Method not found"}
+            answer = json.dumps({"jsonrpc": "2.0", "id": request.get("id"), "error": error}).encode()
+            headers = [(b"content-type", b"application/json")]
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            return await send({"type": "http.response.body", "body": answer})
+        replayed = False
+
+        async def replay() -> dict[str, Any]:
+            nonlocal replayed
+            if replayed:
+                return cast(dict[str, Any], await receive())
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        return await app(scope, replay, send)
+
+    return wrapped
+
+
+def _unknown_session_as_400(app: Any) -> Any:
+    body = json.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": None,
+            "error": {"code": -32000, "message": "Bad Request: No valid session ID provided"},
+        }
+    ).encode()
+
+    async def wrapped(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        rewritten = False
+
+        async def rewrite(message: dict[str, Any]) -> None:
+            nonlocal rewritten
+            if message["type"] == "http.response.start" and message["status"] == 404:
+                rewritten = True
+                headers = [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                ]
+                return await send({"type": "http.response.start", "status": 400, "headers": headers})
+            if rewritten and message["type"] == "http.response.body":
+                if message.get("more_body", False):
+                    return None
+                return await send({"type": "http.response.body", "body": body})
+            return await send(message)
+
+        return await app(scope, receive, rewrite)
+
+    return wrapped
 
 
 def stdio_command() -> list[str]:

@@ -20,14 +20,18 @@ class _Server(uvicorn.Server):
 
 
 @contextlib.asynccontextmanager
-async def serve_on_loopback(app: Any, lifespan: Literal["on", "off"] = "off") -> AsyncIterator[str]:
-    """Serve `app` with uvicorn on a free loopback port until the block ends; yields its base URL
-    (`lifespan="on"` for an app that starts things in its lifespan, as an MCP server does)."""
+async def serve_on_loopback(
+    app: Any, lifespan: Literal["on", "off"] = "off", port: int = 0
+) -> AsyncIterator[str]:
+    """Serve `app` with uvicorn on a free loopback port (or `port`: a server restarted where it was)
+    until the block ends; yields its base URL (`lifespan="on"` for an app that starts things in its
+    lifespan, as an MCP server does)."""
     # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY on accepted connections only for a socket whose
     # protocol says TCP, and without it every small answer waited ~40 ms for a delayed ACK (the
     # daemon's own socket had the same fix, agentd/daemon/server.py)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.bind(("127.0.0.1", 0))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", port))
     port = sock.getsockname()[1]
     server = _Server(
         uvicorn.Config(

@@ -29,8 +29,10 @@ def cmd_tools(args: argparse.Namespace) -> int:
         print(json.dumps(report, indent=2))
     else:
         print(render_tools(report))
-    problems = [p for server in report["servers"].values() for p in server["problems"]]
-    return 1 if problems else 0
+    servers = report["servers"].values()
+    problems = [p for server in servers for p in server["problems"]]
+    # a server that cannot be reached (restarting, or still not connected) is a problem too
+    return 1 if problems or any(server["status"] != "running" for server in servers) else 0
 
 
 async def _in_process(args: argparse.Namespace) -> dict[str, Any]:
@@ -38,7 +40,9 @@ async def _in_process(args: argparse.Namespace) -> dict[str, Any]:
     async with Resources(settings, args.data) as resources:
         agent = resources.build_agent(spec, FolderPeers(args.agents, settings.defaults.model), readonly=True)
         try:
-            await agent.start_tool_servers(CONNECT_WAIT_S)
+            await agent.start_tool_servers()
+            # each server's first connection made or failed: a server that is down is not waited for
+            await agent.state.tool_servers.wait_started(CONNECT_WAIT_S)
             return agent.tools_report()
         finally:
             await agent.stop_tool_servers()

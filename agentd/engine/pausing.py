@@ -56,7 +56,10 @@ async def pause_run(
         tool=needed.call.name,
         server=needed.tool.server,
         args=dict(needed.call.arguments),
-        shown_args=audit_args(needed.call.arguments, "redacted", needed.tool.private_args) or {},
+        shown_args=audit_args(
+            needed.call.arguments, "redacted", needed.tool.private_args, needed.tool.plain_args
+        )
+        or {},
         requested_by=requester,
         approvers=list(spec.tools.approvers) or [requester],
         created_at=now,

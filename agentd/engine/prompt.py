@@ -54,6 +54,7 @@ async def build_prompt(conv: Conversation, turn: TurnInput) -> Prompt:
         keys = state.memory_keys(spec, turn.conversation_key, turn.user_id)
         sections.append(memory_preamble(keys))
         hints = replace(hints, memory_keys=tuple(keys))
+    await state.tool_servers.wait_started()  # servers still connecting: their tools belong in this prompt
     known = {
         t.spec.name: t
         for t in (*state.tools(spec), *(memory.tools.tools(ctx, thread, turn) if memory.tools else ()))

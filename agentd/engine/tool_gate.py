@@ -81,15 +81,16 @@ class ToolGate:
         self._can_ask = can_ask
 
     def shown_args(self, call: ToolCallPart, tool: Tool | None) -> dict[str, Any] | None:
-        private = tool.private_args if tool is not None else ()
-        return audit_args(call.arguments, self._mode, private)
+        if tool is None:
+            return audit_args(call.arguments, self._mode)
+        return audit_args(call.arguments, self._mode, tool.private_args, tool.plain_args)
 
     async def answer(self, batch: ToolBatch) -> ApprovalNeeded | None:
         """Answer the batch's calls in order; stop at the first one a person must approve."""
         while (call := batch.next_call) is not None:
             tool = self._tools.get(call.name)
             if tool is None:
-                available = ", ".join(sorted(self._tools)) or "none"
+                available = ", ".join(self._offered()) or "none"
                 self._record("failed", call, None, error="no such tool")
                 _answer(batch, call, f"there is no tool named {call.name!r}; available: {available}", True)
                 continue
@@ -141,6 +142,12 @@ class ToolGate:
         duration = round((time.perf_counter() - started) * 1000, 3)
         self._record(action, call, tool, duration_ms=duration, **more)
         _answer(batch, call, content, is_error)
+
+    def _offered(self) -> list[str]:
+        """The tools the model was offered (not those the policy hides from it), for an unknown name."""
+        return sorted(
+            name for name, t in self._tools.items() if self._policy.decide(t.source, t.origin_name).offered
+        )
 
     def _record(self, action: str, call: ToolCallPart, tool: Tool | None, **more: Any) -> None:
         self._audit.append(tool_audit(action, call, tool, self._caller, self.shown_args(call, tool), **more))

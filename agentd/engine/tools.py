@@ -9,6 +9,8 @@ from agentd.memory.persistent import PersistentMemory
 from agentd.memory.tooling import Tool, ToolCall, object_schema
 from agentd.providers.base import ToolSpec
 
+KEY = frozenset({"key"})  # a memory's key names a fact: no secret, though "key" reads like one
+
 
 def _string(description: str) -> dict[str, Any]:
     """A string parameter's schema (its name is the key it is given under in object_schema)."""
@@ -52,8 +54,15 @@ def memory_tools(memory: PersistentMemory, scope_of: Callable[[ToolCall], str]) 
             ),
             remember,
             private_args=frozenset({"value"}),  # memory values stay out of the audit trail
+            plain_args=KEY,  # the memory key is what an approver of `remember` must read
         ),
-        Tool(ToolSpec("recall", "Read the value of one remembered fact by key.", obj({"key": key})), recall),
+        Tool(
+            ToolSpec("recall", "Read the value of one remembered fact by key.", obj({"key": key})),
+            recall,
+            plain_args=KEY,
+        ),
         Tool(ToolSpec("list_memories", "List the keys of every remembered fact.", obj({})), list_memories),
-        Tool(ToolSpec("forget", "Delete a remembered fact by key.", obj({"key": key})), forget),
+        Tool(
+            ToolSpec("forget", "Delete a remembered fact by key.", obj({"key": key})), forget, plain_args=KEY
+        ),
     ]

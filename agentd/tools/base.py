@@ -37,6 +37,8 @@ class Tool:
     origin: str | None = None  # the tool's own name at its source (None: spec.name)
     # arguments never written to the audit trail, whatever audit_args says (memory values)
     private_args: frozenset[str] = frozenset()
+    # arguments the tool knows are no secret whatever their name (a memory's `key`): not redacted by name
+    plain_args: frozenset[str] = frozenset()
 
     @property
     def name(self) -> str:

@@ -7,11 +7,18 @@ server's description and input schema. A policy pattern that matches none of
 a running server's tools is a problem of that server, named in `GET /agents`
 and `agentd tools`; that server's tools are then not offered at all, since a
 misspelled `deny` would otherwise allow what it was meant to forbid.
+
+A turn that begins while a server is still making its first connection (the
+first messages after a start or a reload) waits for it, at most that server's
+connect timeout, so the model is not answered without its tools; a server
+that is down (restarting) is not waited for.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import math
 import time
 from typing import Any
 
@@ -93,6 +100,13 @@ class McpServers:
         schema = remote.input_schema or {"type": "object", "properties": {}}
         spec = ToolSpec(model_tool_name(server.name, name), remote.description, schema)
         return Tool(spec, call, source=server.name, origin=name)
+
+    async def wait_started(self, timeout: float = math.inf) -> None:
+        """Wait for the servers still making their first connection (right after a start or a
+        reload), each at most its own connect timeout and all at most `timeout`; at once when none is."""
+        starting = [s for s in self.servers.values() if s.status == "starting"]
+        if starting:
+            await asyncio.gather(*(s.wait_started(timeout) for s in starting))
 
     async def wait_ready(self, timeout: float) -> None:
         """Wait (at most `timeout` seconds in all) for every server to have connected."""

@@ -3,7 +3,11 @@
 Redacted replaces the values of keys that look like secrets (token, password,
 key, secret, authorization, ...) and any value over 200 characters, at any
 depth. A tool's private arguments (memory values) are left out whatever the
-mode. A tool's result is never written to the audit trail at all.
+mode; its plain arguments are ones its own code knows are no secret whatever
+their name says (a memory's `key` names the fact, and is what a person
+approving `remember` must see), so their names are not matched, though the
+size cap still applies. A tool's result is never written to the audit trail
+at all.
 """
 
 from __future__ import annotations
@@ -21,14 +25,16 @@ SECRET_KEY_RE = re.compile(
 REDACTED = "[redacted]"
 
 
-def audit_args(args: dict[str, Any], mode: str, private: Collection[str] = ()) -> dict[str, Any] | None:
+def audit_args(
+    args: dict[str, Any], mode: str, private: Collection[str] = (), plain: Collection[str] = ()
+) -> dict[str, Any] | None:
     """The arguments as the audit trail keeps them (None: `none`, nothing is kept)."""
     if mode == "none":
         return None
     kept = {k: v for k, v in args.items() if k not in private}
     if mode == "full":
         return kept
-    return {k: _redacted(k, v) for k, v in kept.items()}
+    return {k: _redacted("" if k in plain else k, v) for k, v in kept.items()}
 
 
 def _redacted(key: str, value: Any) -> Any:
