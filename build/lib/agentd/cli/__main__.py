@@ -1,5 +1,0 @@
-import sys
-
-from agentd.cli.main import main
-
-sys.exit(main())
