@@ -19,11 +19,9 @@ log = logging.getLogger("agentd")
 
 
 def models_used(spec: AgentSpec, memory_extractor_model: str | None) -> set[str]:
-    """Every model reference the agent may call: its model, its small model, its memory layers' models
-    (agentd.yaml's memory_extractor_model for a layer that names none)."""
-    refs = {spec.model.name}
-    if spec.model.small:
-        refs.add(spec.model.small)
+    """Every model reference the agent may call: its model, its small model and their fallbacks, its
+    memory layers' models (agentd.yaml's memory_extractor_model for a layer that names none)."""
+    refs = {*spec.model.chain, *spec.model.small_chain}  # fallbacks included: a dead key there is found now
     strategy = spec.memory.strategy
     layers = strategy.layers if isinstance(strategy, CompositeStrategy) else [strategy] if strategy else []
     for layer in layers:
