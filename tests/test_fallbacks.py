@@ -133,7 +133,10 @@ async def test_a_429_with_retry_after_is_retried_on_the_primary_not_passed_on(tm
             assert [m.text for m in await transcript(agent)] == ["hi", "Hello from Claude."]
 
 
-@pytest.mark.parametrize(("failure", "reason"), [(500, "server_error"), (529, "overloaded")])
+@pytest.mark.parametrize(
+    ("failure", "reason"),
+    [(500, "server_error"), (529, "overloaded"), (429, "rate_limited")],  # 429: retries spent (0 here)
+)
 async def test_a_dead_primary_falls_back_is_skipped_while_paused_and_used_again_once_back(
     tmp_path: Path, failure: int, reason: str
 ) -> None:
@@ -273,6 +276,33 @@ async def test_a_conversation_with_tool_calls_moves_between_providers_intact(tmp
             roles = [m.role for m in await transcript(agent)]
             assert roles == ["user", "assistant", "tool", "assistant"] * 2 + ["user", "assistant"]
             assert [s["reason"] for s in await fallbacks(agent)] == ["overloaded"]
+
+
+async def test_the_small_model_falls_back_along_small_fallbacks(tmp_path: Path) -> None:
+    spec = """\
+model:
+  name: claude/sonnet
+  fallbacks: [gpt/mini]
+  small: claude/haiku
+  small_fallbacks: [gpt/nano]
+memory: {scope: thread, compact_at_tokens: false}
+"""
+    with FakeLLM() as claude, FakeLLM() as gpt:
+        settings = providers(claude.anthropic_base_url, gpt.openai_base_url)
+        async with agent_on(tmp_path, settings, Clock(), spec) as agent:
+            for text in ("one", "two", "three"):
+                claude.reply(f"answer {text}")
+                await say(agent, text)
+            claude.down(529)
+            gpt.reply("The person counted to three.")
+            reply = await say(agent, "/compact")
+            assert reply.text.startswith("Compacted"), reply.text
+            assert gpt.requests[-1].json["model"] == "nano"  # the small chain, not the main one
+            runs = await agent.runs("webhook:c", limit=50)
+            [compaction] = [r for r in runs if r["trigger"] == "compaction"]
+            assert (compaction["model"], compaction["status"]) == ("gpt/nano", "ok")
+            [step] = await fallbacks(agent)
+            assert (step["from"], step["to"], step["reason"]) == ("claude/haiku", "gpt/nano", "overloaded")
 
 
 async def test_a_stream_that_fails_after_its_first_words_is_not_started_over(tmp_path: Path) -> None:
