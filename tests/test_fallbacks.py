@@ -79,10 +79,12 @@ def closed_port_url() -> str:
 
 @contextlib.asynccontextmanager
 async def agent_on(
-    tmp_path: Path, settings: dict[str, Any], clock: Clock, spec: str = AGENT
+    tmp_path: Path, settings: dict[str, Any], clock: Clock, spec: str = AGENT, store_url: str | None = None
 ) -> AsyncIterator[Agent]:
+    """The agent `spec` on SQLite files in tmp_path (or in the PostgreSQL database `store_url`)."""
     breakers = Breakers(first_pause_s=PAUSE_S, clock=clock)
-    daemon_spec = DaemonSpec.model_validate({"providers": settings})
+    store = {"store": {"url": store_url}} if store_url else {}
+    daemon_spec = DaemonSpec.model_validate({"providers": settings, **store})
     async with Resources(daemon_spec, tmp_path, breakers=breakers) as resources:
         agent = await resources.open_agent(make_spec(spec))
         try:
@@ -113,6 +115,10 @@ async def transcript(agent: Agent) -> list[Message]:
     return [m.message for m in thread.messages]
 
 
+def store_url(store_backend: str, request: pytest.FixtureRequest) -> str | None:
+    return request.getfixturevalue("postgres_url") if store_backend == "postgres" else None
+
+
 def chat_requests(fake: FakeLLM) -> int:
     return sum(1 for r in fake.requests if r.path in ("/v1/messages", "/v1/chat/completions"))
 
@@ -133,17 +139,19 @@ async def test_a_429_with_retry_after_is_retried_on_the_primary_not_passed_on(tm
             assert [m.text for m in await transcript(agent)] == ["hi", "Hello from Claude."]
 
 
+@pytest.mark.both_stores
 @pytest.mark.parametrize(
     ("failure", "reason"),
     [(500, "server_error"), (529, "overloaded"), (429, "rate_limited")],  # 429: retries spent (0 here)
 )
 async def test_a_dead_primary_falls_back_is_skipped_while_paused_and_used_again_once_back(
-    tmp_path: Path, failure: int, reason: str
+    tmp_path: Path, failure: int, reason: str, store_backend: str, request: pytest.FixtureRequest
 ) -> None:
     clock = Clock()
     with FakeLLM() as claude, FakeLLM() as gpt:
         settings = providers(claude.anthropic_base_url, gpt.openai_base_url)
-        async with agent_on(tmp_path, settings, clock) as agent:
+        url = store_url(store_backend, request)
+        async with agent_on(tmp_path, settings, clock, store_url=url) as agent:
             claude.down(failure)
             gpt.reply("GPT here.")
             reply = await say(agent, "one")
@@ -161,6 +169,7 @@ async def test_a_dead_primary_falls_back_is_skipped_while_paused_and_used_again_
             assert (skipped["from"], skipped["reason"]) == ("claude/sonnet", "paused")
             status = (await say(agent, "/status")).text
             assert "Model claude/sonnet: skipped for 30 s after 1 failure" in status
+            assert "\nFallbacks: gpt/mini\n" in status
             facts = await agent.status_of("webhook:c")
             assert facts["model_chain"][0]["skipped"] is True and facts["model_chain"][1]["skipped"] is False
 
@@ -237,11 +246,15 @@ async def test_a_missing_or_refused_key_falls_back(tmp_path: Path, monkeypatch: 
             assert await message_runs(agent) == [("gpt/mini", "ok")]
 
 
-async def test_a_conversation_with_tool_calls_moves_between_providers_intact(tmp_path: Path) -> None:
+@pytest.mark.both_stores
+async def test_a_conversation_with_tool_calls_moves_between_providers_intact(
+    tmp_path: Path, store_backend: str, request: pytest.FixtureRequest
+) -> None:
     clock = Clock()
     with FakeLLM() as claude, FakeLLM() as gpt:
         settings = providers(claude.anthropic_base_url, gpt.openai_base_url)
-        async with agent_on(tmp_path, settings, clock) as agent:
+        url = store_url(store_backend, request)
+        async with agent_on(tmp_path, settings, clock, store_url=url) as agent:
             # turn 1 on Anthropic: a tool call and its result
             claude.reply(tool_calls=[("remember", {"key": "city", "value": "Lisbon"}, "toolu_01")])
             claude.reply("Saved your city.")

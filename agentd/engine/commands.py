@@ -164,6 +164,8 @@ async def _status(conv: Conversation, event: InboundEvent) -> CommandResult:
     if spec.memory.persistent:
         keys = conv.agent.memory_keys(spec, event.conversation_key, event.user_id)
         lines.append(f"Persistent memory keys: {len(keys)}")
+    if len(facts["model_chain"]) > 1:
+        lines.insert(2, "Fallbacks: " + ", ".join(link["model"] for link in facts["model_chain"][1:]))
     for link in facts["model_chain"]:
         if link["skipped"]:
             lines.append(
