@@ -352,8 +352,32 @@ async def test_a_stream_that_fails_before_any_word_falls_back_and_streams_the_fa
             assert await message_runs(agent) == [("gpt/mini", "ok")]
 
 
+async def test_when_every_model_of_the_chain_fails_the_person_is_told_and_each_step_is_kept(
+    tmp_path: Path,
+) -> None:
+    with FakeLLM() as claude, FakeLLM() as gpt:
+        settings = providers(claude.anthropic_base_url, gpt.openai_base_url)
+        async with agent_on(tmp_path, settings, Clock()) as agent:
+            claude.down(529)
+            gpt.down(503)
+            reply = await say(agent, "anyone?")
+            assert reply.error == "provider_error" and "could not reach the model" in reply.text
+            assert "503" in reply.text  # the last model's failure is the one said
+            assert [(s["from"], s["reason"]) for s in await fallbacks(agent)] == [
+                ("claude/sonnet", "overloaded")
+            ]
+            [run] = await agent.runs("webhook:c", limit=1)
+            assert run["status"] == "error" and "gpt" in run["error"]
+            assert [m.text for m in await transcript(agent)] == ["anyone?"]
+            # the next turn: the primary is skipped, the last model is always tried
+            gpt.up()
+            gpt.reply("Back.")
+            assert (await say(agent, "now?")).text == "Back."
+            assert chat_requests(claude) == 1
+
+
 async def test_get_agents_metrics_and_startup_warnings_show_the_chain(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     with FakeLLM() as claude, FakeLLM() as gpt:
@@ -378,6 +402,8 @@ async def test_get_agents_metrics_and_startup_warnings_show_the_chain(
                 [listed] = (await client.get("/agents")).json()["agents"]
                 # a fallback without a key is found at start, not at the first failure
                 assert any("spare" in w and "OPENAI_API_KEY" in w for w in listed["warnings"])
+                logged = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+                assert any("agent bot" in m and "provider spare" in m for m in logged)
                 assert [m["model"] for m in listed["models"]] == ["claude/sonnet", "gpt/mini", "spare/x"]
                 claude.down(529)
                 gpt.reply("fallback answer")
