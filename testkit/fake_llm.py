@@ -34,6 +34,7 @@ import contextlib
 import hashlib
 import json
 import math
+import re
 import socket
 import threading
 import time
@@ -612,6 +613,9 @@ def _check_anthropic(body: dict[str, Any]) -> str | None:
             if kind == "tool_use" and role == "assistant":
                 if not isinstance(b.get("input"), dict):
                     return f"messages.{i}.content.{j}.input: Input should be a valid dictionary"
+                if not re.fullmatch(r"[a-zA-Z0-9_-]+", str(b.get("id") or "")):
+                    # as the API says it: an id carried over from another provider must fit too
+                    return f"messages.{i}.content.{j}.tool_use.id: String should match pattern '^[a-zA-Z0-9_-]+$'"
             elif kind == "tool_result" and role == "user":
                 if b.get("tool_use_id") not in open_uses:
                     return (

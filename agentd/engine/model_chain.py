@@ -33,7 +33,6 @@ from agentd.errors import (
     STREAM_BROKEN,
     TIMEOUT,
     UNREADABLE,
-    ModelPaused,
     OperatorError,
     ProviderError,
 )
@@ -122,7 +121,7 @@ async def call_chain(
             continue
         breakers.succeeded(ref)
         return completion, ref
-    raise ModelPaused("no model to call", model="", retry_in=0)  # not reached: the chain is not empty
+    raise AssertionError("not reached: a chain has at least its model, and its last one returns or raises")
 
 
 def chain_facts(breakers: Breakers, chain: Sequence[str]) -> list[dict[str, Any]]:
