@@ -63,6 +63,8 @@ class CredentialError(OperatorError):
     on it is recorded the same way; unlike it, retrying cannot help.
     """
 
+    reason = "missing_key"  # what failed, in the words ProviderError.reason uses (a fallback's reason)
+
     def __init__(self, *, provider: str, model: str, key_env: str | None):
         self.provider = provider
         self.model = model
@@ -113,11 +115,28 @@ class RuntimeFault(AgentdError):
     """Something at run time failed; the operator may not need to change anything."""
 
 
+# What failed, as `ProviderError.reason` says it: the engine decides from it whether the next model
+# of a fallback chain is tried (agentd.engine.model_chain), and /metrics counts fallbacks by it.
+RATE_LIMITED = "rate_limited"  # 429, once the provider's own retries (Retry-After honoured) are spent
+OVERLOADED = "overloaded"  # 529, Anthropic's overloaded_error
+SERVER_ERROR = "server_error"  # 5xx
+TIMEOUT = "timeout"  # no answer in time (408 included)
+CONNECTION = "connection"  # refused, reset, DNS: the provider could not be reached
+AUTH = "auth"  # 401/403: the key was refused
+NOT_FOUND = "not_found"  # 404: that model (or endpoint) is not served there
+INVALID_REQUEST = "invalid_request"  # 400/413/422: this request is wrong, whichever model gets it
+CONTEXT_OVERFLOW = "context_overflow"  # the prompt is longer than the model's context window
+STREAM_BROKEN = "stream_broken"  # the stream broke off or stalled after the reply began
+UNREADABLE = "unreadable"  # a 2xx whose body is not what the API promises
+OTHER = "other"
+
+
 class ProviderError(RuntimeFault):
     """A model provider call failed for good (after any retries).
 
     The message names the provider, the model and what to do about it; `status`
-    is the HTTP status when there was one.
+    is the HTTP status when there was one; `reason` says what failed (one of the
+    names above), so the engine can tell a dead model from a bad request.
     """
 
     def __init__(
@@ -129,11 +148,13 @@ class ProviderError(RuntimeFault):
         status: int | None = None,
         retryable: bool = False,
         unreachable: bool = False,
+        reason: str = OTHER,
     ):
         self.provider = provider
         self.model = model
         self.status = status
         self.retryable = retryable
+        self.reason = reason
         # True when the provider could not be reached at all (connection refused,
         # timeout): memory work that can wait keeps its queue for the next turn.
         self.unreachable = unreachable

@@ -3,7 +3,9 @@
     with FakeLLM() as fake:                      # or fake.start() ... fake.stop()
         fake.reply("hello", usage=(12, 3))
         fake.reply(tool_calls=[("lookup", {"q": "x"})])
-        fake.fail(429, retry_after=0.2)
+        fake.fail(429, retry_after=0.2)          # in each API's own error shape (see _error)
+        fake.overflow()                          # "prompt too long", as OpenAI / Anthropic say it
+        fake.down(529); ...; fake.up()           # every chat request fails until up()
         fake.reply("slow words", pieces=["slow ", "words"], delay=0.5)  # as streamed, if asked to stream
         ...  # point a provider at fake.url + "/v1" (OpenAI) or fake.url (Anthropic)
         assert fake.requests[0].json["messages"][0]["role"] == "system"
@@ -32,6 +34,7 @@ import contextlib
 import hashlib
 import json
 import math
+import re
 import socket
 import threading
 import time
@@ -78,6 +81,16 @@ class _Raw:
 
 
 @dataclass(frozen=True, slots=True)
+class _Error:
+    """An error status answered in the shape of the API that was called (`code`: OpenAI's error code)."""
+
+    status: int
+    message: Any = None  # a str, None for a default, or _OVERFLOW
+    code: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class _Hang:
     seconds: float
 
@@ -87,7 +100,7 @@ class _Drop:
     pass
 
 
-_Scripted = _Reply | _Raw | _Hang | _Drop
+_Scripted = _Reply | _Raw | _Error | _Hang | _Drop
 
 
 class FakeLLM:
@@ -107,6 +120,7 @@ class FakeLLM:
         self._script: dict[Endpoint, deque[_Scripted]] = {"chat": deque(), "embeddings": deque()}
         self._requests: list[RecordedRequest] = []
         self._ids = 0
+        self._down: _Error | None = None  # while set, every chat request is answered this error
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping: asyncio.Event | None = None
@@ -220,10 +234,36 @@ class FakeLLM:
         *,
         retry_after: float | str | None = None,
         endpoint: Endpoint = "chat",
+        message: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
     ) -> None:
-        """Queue an error status; `body` defaults to the API's own error shape for it."""
+        """Queue an error status; `body` defaults to the error shape of the API called (OpenAI's
+        `{"error": {message, type, param, code}}`, Anthropic's `{"type": "error", "error": {type,
+        message}}`), with `message` and OpenAI's `code` when given; `headers` are sent with it."""
+        sent = dict(headers or {}) | ({} if retry_after is None else {"Retry-After": str(retry_after)})
+        if body is None:
+            self._push(endpoint, _Error(status, message, code, sent))
+        else:
+            self._push(endpoint, _Raw(status, body, sent))
+
+    def overflow(self, tokens: int = 210_000, window: int = 200_000) -> None:
+        """Queue the 400 a prompt past the context window gets, as each API says it: OpenAI's code
+        `context_length_exceeded`, Anthropic's "prompt is too long: N tokens > M maximum"."""
+        self._push(
+            "chat", _Error(400, _OVERFLOW, "context_length_exceeded", {"x-window": f"{tokens}/{window}"})
+        )
+
+    def down(self, status: int = 503, *, retry_after: float | None = None) -> None:
+        """Answer every chat request `status` (in the API's error shape) until `up()`: a model that is
+        down, overloaded (529) or rate-limited for a while, not for one request."""
         headers = {} if retry_after is None else {"Retry-After": str(retry_after)}
-        self._push(endpoint, _Raw(status, body, headers))
+        with self._lock:
+            self._down = _Error(status, None, None, headers)
+
+    def up(self) -> None:
+        with self._lock:
+            self._down = None
 
     def hang(self, seconds: float, *, endpoint: Endpoint = "chat") -> None:
         """Queue a request that waits `seconds` before answering the default reply."""
@@ -400,7 +440,11 @@ class FakeLLM:
 
     async def _scripted(self, endpoint: Endpoint, request: web.Request, api: str) -> Any:
         """The next scripted item: a finished response for faults, a _Reply, or None for the default."""
-        item = self._next(endpoint)
+        with self._lock:
+            down = self._down if endpoint == "chat" else None
+        item = down or self._next(endpoint)
+        if isinstance(item, _Error):
+            return _error(api, item.status, _error_message(item, api), item.headers, item.code)
         if isinstance(item, _Hang):
             await asyncio.sleep(item.seconds)
             return None
@@ -569,6 +613,9 @@ def _check_anthropic(body: dict[str, Any]) -> str | None:
             if kind == "tool_use" and role == "assistant":
                 if not isinstance(b.get("input"), dict):
                     return f"messages.{i}.content.{j}.input: Input should be a valid dictionary"
+                if not re.fullmatch(r"[a-zA-Z0-9_-]+", str(b.get("id") or "")):
+                    # as the API says it: an id carried over from another provider must fit too
+                    return f"messages.{i}.content.{j}.tool_use.id: String should match pattern '^[a-zA-Z0-9_-]+$'"
             elif kind == "tool_result" and role == "user":
                 if b.get("tool_use_id") not in open_uses:
                     return (
@@ -655,17 +702,54 @@ _ANTHROPIC_ERROR_TYPES = {
     403: "permission_error",
     404: "not_found_error",
     413: "request_too_large",
+    422: "invalid_request_error",
     429: "rate_limit_error",
+    500: "api_error",
     529: "overloaded_error",
 }
 
 
-def _error(api: str, status: int, message: str, headers: dict[str, str] | None = None) -> web.Response:
+# OpenAI's error `type` and `code` by status, as its API sends them (the openai SDK maps the status
+# to its exception: 400 BadRequestError ... 429 RateLimitError, >= 500 InternalServerError).
+_OPENAI_ERRORS = {
+    401: ("invalid_request_error", "invalid_api_key"),
+    403: ("invalid_request_error", "unsupported_country_region_territory"),
+    404: ("invalid_request_error", "model_not_found"),
+    429: ("requests", "rate_limit_exceeded"),
+}
+_OVERFLOW = object()  # message placeholder: each API's own words for a prompt past the window
+
+
+def _error_message(item: _Error, api: str) -> str:
+    if item.message is _OVERFLOW:
+        tokens, window = item.headers.get("x-window", "210000/200000").split("/")
+        if api == "anthropic":
+            return f"prompt is too long: {tokens} tokens > {window} maximum"
+        return (
+            f"This model's maximum context length is {window} tokens. However, your messages resulted "
+            f"in {tokens} tokens. Please reduce the length of the messages."
+        )
+    if item.message is not None:
+        return str(item.message)
+    if api == "anthropic" and item.status == 529:
+        return "Overloaded"
+    return f"scripted failure {item.status}"
+
+
+def _error(
+    api: str, status: int, message: str, headers: dict[str, str] | None = None, code: str | None = None
+) -> web.Response:
     """An error body in the API's own shape, so clients parse it as they would the real one."""
+    headers = {k: v for k, v in (headers or {}).items() if k != "x-window"}
     if api == "ollama":
         return _json(status, {"error": message}, headers)
     if api == "anthropic":
         kind = _ANTHROPIC_ERROR_TYPES.get(status, "api_error")
-        return _json(status, {"type": "error", "error": {"type": kind, "message": message}}, headers)
-    kind = "invalid_request_error" if status < 500 else "server_error"
-    return _json(status, {"error": {"message": message, "type": kind, "param": None, "code": None}}, headers)
+        body = {"type": "error", "error": {"type": kind, "message": message}, "request_id": "req_fake"}
+        return _json(status, body, headers)
+    kind, default_code = _OPENAI_ERRORS.get(
+        status, ("invalid_request_error" if status < 500 else "server_error", None)
+    )
+    param = "messages" if code == "context_length_exceeded" else None
+    body = {"error": {"message": message, "type": kind, "param": param, "code": code or default_code}}
+    return _json(status, body, headers)

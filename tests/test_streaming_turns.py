@@ -118,11 +118,13 @@ async def test_a_stream_broken_half_way_stores_no_half_answer(agent: Agent, fake
 
     reply = await agent.handle(event("count"), sink=heard)
 
-    assert heard.log == ["one ", "two ", "|"]
-    assert reply.error == "provider_error" and "could not reach the model" in reply.text
+    # issue 19: what was shown stays (no restart), the failure is said after it, no fallback starts over
+    assert heard.log == ["one ", "two "]
+    assert reply.error == "provider_error" and reply.text.startswith("one two \n\n(The answer broke off")
     assert [m.text for m in await stored(agent)] == ["count"]  # the message is saved, no half answer
     run = await last_run(agent)
     assert run["status"] == "error" and "broke off" in str(run["error"])
+    assert "after 8 characters of the reply were shown" in str(run["error"])
     fake.reply("five.")
     assert (await agent.handle(event("again"), sink=Heard())).text == "five."
     assert [m.text for m in await stored(agent)] == ["count", "again", "five."]

@@ -41,13 +41,37 @@ def _model_or_shorthand(schema: JsonDict) -> None:
 
 class ModelSpec(Spec):
     name: ModelRef
+    # tried in order when `name` fails in a way another model can help with (down, overloaded,
+    # rate-limited past its retries, key refused): agentd.engine.model_chain
+    fallbacks: list[ModelRef] = []
     small: ModelRef | None = None
+    small_fallbacks: list[ModelRef] = []  # the same for `small`
     temperature: float | None = Field(default=None, ge=0, le=2)
     max_output_tokens: int | None = Field(default=None, gt=0)
 
     @property
     def provider(self) -> str:
         return self.name.split("/", 1)[0]
+
+    @property
+    def chain(self) -> tuple[str, ...]:
+        """The chat models in the order they are tried."""
+        return (self.name, *self.fallbacks)
+
+    @property
+    def small_chain(self) -> tuple[str, ...]:
+        """The small models in the order they are tried (the main chain when no small model is set)."""
+        return (self.small, *self.small_fallbacks) if self.small else self.chain
+
+    @model_validator(mode="after")
+    def _chains(self) -> ModelSpec:
+        if self.small_fallbacks and not self.small:
+            raise ValueError("small_fallbacks needs model.small: they are tried when the small model fails")
+        for field, chain in (("fallbacks", self.chain), ("small_fallbacks", self.small_chain)):
+            repeated = sorted({ref for ref in chain if chain.count(ref) > 1})
+            if repeated:
+                raise ValueError(f"{field}: {', '.join(repeated)} is named twice in its chain")
+        return self
 
 
 class MemorySpec(Spec):
@@ -170,11 +194,12 @@ class AgentSpec(Spec):
         return problems
 
     def model_refs(self, memory_extractor_model: str | None) -> set[str]:
-        """Every model reference the agent may call: its model, its small model, its memory layers' models
-        (agentd.yaml's memory_extractor_model for a layer that names none)."""
-        refs = {self.model.name}
-        if self.model.small:
-            refs.add(self.model.small)
+        """Every model reference the agent may call: its model, its small model and their fallbacks, its
+        memory layers' models (agentd.yaml's memory_extractor_model for a layer that names none)."""
+        refs = {
+            *self.model.chain,
+            *self.model.small_chain,
+        }  # fallbacks included: a dead key there is found now
         for layer in self.memory.layers():
             if "model" in type(layer).model_fields:
                 ref = getattr(layer, "model", None) or memory_extractor_model

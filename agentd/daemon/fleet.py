@@ -22,6 +22,7 @@ from agentd.daemon.host import AgentChannels, AgentHost, Spawn
 from agentd.daemon.provider_checks import agent_warnings
 from agentd.daemon.resources import Resources
 from agentd.engine.agent import Agent
+from agentd.engine.model_chain import chain_facts
 from agentd.errors import AgentdError, ConfigError, OperatorError
 from agentd.events import InboundEvent, Reply
 
@@ -260,6 +261,8 @@ class Fleet:
                     "name": name,
                     "file": str(entry.path),
                     "model": spec.model.name if spec else None,
+                    # the fallback chain and its breakers: a primary being skipped shows `skipped`
+                    "models": chain_facts(self.resources.breakers, spec.model.chain) if spec else [],
                     "memory": spec.memory.model_dump() if spec else None,
                     "channels": entry.channel_states(),
                     "status": entry.status,

@@ -80,6 +80,12 @@ class Metrics:
             ("agent", "direction"),
             "Model tokens by agent and direction (in, out); estimated when the provider reports none.",
         )
+        self.fallbacks = counter(
+            "agentd_model_fallbacks",
+            ("agent", "model", "reason"),
+            "Model calls passed on to the next model of a fallback chain, by agent, the model that failed "
+            "(or was skipped while its breaker is open: reason paused) and why.",
+        )
         self.turn_seconds = histogram(
             "agentd_turn_duration_seconds",
             ("channel",),
@@ -122,6 +128,9 @@ class Metrics:
 
     def model_call(self, provider: str, purpose: str, seconds: float, outcome: str) -> None:
         self.model_call_seconds.labels(provider, purpose, outcome).observe(seconds)
+
+    def model_fallback(self, agent: str, from_model: str, reason: str) -> None:
+        self.fallbacks.labels(agent, from_model, reason).inc()
 
     def store_commit(self, seconds: float) -> None:
         """Called on the store thread (prometheus-client's metrics are thread-safe)."""

@@ -19,8 +19,8 @@ from typing import Any, Protocol, TypeVar
 from agentd.store.base import KnowsIfAbsent, Store
 from agentd.store.claims import Claim, KnownThread
 from agentd.store.queries import Query
-from agentd.store.records import RunRecord
-from agentd.store.writes import CommitTurn, InsertRun, Write
+from agentd.store.records import AuditRecord, RunRecord
+from agentd.store.writes import AppendAudit, CommitTurn, InsertRun, Write
 
 T = TypeVar("T")
 run_log = logging.getLogger("agentd.runs")
@@ -30,6 +30,10 @@ class Observer(Protocol):
     def run_committed(self, agent: str, run: RunRecord) -> None: ...
 
     def model_call(self, provider: str, purpose: str, seconds: float, outcome: str) -> None: ...
+
+    def model_fallback(self, agent: str, from_model: str, reason: str) -> None:
+        """A model of a fallback chain failed (or was skipped) and the next was tried (its audit row committed)."""
+        ...
 
     def store_commit(self, seconds: float) -> None:
         """Called on a store thread (SQLite's, or one of PostgreSQL's)."""
@@ -68,6 +72,10 @@ class ObservedStore:
         results = await self._inner.write(*ops)
         for run in runs_in(ops):
             self._observer.run_committed(self._agent, run)
+        for record in fallbacks_in(ops):
+            self._observer.model_fallback(
+                self._agent, str(record.data.get("from")), str(record.data.get("reason"))
+            )
         return results
 
     def claim(
@@ -87,6 +95,17 @@ class ObservedStore:
 
 def runs_in(ops: Sequence[Write[Any]]) -> list[RunRecord]:
     return [op.run for op in ops if isinstance(op, InsertRun | CommitTurn)]
+
+
+def fallbacks_in(ops: Sequence[Write[Any]]) -> list[AuditRecord]:
+    """The `model/fallback` audit rows of a write (agentd.engine.model_chain)."""
+    return [
+        record
+        for op in ops
+        if isinstance(op, AppendAudit)
+        for record in op.records
+        if record.kind == "model" and record.action == "fallback"
+    ]
 
 
 def log_run(agent: str, run: RunRecord) -> None:
@@ -129,6 +148,9 @@ class DaemonObserver:
 
     def model_call(self, provider: str, purpose: str, seconds: float, outcome: str) -> None:
         self.metrics.model_call(provider, purpose, seconds, outcome)
+
+    def model_fallback(self, agent: str, from_model: str, reason: str) -> None:
+        self.metrics.model_fallback(agent, from_model, reason)
 
     def store_commit(self, seconds: float) -> None:
         self.metrics.store_commit(seconds)

@@ -1,4 +1,7 @@
-"""Breakers for the models memory work calls: a failing memory model is left alone for a while.
+"""Breakers for the models memory work and the chat call: a failing model is left alone for a while.
+
+The chat's fallback chain (agentd.engine.model_chain) shares them: a primary that fails opens its
+breaker, and while it is open the chain goes straight to the next model (one attempt, not one per turn).
 
 After-run memory work (folds, extraction, summaries, compaction) calls a model
 of its own. When that model keeps failing (unreachable, 5xx, 429 after the
@@ -61,6 +64,17 @@ class Breakers:
                 model=model_ref,
                 retry_in=wait,
             )
+
+    def paused_for(self, model_ref: str) -> float:
+        """Seconds the model's breaker stays open (0 when it may be called): the chat's fallback chain
+        skips a model while this is positive (agentd.engine.model_chain)."""
+        breaker = self._by_model.get(model_ref)
+        return max(0.0, breaker.paused_until - self._clock()) if breaker is not None else 0.0
+
+    def state_of(self, model_ref: str) -> dict[str, Any] | None:
+        """The model's breaker as `describe` shows it; None when it has not failed lately."""
+        breaker = self._by_model.get(model_ref)
+        return breaker.describe(self._clock()) if breaker is not None else None
 
     def succeeded(self, model_ref: str) -> None:
         self._by_model.pop(model_ref, None)

@@ -154,8 +154,18 @@ async def _status(conv: Conversation, event: InboundEvent) -> CommandResult:
     if spec.memory.persistent:
         keys = conv.agent.memory_keys(spec, event.conversation_key, event.user_id)
         lines.append(f"Persistent memory keys: {len(keys)}")
+    if len(facts["model_chain"]) > 1:
+        lines.insert(2, "Fallbacks: " + ", ".join(link["model"] for link in facts["model_chain"][1:]))
+    for link in facts["model_chain"]:
+        if link["skipped"]:
+            lines.append(
+                f"Model {link['model']}: skipped for {link['retry_in_s']:g} s after "
+                f"{counted(link['failures'], 'failure')}, the next of its fallbacks answers "
+                f"({link['last_error']})"
+            )
+    chain = {link["model"] for link in facts["model_chain"]}
     for ref, breaker in facts["memory_models"].items():
-        if breaker["state"] == "open":
+        if breaker["state"] == "open" and ref not in chain:
             lines.append(
                 f"Memory model {ref}: paused after {counted(breaker['failures'], 'failure')}, "
                 f"retrying in {breaker['retry_in_s']:g} s; the chat goes on ({breaker['last_error']})"

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from agentd.config.models import AgentSpec
+from agentd.engine.model_chain import Fallback, call_chain
 from agentd.engine.resources import AgentResources
 from agentd.errors import OperatorError, ProviderError
 from agentd.memory.base import ModelCall
@@ -87,19 +88,26 @@ class AgentContext:
             parent_run_id=parent_run_id,
         )
         current_run.set(run.id)
-        breakers = self._resources.breakers
-        breakers.check(model_ref)  # a model that keeps failing is not called again until its pause ends
+        fallbacks: list[Fallback] = []
         try:
-            provider, model = self._resources.providers.resolve(model_ref)
-            request = CompletionRequest(model=model, system=system, messages=messages, purpose=purpose)
-            completion = await provider.complete(request)
+            # a model that keeps failing is not called again until its pause ends (ModelPaused);
+            # the agent's small model (or main model) falls back along its chain
+            completion, run.model = await call_chain(
+                self._chain_of(model_ref),
+                CompletionRequest(model=model_ref, system=system, messages=messages, purpose=purpose),
+                providers=self._resources.providers,
+                breakers=self._resources.breakers,
+                call=lambda provider, request: provider.complete(request),
+                on_fallback=fallbacks.append,
+                pause_last=True,
+            )
         except (ProviderError, OperatorError) as e:
-            breakers.failed(model_ref, e)
             run.status, run.error = "error", str(e)
             run.duration_ms = (time.time() - run.started_at) * 1000
-            await self.store.write(InsertRun(run))
+            await self.store.write(InsertRun(run), *self._fallback_audit(fallbacks, run))
             raise
-        breakers.succeeded(model_ref)
+        if fallbacks:
+            await self.store.write(*self._fallback_audit(fallbacks, run))
         run.model_calls = 1
         run.duration_ms = (time.time() - run.started_at) * 1000
         if completion.usage is not None:
@@ -113,6 +121,23 @@ class AgentContext:
             run.tokens_estimated = True
         run.last_input_tokens = run.input_tokens
         return ModelCall(completion, run)
+
+    def _chain_of(self, model_ref: str) -> tuple[str, ...]:
+        """The fallback chain `model_ref` heads in the agent's definition (model.small's or model.name's),
+        else the model alone (a strategy's own model has no fallbacks)."""
+        model = self._spec().model
+        for chain in (model.small_chain, model.chain):
+            if chain[0] == model_ref:
+                return chain
+        return (model_ref,)
+
+    def _fallback_audit(self, fallbacks: list[Fallback], run: RunRecord) -> list[AppendAudit]:
+        if not fallbacks:
+            return []
+        records = [
+            AuditRecord("model", "fallback", run.conversation_key, run.id, f.audit_data()) for f in fallbacks
+        ]
+        return [AppendAudit(self.agent, records, time.time())]
 
     async def audit(
         self,

@@ -7,6 +7,7 @@ from typing import Any
 
 from agentd.engine.approvals import describe_pending
 from agentd.engine.conversation import Conversation
+from agentd.engine.model_chain import chain_facts
 from agentd.engine.state import AgentState
 from agentd.memory.base import TurnInput
 from agentd.messages import estimate_tokens
@@ -62,6 +63,8 @@ async def status_facts(conv: Conversation) -> dict[str, Any]:
         "agent": spec.name,
         "model": spec.model.name,
         "small_model": spec.model.small,
+        # the fallback chain and each model's breaker: `skipped` while a failing model is passed over
+        "model_chain": chain_facts(state.resources.breakers, spec.model.chain),
         "offline": spec.model.provider == "offline",
         "conversation_key": key,
         "thread_id": thread.id,

@@ -26,14 +26,17 @@ class StepSink:
         self._sink: ReplySink | None = sink
         self._where = where
         self.showing = False
+        self.shown = ""  # the text of the current model call that reached the person
 
     def delta(self, text: str) -> None:
         self.showing = True
+        self.shown += text
         if self._sink is not None:
             self._call(self._sink.delta, text)
 
     def restart(self) -> None:
         """What is showing is not the reply (the model called tools, or the call failed)."""
+        self.shown = ""
         if self.showing:
             self.showing = False
             if self._sink is not None:

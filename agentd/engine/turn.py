@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from agentd.engine.conversation import Conversation
+from agentd.engine.model_chain import Fallback, call_chain
 from agentd.engine.pausing import TurnResult, pause_run
 from agentd.engine.progress import Decision, ToolBatch, TurnProgress
 from agentd.engine.prompt import build_prompt, build_system
@@ -32,9 +33,9 @@ from agentd.events import InboundEvent, Reply, ReplySink
 from agentd.memory.base import TurnInput
 from agentd.memory.screening import transcript_copy
 from agentd.messages import Message, ToolResultPart, estimate_tokens
-from agentd.providers.base import CompletionRequest
+from agentd.providers.base import Completion, CompletionRequest, ModelProvider
 from agentd.run_context import current_run
-from agentd.store.records import RunRecord, StoredMessage
+from agentd.store.records import AuditRecord, RunRecord, StoredMessage
 from agentd.store.writes import AppendAudit, CloseApproval, CommitTurn, Delivery, Write
 from agentd.tools.base import ToolCall
 
@@ -133,11 +134,11 @@ async def _drive(
             if (paused := await _answer_batch(conv, progress, gate, decision)) is not None:
                 return paused
             new_chars += new[-1].char_count()
-        provider, model = state.resources.providers.resolve(spec.model.name)
+        chain = ModelChain(conv, run, progress, step_sink)
         while True:
             allow_tools = progress.steps < spec.max_tool_steps
             request = CompletionRequest(
-                model=model,
+                model=spec.model.name,
                 system=prompt.system,
                 messages=history.extended(new),
                 tools=tool_specs if allow_tools else (),
@@ -146,7 +147,7 @@ async def _drive(
                 stop=options.limits.stop,
                 hints=prompt.hints,
             )
-            completion = await call_model(provider, request, step_sink)
+            completion = await chain.call(request)
             run.model_calls += 1
             if completion.usage is not None:
                 run.input_tokens += completion.usage.input_tokens
@@ -193,17 +194,24 @@ async def _drive(
                 return paused
             new_chars += new[-1].char_count()
     except (ProviderError, OperatorError) as e:
-        if step_sink is not None:
-            step_sink.restart()  # a stream broken off half-way is no answer
         run.status, run.error = "error", str(e)
         error = "provider_error"
         # only a kept transcript holds the message: a stateless call keeps nothing to retry from
-        kept = (
-            "Your message is saved; please try again."
-            if conv.memory.keeps_transcript
-            else "Nothing was kept; please try again."
-        )
-        reply_text = f"Sorry, I could not reach the model just now ({e}). {kept}"
+        kept = "Your message is saved" if conv.memory.keeps_transcript else "Nothing was kept"
+        shown = step_sink.shown if step_sink is not None and step_sink.showing else ""
+        if shown:
+            # Part of the reply reached the person: it stays on their screen (no restart), no other
+            # model starts over, and the failure is said after it. It is not stored as an answer (the
+            # next turn must not read half a reply as the model's own), the run says how much was shown.
+            run.error += f" (after {len(shown)} characters of the reply were shown)"
+            reply_text = (
+                f"{shown}\n\n(The answer broke off here: I could not reach the model to finish it ({e})."
+                f" {kept}; please ask again.)"
+            )
+        else:
+            if step_sink is not None:
+                step_sink.restart()
+            reply_text = f"Sorry, I could not reach the model just now ({e}). {kept}; please try again."
         log.warning("agent %s run %s failed: %s", state.name, run.id, e)
     if not reply_text and error is None:
         reply_text = "(the model returned an empty reply)"
@@ -218,6 +226,41 @@ async def _drive(
         cut_short=cut_short,
     )
     return TurnResult(reply)
+
+
+class ModelChain:
+    """The turn's model calls down the agent's fallback chain: each fallback joins the run's audit
+    rows (once per turn), and the run records the model that answered last."""
+
+    def __init__(self, conv: Conversation, run: RunRecord, progress: TurnProgress, sink: StepSink | None):
+        self._conv, self._run, self._progress, self._sink = conv, run, progress, sink
+        self._seen: set[tuple[str, str]] = set()
+
+    async def call(self, request: CompletionRequest) -> Completion:
+        resources = self._conv.agent.resources
+        completion, ref = await call_chain(
+            self._conv.spec.model.chain,
+            request,
+            providers=resources.providers,
+            breakers=resources.breakers,
+            call=self._call,
+            on_fallback=self._fell_back,
+            shown=lambda: self._sink is not None and self._sink.showing,
+        )
+        self._run.model = ref
+        return completion
+
+    async def _call(self, provider: ModelProvider, request: CompletionRequest) -> Completion:
+        return await call_model(provider, request, self._sink)
+
+    def _fell_back(self, step: Fallback) -> None:
+        if (key := (step.from_ref, step.to_ref)) in self._seen:  # a later call skipping it says nothing new
+            return
+        self._seen.add(key)
+        log.warning("run %s: model %s %s: trying %s", self._run.id, step.from_ref, step.reason, step.to_ref)
+        self._progress.audit.append(
+            AuditRecord("model", "fallback", self._run.conversation_key, self._run.id, step.audit_data())
+        )
 
 
 async def _answer_batch(

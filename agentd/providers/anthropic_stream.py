@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from agentd.errors import OVERLOADED, SERVER_ERROR
 from agentd.providers.sse import ServerSentEvent
 from agentd.providers.streaming import StreamProblem
 
@@ -37,7 +38,11 @@ class EventAssembly:
         if kind == "error":
             error = data.get("error")
             said = error.get("message") if isinstance(error, dict) else error
-            raise StreamProblem(f"the server reported an error mid-answer: {said!r:.300}")
+            error_type = error.get("type") if isinstance(error, dict) else None
+            raise StreamProblem(
+                f"the server reported an error mid-answer: {said!r:.300}",
+                OVERLOADED if error_type == "overloaded_error" else SERVER_ERROR,
+            )
         if kind == "message_start":
             usage = (data.get("message") or {}).get("usage")
             if isinstance(usage, dict):

@@ -22,11 +22,30 @@ from typing import Any
 import httpx
 
 from agentd.backoff import backoff_delays
-from agentd.errors import CredentialError, ProviderError
+from agentd.errors import (
+    AUTH,
+    CONNECTION,
+    CONTEXT_OVERFLOW,
+    INVALID_REQUEST,
+    NOT_FOUND,
+    OTHER,
+    OVERLOADED,
+    RATE_LIMITED,
+    SERVER_ERROR,
+    STREAM_BROKEN,
+    TIMEOUT,
+    UNREADABLE,
+    CredentialError,
+    ProviderError,
+)
 from agentd.providers.sse import ServerSentEvent, SSEDecoder
 
 # 529 is Anthropic's "overloaded"; 408 is a request the server gave up waiting for.
 RETRYABLE_STATUSES = frozenset({408, 429, 500, 502, 503, 504, 529})
+# How a prompt longer than the model's window is refused (HTTP 400): OpenAI's error code, and the
+# words of OpenAI's and Anthropic's messages ("prompt is too long: 215000 tokens > 200000 maximum").
+_OVERFLOW_CODES = frozenset({"context_length_exceeded"})
+_OVERFLOW_WORDS = ("prompt is too long", "maximum context length", "context_length_exceeded")
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +147,7 @@ async def post_sse(
                 provider=endpoint.provider,
                 model=model,
                 unreachable=True,
+                reason=STREAM_BROKEN,
             ) from None
         except httpx.TransportError as exc:
             raise ProviderError(
@@ -135,6 +155,7 @@ async def post_sse(
                 provider=endpoint.provider,
                 model=model,
                 unreachable=True,
+                reason=STREAM_BROKEN,
             ) from None
         if (event := decoder.end()) is not None:
             yield event
@@ -162,16 +183,19 @@ async def _with_retries(
             failure = _Failure(
                 f"timed out after {endpoint.timeout_s:g}s: is {endpoint.base_url} reachable?",
                 unreachable=True,
+                reason=TIMEOUT,
             )
         except httpx.ConnectError as exc:
             failure = _Failure(
                 f"cannot connect to {endpoint.base_url}: {endpoint.start_hint} ({_describe(exc)})",
                 unreachable=True,
+                reason=CONNECTION,
             )
         except httpx.TransportError as exc:
             failure = _Failure(
                 f"the connection to {endpoint.base_url} failed ({_describe(exc)}): is it up and reachable?",
                 unreachable=True,
+                reason=CONNECTION,
             )
         else:
             if response.is_success:
@@ -191,7 +215,10 @@ async def _with_retries(
 def unreadable(endpoint: Endpoint, model: str, detail: str) -> ProviderError:
     """The error for a successful reply whose body is not what the API promises."""
     return ProviderError(
-        f"returned a response agentd cannot read: {detail}", provider=endpoint.provider, model=model
+        f"returned a response agentd cannot read: {detail}",
+        provider=endpoint.provider,
+        model=model,
+        reason=UNREADABLE,
     )
 
 
@@ -215,6 +242,7 @@ class _Failure:
     message: str
     status: int | None = None
     unreachable: bool = False
+    reason: str = OTHER
 
     def error(self, endpoint: Endpoint, model: str, *, retryable: bool) -> ProviderError:
         return ProviderError(
@@ -224,11 +252,44 @@ class _Failure:
             status=self.status,
             retryable=retryable,
             unreachable=self.unreachable,
+            reason=self.reason,
         )
+
+
+def status_reason(status: int, body: Any) -> str:
+    """What an error status says failed, read with its body as the APIs document them: OpenAI's
+    `{"error": {"code": "context_length_exceeded", ...}}`, Anthropic's `{"type": "error", "error":
+    {"type": "overloaded_error", ...}}` (which may come with another 5xx than 529)."""
+    error = body.get("error") if isinstance(body, dict) else None
+    kind = code = message = ""
+    if isinstance(error, dict):
+        kind, code, message = (str(error.get(k) or "") for k in ("type", "code", "message"))
+    elif isinstance(error, str):
+        message = error
+    if status in (400, 413) and (
+        code in _OVERFLOW_CODES or any(w in message.lower() for w in _OVERFLOW_WORDS)
+    ):
+        return CONTEXT_OVERFLOW
+    if status == 529 or kind == "overloaded_error":
+        return OVERLOADED
+    if status == 429:
+        return RATE_LIMITED
+    if status == 408:
+        return TIMEOUT
+    if status >= 500:
+        return SERVER_ERROR
+    if status in (401, 403):
+        return AUTH
+    if status == 404:
+        return NOT_FOUND
+    if status in (400, 413, 422):
+        return INVALID_REQUEST
+    return OTHER
 
 
 def _status_failure(endpoint: Endpoint, response: httpx.Response) -> _Failure:
     status = response.status_code
+    reason = status_reason(status, _body(response))
     said = _server_message(response)
     server = f" (the server said: {said})" if said else ""
     if status in (401, 403):
@@ -242,6 +303,8 @@ def _status_failure(endpoint: Endpoint, response: httpx.Response) -> _Failure:
             f"model or endpoint not found (HTTP 404 at {endpoint.base_url}): "
             f"check the model name in the agent file and base_url{server}"
         )
+    elif reason == CONTEXT_OVERFLOW:
+        message = f"the prompt is longer than the model's context window (HTTP {status}): {said}"
     elif status == 400:
         message = f"the request was rejected (HTTP 400): {said or 'no reason given'}"
     elif status == 429:
@@ -253,14 +316,23 @@ def _status_failure(endpoint: Endpoint, response: httpx.Response) -> _Failure:
         message = f"the provider failed (HTTP {status}): try again later{server}"
     else:
         message = f"unexpected HTTP {status}{server}"
-    return _Failure(message, status=status)
+    return _Failure(message, status=status, reason=reason)
+
+
+_NOT_JSON = object()
+
+
+def _body(response: httpx.Response) -> Any:
+    try:
+        return response.json()
+    except (ValueError, UnicodeDecodeError):
+        return _NOT_JSON
 
 
 def _server_message(response: httpx.Response) -> str:
     """The human part of an error body: OpenAI's and Anthropic's `error.message`, else the text."""
-    try:
-        body = response.json()
-    except (ValueError, UnicodeDecodeError):
+    body = _body(response)
+    if body is _NOT_JSON:
         return _snippet(response.text)
     if isinstance(body, dict):
         error = body.get("error")

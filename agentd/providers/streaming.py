@@ -13,14 +13,19 @@ import json
 from collections.abc import AsyncGenerator, Callable
 from typing import Any, Protocol
 
-from agentd.errors import ProviderError
+from agentd.errors import STREAM_BROKEN, ProviderError
 from agentd.providers.base import Completion, TextDelta
 from agentd.providers.http import Endpoint, unreadable
 from agentd.providers.sse import ServerSentEvent
 
 
 class StreamProblem(Exception):
-    """An event that is not what the API promises, or an error the server sent mid-answer."""
+    """An event that is not what the API promises, or an error the server sent mid-answer; `reason`
+    says what failed as ProviderError.reason does."""
+
+    def __init__(self, message: str, reason: str = STREAM_BROKEN):
+        self.reason = reason
+        super().__init__(message)
 
 
 class Assembly(Protocol):
@@ -56,13 +61,18 @@ async def stream_completion(
                 detail = f"a {event.event} event whose data is not JSON: {event.data[:200]!r}"
                 raise unreadable(endpoint, model, detail) from None
             except StreamProblem as problem:
-                raise ProviderError(str(problem), provider=endpoint.provider, model=model) from None
+                raise ProviderError(
+                    str(problem), provider=endpoint.provider, model=model, reason=problem.reason
+                ) from None
             if text:
                 yield TextDelta(text)
             if assembly.done:
                 break
     if not assembly.complete:
         raise ProviderError(
-            "the stream ended before the answer was complete", provider=endpoint.provider, model=model
+            "the stream ended before the answer was complete",
+            provider=endpoint.provider,
+            model=model,
+            reason=STREAM_BROKEN,
         )
     yield read(assembly.body())
