@@ -40,7 +40,7 @@ class Harness:
         self._stack = contextlib.AsyncExitStack()
         self._built: dict[int, tuple[DaemonSpec, dict[str, Any], Any, Peers | None]] = {}
 
-    async def runtime(
+    async def agent(
         self,
         yaml_text: str,
         name: str = "bot",
@@ -112,10 +112,10 @@ def sqlite_file(path: Path) -> Iterator[sqlite3.Connection]:
         conn.close()
 
 
-def say(runtime: Agent, key: str = "webhook:c1", user: str | None = "u1") -> Callable[..., Any]:
+def say(agent: Agent, key: str = "webhook:c1", user: str | None = "u1") -> Callable[..., Any]:
     async def _say(text: str, event_id: str | None = None, channel: str = "webhook") -> Reply:
-        return await runtime.handle(
-            InboundEvent(runtime.name, key, text, channel, user_id=user, event_id=event_id)
+        return await agent.handle(
+            InboundEvent(agent.name, key, text, channel, user_id=user, event_id=event_id)
         )
 
     return _say

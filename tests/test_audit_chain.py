@@ -29,7 +29,7 @@ PERSISTENT = "memory: {scope: thread, persistent: true}\nchannels: {webhook: {}}
 
 async def trail_of(harness: Harness, events: int = 10) -> Agent:
     """An agent whose trail holds `events` events (remember, then its tool call, and so on)."""
-    agent = await harness.runtime(PERSISTENT)
+    agent = await harness.agent(PERSISTENT)
     speak = say(agent)
     for i in range(events // 2):
         await speak(f"remember k{i}: v{i}")
@@ -245,7 +245,7 @@ async def test_events_written_before_the_chain_are_sealed_by_the_migration(tmp_p
     conn.close()
     harness = Harness(tmp_path / "data")
     try:
-        agent = await harness.runtime(PERSISTENT)
+        agent = await harness.agent(PERSISTENT)
         await say(agent)("remember later: yes")
         result = await verdict(agent)
         assert result.ok and result.events == 7
@@ -276,7 +276,7 @@ async def folder_with_trail(tmp_path: Path) -> Path:
     harness = Harness(tmp_path / "data")
     try:
         await trail_of(harness, 6)
-        other = await harness.runtime(PERSISTENT, name="other")
+        other = await harness.agent(PERSISTENT, name="other")
         await say(other)("remember x: y")
     finally:
         await harness.close()
@@ -325,7 +325,7 @@ async def test_an_export_since_a_time_starts_mid_chain_and_still_verifies(tmp_pa
     export = root / "since.jsonl"
     harness = Harness(root / "data")
     try:
-        agent = await harness.runtime(PERSISTENT)
+        agent = await harness.agent(PERSISTENT)
         [third] = [e for e in await agent.state.store.read(AuditTrail()) if e["seq"] == 3]
     finally:
         await harness.close()
@@ -365,7 +365,7 @@ async def test_events_in_a_database_from_before_the_chain_are_sealed_by_the_migr
     await asyncio.to_thread(old_database)
     harness = Harness(tmp_path / "data", store_url=postgres_url)
     try:
-        agent = await harness.runtime(PERSISTENT)  # opening the database migrates it
+        agent = await harness.agent(PERSISTENT)  # opening the database migrates it
         await say(agent)("remember later: yes")
         result = await verdict(agent)
         assert result.ok and result.events == 6
@@ -375,7 +375,7 @@ async def test_events_in_a_database_from_before_the_chain_are_sealed_by_the_migr
             "a2",
             "a3",
         ]
-        other = await harness.runtime(PERSISTENT, name="other")
+        other = await harness.agent(PERSISTENT, name="other")
         assert (await verify_store(other.state.store, "other")).events == 4
     finally:
         await harness.close()
@@ -388,7 +388,7 @@ async def test_several_daemons_appending_to_one_agents_chain_take_turns(
     so the events are numbered without a gap or a repeat and the chain verifies."""
     harness = Harness(tmp_path / "data", store_url=postgres_url)
     try:
-        one, two = await harness.runtime(PERSISTENT), await harness.runtime(PERSISTENT)
+        one, two = await harness.agent(PERSISTENT), await harness.agent(PERSISTENT)
 
         async def burst(agent: Agent, n: int) -> None:
             for i in range(20):

@@ -126,7 +126,7 @@ def test_forget_episodes_deletes_them_in_the_database(
     async def left() -> dict[str, int]:
         h = Harness(root / "elsewhere", store_url=postgres_url)
         try:
-            return await (await h.runtime(ASSISTANT, "assistant")).state.store.read(
+            return await (await h.agent(ASSISTANT, "assistant")).state.store.read(
                 EpisodeCounts("user:ana", None)
             )
         finally:
@@ -149,7 +149,7 @@ def test_chat_runs_in_this_process_on_the_database(root: Path, postgres_url: str
     async def seen() -> tuple[list[Any], int]:  # by another daemon on the same database
         h = Harness(root / "elsewhere", store_url=postgres_url)
         try:
-            store = (await h.runtime(ASSISTANT, "assistant")).state.store
+            store = (await h.agent(ASSISTANT, "assistant")).state.store
             memories = await store.read(Memories())
             thread = await store.read(ActiveThread("repl:term"))
             return [m["key"] for m in memories], len(thread.messages)

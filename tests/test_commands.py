@@ -17,8 +17,8 @@ pytestmark = pytest.mark.both_stores  # each test runs on SQLite files and on Po
 THREAD = "memory: {scope: thread, compact_at_tokens: 5000}\nmodel: scripted/m\n"
 
 
-async def command_audit(runtime: Agent) -> list[str]:
-    return [e["action"] for e in await runtime.audit_events(kind="command")]
+async def command_audit(agent: Agent) -> list[str]:
+    return [e["action"] for e in await agent.audit_events(kind="command")]
 
 
 def test_the_engine_runs_exactly_the_commands_of_the_table_every_channel_offers() -> None:
@@ -32,40 +32,40 @@ def test_the_engine_runs_exactly_the_commands_of_the_table_every_channel_offers(
 
 async def test_new_archives_and_starts_fresh_under_the_same_key(harness: Harness) -> None:
     model = ScriptedProvider()
-    runtime = await harness.runtime(THREAD, providers={"scripted": model})
-    talk = say(runtime)
+    agent = await harness.agent(THREAD, providers={"scripted": model})
+    talk = say(agent)
     await talk("before")
     assert "archived" in (await talk("/new")).text
     await talk("after")
     assert [m.text for m in model.requests[-1].messages] == ["after"]
-    threads = await runtime.state.store.read(ThreadHistory())
+    threads = await agent.state.store.read(ThreadHistory())
     assert [(t["status"], len(t["messages"])) for t in threads] == [
         ("archived", 2),
         ("active", 2),
     ]  # the old transcript is kept in the file
-    runtime = await harness.restart(runtime)
-    await say(runtime)("later")
+    agent = await harness.restart(agent)
+    await say(agent)("later")
     assert [m.text for m in model.requests[-1].messages] == ["after", "default reply to: after", "later"]
 
 
 async def test_reset_deletes_the_transcript(harness: Harness) -> None:
     model = ScriptedProvider()
-    runtime = await harness.runtime(THREAD, providers={"scripted": model})
-    talk = say(runtime)
+    agent = await harness.agent(THREAD, providers={"scripted": model})
+    talk = say(agent)
     await talk("secret stuff")
     assert (await talk("/reset")).text == "Deleted this conversation's transcript."
-    assert await every_message(runtime) == []
+    assert await every_message(agent) == []
     await talk("fresh")
     assert [m.text for m in model.requests[-1].messages] == ["fresh"]
-    runtime = await harness.restart(runtime)
-    await say(runtime)("again")
+    agent = await harness.restart(agent)
+    await say(agent)("again")
     assert "secret stuff" not in str(model.requests[-1].messages)
 
 
 async def test_status_reports_context_and_totals(harness: Harness) -> None:
     model = ScriptedProvider().reply("a", usage=(1234, 7))
-    runtime = await harness.runtime(THREAD, providers={"scripted": model})
-    talk = say(runtime)
+    agent = await harness.agent(THREAD, providers={"scripted": model})
+    talk = say(agent)
     await talk("hi")
     text = (await talk("/status")).text
     assert "Agent: bot" in text and "Model: scripted/m" in text
@@ -76,16 +76,16 @@ async def test_status_reports_context_and_totals(harness: Harness) -> None:
 
 
 async def test_status_says_when_the_model_is_offline(harness: Harness) -> None:
-    runtime = await harness.runtime("memory: {scope: thread}\n")
-    await say(runtime)("hi")
-    text = (await say(runtime)("/status")).text
+    agent = await harness.agent("memory: {scope: thread}\n")
+    await say(agent)("hi")
+    text = (await say(agent)("/status")).text
     assert "Model: offline/offline (offline: the built-in model, no network)" in text
     assert "(estimated)" in text
 
 
 async def test_help_unknown_and_audit(harness: Harness) -> None:
-    runtime = await harness.runtime(THREAD, providers={"scripted": ScriptedProvider()})
-    talk = say(runtime)
+    agent = await harness.agent(THREAD, providers={"scripted": ScriptedProvider()})
+    talk = say(agent)
     help_text = (await talk("/help")).text
     for name in ("/compact", "/new", "/reset", "/status", "/help"):
         assert name in help_text
@@ -95,25 +95,25 @@ async def test_help_unknown_and_audit(harness: Harness) -> None:
     await talk("/compact")
     await talk("/new")
     await talk("/reset")
-    assert await command_audit(runtime) == ["help", "unknown", "status", "compact", "new", "reset"]
-    runs = await runtime.runs(limit=1000)
+    assert await command_audit(agent) == ["help", "unknown", "status", "compact", "new", "reset"]
+    runs = await agent.runs(limit=1000)
     assert sum(r["trigger"] == "command" for r in runs) == 6
 
 
 async def test_history_commands_on_a_stateless_agent_explain_themselves(harness: Harness) -> None:
-    runtime = await harness.runtime("model: scripted/m\n", providers={"scripted": ScriptedProvider()})
+    agent = await harness.agent("model: scripted/m\n", providers={"scripted": ScriptedProvider()})
     for command in ("/compact", "/new", "/reset"):
-        assert "keeps no conversation history" in (await say(runtime)(command)).text
+        assert "keeps no conversation history" in (await say(agent)(command)).text
 
 
 async def test_compact_applies_to_the_full_transcript_only(harness: Harness) -> None:
-    runtime = await harness.runtime(
+    agent = await harness.agent(
         "memory: {strategy: {kind: window, messages: 4}}\nmodel: scripted/m\n",
         providers={"scripted": ScriptedProvider()},
     )
     for i in range(4):
-        await say(runtime)(f"q{i}")
-    reply = await say(runtime)("/compact")
+        await say(agent)(f"q{i}")
+    reply = await say(agent)("/compact")
     assert "applies to the full transcript only" in reply.text
-    stored = await every_message(runtime)
+    stored = await every_message(agent)
     assert stored and not any(m["compacted"] for m in stored)  # (SUM over no rows would not be 0)

@@ -20,32 +20,32 @@ def spec(threshold: int | str = 1000, small: bool = False) -> str:
     return f"purpose: KEEP THIS RULE\nmemory: {{scope: thread, compact_at_tokens: {threshold}}}\n{model}"
 
 
-async def rows(runtime: Agent) -> list[tuple[int, str, bool]]:
+async def rows(agent: Agent) -> list[tuple[int, str, bool]]:
     """(seq, role, compacted) of every message the store holds, compacted ones too."""
-    threads = await runtime.state.store.read(ThreadHistory())
+    threads = await agent.state.store.read(ThreadHistory())
     return [(m["seq"], m["role"], m["compacted"]) for t in threads for m in t["messages"]]
 
 
-async def runs(runtime: Agent, *fields: str) -> list[tuple[Any, ...]]:
-    return [tuple(r[f] for f in fields) for r in await runtime.runs(limit=1000)]
+async def runs(agent: Agent, *fields: str) -> list[tuple[Any, ...]]:
+    return [tuple(r[f] for f in fields) for r in await agent.runs(limit=1000)]
 
 
-async def audit(runtime: Agent) -> list[dict[str, Any]]:
-    return await runtime.audit_events(limit=1000)
+async def audit(agent: Agent) -> list[dict[str, Any]]:
+    return await agent.audit_events(limit=1000)
 
 
 async def test_crossing_the_threshold_compacts_after_the_reply(harness: Harness) -> None:
     main = ScriptedProvider("main")
     small = ScriptedProvider("small")
-    runtime = await harness.runtime(spec(1000, small=True), providers={"main": main, "small": small})
-    talk = say(runtime)
+    agent = await harness.agent(spec(1000, small=True), providers={"main": main, "small": small})
+    talk = say(agent)
     for i in range(3):
         main.reply(f"answer {i}", usage=(100 * (i + 1), 5))
         await talk(f"question {i}")
     main.reply("answer 3", usage=(1000, 5))  # this call's input crosses the line
     reply = await talk("question 3")
     assert reply.text == "answer 3"  # the reply that crossed the line goes out normally
-    await runtime.drain(5)
+    await agent.drain(5)
     assert len(small.requests) == 1  # summarised by model.small
     summary_request = small.requests[0]
     assert "KEEP THIS RULE" not in summary_request.system + summary_request.messages[0].text
@@ -67,48 +67,48 @@ async def test_crossing_the_threshold_compacts_after_the_reply(harness: Harness)
         "question 4",
     ]
     # nothing deleted: the older rows are marked compacted
-    assert [r[2] for r in await rows(runtime)] == [True] * 4 + [False] * 6
-    assert ("compaction", "small/s", "ok") in await runs(runtime, "trigger", "model", "status")
-    assert ("compaction", "ok") in [(e["kind"], e["action"]) for e in await audit(runtime)]
+    assert [r[2] for r in await rows(agent)] == [True] * 4 + [False] * 6
+    assert ("compaction", "small/s", "ok") in await runs(agent, "trigger", "model", "status")
+    assert ("compaction", "ok") in [(e["kind"], e["action"]) for e in await audit(agent)]
 
 
 async def test_below_the_threshold_nothing_happens(harness: Harness) -> None:
     main = ScriptedProvider("main")
-    runtime = await harness.runtime(spec(1000), providers={"main": main})
+    agent = await harness.agent(spec(1000), providers={"main": main})
     for i in range(5):
         main.reply("ok", usage=(999, 5))
-        await say(runtime)(f"q{i}")
-    await runtime.drain(5)
-    assert all(not r[2] for r in await rows(runtime))
+        await say(agent)(f"q{i}")
+    await agent.drain(5)
+    assert all(not r[2] for r in await rows(agent))
 
 
 async def test_a_failed_summary_changes_nothing_and_is_audited(harness: Harness) -> None:
     main = ScriptedProvider("main")
-    runtime = await harness.runtime(spec(100), providers={"main": main})
+    agent = await harness.agent(spec(100), providers={"main": main})
     for i in range(3):
         main.reply(f"a{i}", usage=(50, 5))
-        await say(runtime)(f"q{i}")
-    before = await rows(runtime)
+        await say(agent)(f"q{i}")
+    before = await rows(agent)
     main.fail("HTTP 503 overloaded", status=503)
-    reply = await say(runtime)("/compact")
+    reply = await say(agent)("/compact")
     assert "Compaction failed and the transcript is unchanged" in reply.text
-    assert await rows(runtime) == before
-    thread = await runtime.state.store.read(ActiveThread("webhook:c1"))
+    assert await rows(agent) == before
+    thread = await agent.state.store.read(ActiveThread("webhook:c1"))
     assert thread.summary is None and len(thread.messages) == 6
     assert any(
         e["kind"] == "compaction" and e["action"] == "failed" and "overloaded" in json.dumps(e["data"])
-        for e in await audit(runtime)
+        for e in await audit(agent)
     )
-    assert ("compaction", "error") in await runs(runtime, "trigger", "status")
+    assert ("compaction", "error") in await runs(agent, "trigger", "status")
 
 
 async def test_a_tool_call_is_never_separated_from_its_result(harness: Harness) -> None:
     main = ScriptedProvider("main")
-    runtime = await harness.runtime(
+    agent = await harness.agent(
         "memory: {scope: thread, persistent: true, compact_at_tokens: false}\nmodel: main/m\n",
         providers={"main": main},
     )
-    talk = say(runtime)
+    talk = say(agent)
     await talk("q0")
     main.call("remember", key="k", value="v").reply("saved")
     await talk("remember it")
@@ -117,7 +117,7 @@ async def test_a_tool_call_is_never_separated_from_its_result(harness: Harness) 
     await talk("q3")
     main.reply("summary text")
     assert "Compacted 6 older messages" in (await talk("/compact")).text
-    thread = runtime.state.threads.peek("webhook:c1")
+    thread = agent.state.threads.peek("webhook:c1")
     assert thread is not None
     kept = [m.message for m in thread.messages]
     assert kept[0].role == "user" and kept[0].text == "what was it"
@@ -129,14 +129,14 @@ async def test_a_tool_call_is_never_separated_from_its_result(harness: Harness) 
 async def test_without_reported_usage_an_estimate_drives_the_trigger(harness: Harness) -> None:
     main = ScriptedProvider("main")
     small = ScriptedProvider("small").reply("they sent long lines of x", usage=None)
-    runtime = await harness.runtime(spec(400, small=True), providers={"main": main, "small": small})
+    agent = await harness.agent(spec(400, small=True), providers={"main": main, "small": small})
     long = "x" * 300  # ~75 tokens a message
     compactions = 0
     for i in range(12):
         main.reply("ok", usage=None)
-        await say(runtime)(f"{long} {i}")
-        await runtime.drain(5)
-        thread = runtime.state.threads.peek("webhook:c1")
+        await say(agent)(f"{long} {i}")
+        await agent.drain(5)
+        thread = agent.state.threads.peek("webhook:c1")
         assert thread is not None
         if thread.summary is not None:
             compactions = i
@@ -146,24 +146,24 @@ async def test_without_reported_usage_an_estimate_drives_the_trigger(harness: Ha
     assert thread.last_input_tokens is None  # the counter starts over after a compaction
     assert all(
         estimated
-        for trigger, estimated in await runs(runtime, "trigger", "tokens_estimated")
+        for trigger, estimated in await runs(agent, "trigger", "tokens_estimated")
         if trigger == "message"
     )
     main.reply("ok", usage=None)
-    await say(runtime)("short")
-    await runtime.drain(5)
+    await say(agent)("short")
+    await agent.drain(5)
     assert len(small.requests) == 1  # it does not fire again on the next message
 
 
 async def test_compaction_survives_restart(harness: Harness) -> None:
     main = ScriptedProvider("main")
-    runtime = await harness.runtime(spec(10_000), providers={"main": main})
+    agent = await harness.agent(spec(10_000), providers={"main": main})
     for i in range(4):
-        await say(runtime)(f"q{i}")
+        await say(agent)(f"q{i}")
     main.reply("THE SUMMARY")
-    await say(runtime)("/compact")
-    runtime = await harness.restart(runtime)
-    await say(runtime)("again")
+    await say(agent)("/compact")
+    agent = await harness.restart(agent)
+    await say(agent)("again")
     last = main.requests[-1]
     assert "THE SUMMARY" in last.system
     assert next(m.text for m in last.messages) == "q2"
@@ -171,9 +171,9 @@ async def test_compaction_survives_restart(harness: Harness) -> None:
 
 async def test_disabled_compaction_never_fires(harness: Harness) -> None:
     main = ScriptedProvider("main")
-    runtime = await harness.runtime(spec("false"), providers={"main": main})
+    agent = await harness.agent(spec("false"), providers={"main": main})
     for i in range(4):
         main.reply("ok", usage=(10**6, 1))
-        await say(runtime)(f"q{i}")
-    await runtime.drain(5)
-    assert all(not r[2] for r in await rows(runtime))
+        await say(agent)(f"q{i}")
+    await agent.drain(5)
+    assert all(not r[2] for r in await rows(agent))

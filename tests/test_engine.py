@@ -20,26 +20,26 @@ pytestmark = pytest.mark.both_stores  # each test runs on SQLite files and on Po
 THREAD = "memory: {scope: thread}\nmodel: scripted/m\npurpose: Be brief.\n"
 
 
-async def stored(runtime: Agent, key: str = "webhook:c1") -> list[Message]:
-    thread = await runtime.state.store.read(ActiveThread(key))
+async def stored(agent: Agent, key: str = "webhook:c1") -> list[Message]:
+    thread = await agent.state.store.read(ActiveThread(key))
     return [m.message for m in thread.messages]
 
 
 async def test_a_turn_stores_everything_before_replying(harness: Harness) -> None:
     model = ScriptedProvider().reply("hi there")
-    runtime = await harness.runtime(THREAD, providers={"scripted": model})
-    reply = await say(runtime)("hello")
+    agent = await harness.agent(THREAD, providers={"scripted": model})
+    reply = await say(agent)("hello")
     assert reply.text == "hi there" and reply.run_id
-    assert [(m.role, m.text) for m in await stored(runtime)] == [("user", "hello"), ("assistant", "hi there")]
-    runs = [(r["id"], r["trigger"], r["status"], r["input_tokens"]) for r in await runtime.runs(limit=1000)]
+    assert [(m.role, m.text) for m in await stored(agent)] == [("user", "hello"), ("assistant", "hi there")]
+    runs = [(r["id"], r["trigger"], r["status"], r["input_tokens"]) for r in await agent.runs(limit=1000)]
     assert runs == [(reply.run_id, "message", "ok", 10)]
     assert model.requests[0].system == "Be brief."
 
 
 async def test_thread_scope_replays_history_and_none_scope_starts_blank(harness: Harness) -> None:
     model = ScriptedProvider()
-    thread = await harness.runtime(THREAD, "remembers", providers={"scripted": model})
-    blank = await harness.runtime("model: scripted/m\n", "forgets", providers={"scripted": model})
+    thread = await harness.agent(THREAD, "remembers", providers={"scripted": model})
+    blank = await harness.agent("model: scripted/m\n", "forgets", providers={"scripted": model})
     for text in ("one", "two"):
         await say(thread)(text)
         await say(blank)(text)
@@ -51,10 +51,10 @@ async def test_thread_scope_replays_history_and_none_scope_starts_blank(harness:
 
 async def test_history_survives_a_restart(harness: Harness) -> None:
     model = ScriptedProvider()
-    runtime = await harness.runtime(THREAD, providers={"scripted": model})
-    await say(runtime)("first")
-    runtime = await harness.restart(runtime)
-    await say(runtime)("second")
+    agent = await harness.agent(THREAD, providers={"scripted": model})
+    await say(agent)("first")
+    agent = await harness.restart(agent)
+    await say(agent)("second")
     assert [m.text for m in model.requests[-1].messages] == ["first", "default reply to: first", "second"]
 
 
@@ -73,9 +73,9 @@ async def test_one_conversation_runs_in_order_others_concurrently(harness: Harne
             order.append(f"end {text}")
             return Completion(Message.assistant(f"re {text}"))
 
-    runtime = await harness.runtime("memory: {scope: thread}\nmodel: slow/m\n", providers={"slow": Slow()})
-    a = say(runtime, "webhook:a")
-    b = say(runtime, "webhook:b")
+    agent = await harness.agent("memory: {scope: thread}\nmodel: slow/m\n", providers={"slow": Slow()})
+    a = say(agent, "webhook:a")
+    b = say(agent, "webhook:b")
     first = asyncio.create_task(a("a1"))
     await wait_until(lambda: "start a1" in order, "a1 to reach the model")
     second = asyncio.create_task(a("a2"))
@@ -85,34 +85,34 @@ async def test_one_conversation_runs_in_order_others_concurrently(harness: Harne
     gate.set()
     assert (await first).text == "re a1" and (await second).text == "re a2"
     assert order.index("end a1") < order.index("start a2")
-    assert [m.text for m in await stored(runtime, "webhook:a")] == ["a1", "re a1", "a2", "re a2"]
+    assert [m.text for m in await stored(agent, "webhook:a")] == ["a1", "re a1", "a2", "re a2"]
 
 
 async def test_duplicate_delivery_is_answered_once_even_after_restart(harness: Harness) -> None:
     model = ScriptedProvider()
-    runtime = await harness.runtime(THREAD, providers={"scripted": model})
+    agent = await harness.agent(THREAD, providers={"scripted": model})
     first, again = await asyncio.gather(
-        say(runtime)("hello", event_id="m1", channel="telegram"),
-        say(runtime)("hello", event_id="m1", channel="telegram"),
+        say(agent)("hello", event_id="m1", channel="telegram"),
+        say(agent)("hello", event_id="m1", channel="telegram"),
     )
     assert sorted([first.duplicate, again.duplicate]) == [False, True]
-    runtime = await harness.restart(runtime)
-    assert (await say(runtime)("hello", event_id="m1", channel="telegram")).duplicate
-    assert not (await say(runtime)("hello", event_id="m1", channel="discord")).duplicate  # other platform
+    agent = await harness.restart(agent)
+    assert (await say(agent)("hello", event_id="m1", channel="telegram")).duplicate
+    assert not (await say(agent)("hello", event_id="m1", channel="discord")).duplicate  # other platform
     assert len(model.requests) == 2
-    assert len(await stored(runtime)) == 4
+    assert len(await stored(agent)) == 4
 
 
 async def test_provider_failure_replies_briefly_and_loses_nothing(harness: Harness) -> None:
     model = ScriptedProvider().reply("ok").fail("HTTP 500 upstream", status=500)
-    runtime = await harness.runtime(THREAD, providers={"scripted": model})
-    await say(runtime)("first")
-    reply = await say(runtime)("second")
+    agent = await harness.agent(THREAD, providers={"scripted": model})
+    await say(agent)("first")
+    reply = await say(agent)("second")
     assert reply.error == "provider_error" and "could not reach the model" in reply.text
-    assert [m.text for m in await stored(runtime)] == ["first", "ok", "second"]
-    runs = [(r["status"], r["error"]) for r in await runtime.runs(limit=1000)]
+    assert [m.text for m in await stored(agent)] == ["first", "ok", "second"]
+    runs = [(r["status"], r["error"]) for r in await agent.runs(limit=1000)]
     assert runs[0] == ("ok", None) and runs[1][0] == "error" and "HTTP 500 upstream" in runs[1][1]
-    assert (await say(runtime)("third")).text == "default reply to: third"
+    assert (await say(agent)("third")).text == "default reply to: third"
 
 
 async def test_tool_loop_is_bounded_by_max_tool_steps(harness: Harness) -> None:
@@ -121,17 +121,17 @@ async def test_tool_loop_is_bounded_by_max_tool_steps(harness: Harness) -> None:
         model.call("list_memories")
     model.reply("done")
     spec = "memory: {scope: thread, persistent: true}\nmodel: scripted/m\nmax_tool_steps: 2\n"
-    runtime = await harness.runtime(spec, providers={"scripted": model})
-    reply = await say(runtime)("go")
+    agent = await harness.agent(spec, providers={"scripted": model})
+    reply = await say(agent)("go")
     assert len(model.requests) == 3
     assert model.requests[-1].tools == ()  # the last call may not call tools
     assert "stopped after 2 tool steps" in reply.text
 
 
 async def test_channel_user_ids_travel_with_messages(harness: Harness) -> None:
-    runtime = await harness.runtime(THREAD, providers={"scripted": ScriptedProvider()})
-    await runtime.handle(InboundEvent("bot", "discord:1", "hey", "discord", user_id="u42"))
-    messages = await stored(runtime, "discord:1")
+    agent = await harness.agent(THREAD, providers={"scripted": ScriptedProvider()})
+    await agent.handle(InboundEvent("bot", "discord:1", "hey", "discord", user_id="u42"))
+    messages = await stored(agent, "discord:1")
     assert messages[0].user_id == "u42"
 
 
@@ -147,15 +147,15 @@ async def test_hot_reload_keeps_in_flight_runs_on_their_definition(harness: Harn
             await gate.wait()
             return Completion(Message.assistant("ok"))
 
-    runtime = await harness.runtime("purpose: old\nmodel: waits/m\n", providers={"waits": Waits()})
-    task = asyncio.create_task(say(runtime)("x"))
+    agent = await harness.agent("purpose: old\nmodel: waits/m\n", providers={"waits": Waits()})
+    task = asyncio.create_task(say(agent)("x"))
     await wait_until(lambda: systems, "the first run to reach the model")
     from tests.support import make_spec
 
-    runtime.update_spec(make_spec("purpose: new\nmodel: waits/m\n"))
+    agent.update_spec(make_spec("purpose: new\nmodel: waits/m\n"))
     gate.set()
     await task
-    await say(runtime)("y")
+    await say(agent)("y")
     assert systems == ["old", "new"]
 
 
@@ -164,9 +164,9 @@ async def test_tool_calls_past_the_limit_are_answered_so_the_transcript_stays_we
 ) -> None:
     model = ScriptedProvider().call("list_memories").call("list_memories").call("list_memories")
     spec = "memory: {scope: thread, persistent: true}\nmodel: scripted/m\nmax_tool_steps: 2\n"
-    runtime = await harness.runtime(spec, providers={"scripted": model})
-    await say(runtime)("go")
-    messages = await stored(runtime)
+    agent = await harness.agent(spec, providers={"scripted": model})
+    await say(agent)("go")
+    messages = await stored(agent)
     calls = [p.id for m in messages for p in m.tool_calls]
     results = [p.call_id for m in messages for p in m.tool_results]
     assert calls == results and len(calls) == 3
@@ -175,7 +175,7 @@ async def test_tool_calls_past_the_limit_are_answered_so_the_transcript_stays_we
 
 async def test_old_delivery_ids_are_pruned(harness: Harness) -> None:
 
-    runtime = await harness.runtime(THREAD, providers={"scripted": ScriptedProvider()})
-    await say(runtime)("hello", event_id="m1", channel="telegram")
-    assert await runtime.prune_deliveries(0) == 0  # nothing that old
-    assert await runtime.prune_deliveries(2**40) == 1
+    agent = await harness.agent(THREAD, providers={"scripted": ScriptedProvider()})
+    await say(agent)("hello", event_id="m1", channel="telegram")
+    assert await agent.prune_deliveries(0) == 0  # nothing that old
+    assert await agent.prune_deliveries(2**40) == 1

@@ -88,7 +88,7 @@ async def test_the_daemons_sweep_applies_retention_to_every_layer(harness: Harne
         "memory: {strategy: {kind: composite, layers: [{kind: window, messages: 4},"
         " {kind: episodic, max_age_days: 5}]}}\n"
     )
-    agent = await harness.runtime(spec, embedder=HashEmbedder(64))
+    agent = await harness.agent(spec, embedder=HashEmbedder(64))
     for text in ("one", "two", "three"):
         await say(agent, "webhook:c", "ann")(f"note {text}")
     assert await agent.drain(5)

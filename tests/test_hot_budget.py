@@ -33,8 +33,8 @@ TAILS = {
 }
 
 
-async def talk(runtime: Agent, main: ScriptedProvider, fold: ScriptedProvider, turns: int) -> None:
-    offline = runtime.spec.model.provider == "offline"
+async def talk(agent: Agent, main: ScriptedProvider, fold: ScriptedProvider, turns: int) -> None:
+    offline = agent.spec.model.provider == "offline"
     for i in range(turns):
         text = f"q{i}"
         if i % 3 == 1:  # a turn with a tool step: what is kept never starts with a result without its call
@@ -42,16 +42,14 @@ async def talk(runtime: Agent, main: ScriptedProvider, fold: ScriptedProvider, t
             text = f"remember k{i}: v" if offline else text  # what the offline model answers with a call
         main.reply(f"a{i}")
         fold.reply(f'{{"goal": "g{i}"}}')  # a fold's patch (a summary takes it as its text)
-        await say(runtime, KEY)(text)
-        assert await runtime.drain(5)
+        await say(agent, KEY)(text)
+        assert await agent.drain(5)
 
 
-async def prompt_over(runtime: Agent, thread: Any) -> tuple[str, list[Message]]:
-    spec = runtime.spec
-    memory = runtime.state.memory_of(spec, KEY)
-    prompt = await build_prompt(
-        Conversation(runtime.state, spec, memory, thread), TurnInput(KEY, "next", "u1")
-    )
+async def prompt_over(agent: Agent, thread: Any) -> tuple[str, list[Message]]:
+    spec = agent.spec
+    memory = agent.state.memory_of(spec, KEY)
+    prompt = await build_prompt(Conversation(agent.state, spec, memory, thread), TurnInput(KEY, "next", "u1"))
     return prompt.system, list(prompt.history)
 
 
@@ -62,48 +60,48 @@ async def test_a_hot_thread_holds_only_the_tail_its_memory_reads_and_sees_the_sa
     main, fold = ScriptedProvider("main"), ScriptedProvider("fold")
     model = "offline" if strategy == "state without a fold model" else "main/m"  # offline cannot fold
     text = f"model: {model}\nmemory: {{persistent: true, strategy: {TAILS[strategy]}}}\n"
-    runtime = await harness.runtime(text, providers={"main": main, "fold": fold})
-    await talk(runtime, main, fold, 14)
-    for agent in (runtime, await harness.restart(runtime)):  # trimmed after turns, and loaded so
-        memory = agent.state.memory_of(agent.spec, KEY)
-        hot = await agent.state.thread(KEY, memory)
-        whole = await agent.state.store.read(ActiveThread(KEY))
+    agent = await harness.agent(text, providers={"main": main, "fold": fold})
+    await talk(agent, main, fold, 14)
+    for opened in (agent, await harness.restart(agent)):  # trimmed after turns, and loaded so
+        memory = opened.state.memory_of(opened.spec, KEY)
+        hot = await opened.state.thread(KEY, memory)
+        whole = await opened.state.store.read(ActiveThread(KEY))
         assert len(hot.messages) < len(whole.messages) // 2
         assert [m.seq for m in hot.messages] == [m.seq for m in whole.messages][
             len(whole.messages) - len(hot.messages) :
         ]
         assert hot.chars == sum(m.message.char_count() for m in hot.messages)
         # what the model would see from the tail is what it would see from the whole transcript
-        assert await prompt_over(agent, hot) == await prompt_over(agent, whole)
+        assert await prompt_over(opened, hot) == await prompt_over(opened, whole)
 
 
 async def test_a_window_over_a_long_thread_reads_only_its_tail(harness: Harness) -> None:
-    runtime = await harness.runtime("memory: {strategy: {kind: window, messages: 4}}\n")
+    agent = await harness.agent("memory: {strategy: {kind: window, messages: 4}}\n")
     for i in range(60):
-        await say(runtime, KEY)(f"m{i}")
-    runtime = await harness.restart(runtime)
+        await say(agent, KEY)(f"m{i}")
+    agent = await harness.restart(agent)
     pages: list[MessagesPage] = []
-    read = runtime.state.store.read
+    read = agent.state.store.read
 
     async def reading(query: Any) -> Any:
         if isinstance(query, MessagesPage):
             pages.append(query)
         return await read(query)
 
-    runtime.state.store.read = reading  # type: ignore[method-assign]
-    reply = await say(runtime, KEY)("after")
+    agent.state.store.read = reading  # type: ignore[method-assign]
+    reply = await say(agent, KEY)("after")
     assert "I see 4 earlier messages" in reply.text
     assert [(p.after_seq, p.limit) for p in pages] == [(120 - 32, 32)]  # 32 of 120 messages decoded
-    assert len(runtime.state.threads.peek(KEY).messages) == 4  # type: ignore[union-attr]
+    assert len(agent.state.threads.peek(KEY).messages) == 4  # type: ignore[union-attr]
 
 
 async def test_a_wider_memory_after_a_reload_loads_the_older_messages_again(harness: Harness) -> None:
-    runtime = await harness.runtime("memory: {strategy: {kind: window, messages: 4}}\n")
+    agent = await harness.agent("memory: {strategy: {kind: window, messages: 4}}\n")
     for i in range(10):
-        await say(runtime, KEY)(f"m{i}")
-    assert len(runtime.state.threads.peek(KEY).messages) == 4  # type: ignore[union-attr]
-    runtime.update_spec(make_spec("memory: {strategy: {kind: full}}\n"))
-    reply = await say(runtime, KEY)("after")
+        await say(agent, KEY)(f"m{i}")
+    assert len(agent.state.threads.peek(KEY).messages) == 4  # type: ignore[union-attr]
+    agent.update_spec(make_spec("memory: {strategy: {kind: full}}\n"))
+    reply = await say(agent, KEY)("after")
     assert "I see 20 earlier messages" in reply.text
 
 

@@ -15,53 +15,53 @@ pytestmark = pytest.mark.both_stores  # each test runs on SQLite files and on Po
 
 
 async def test_concurrent_loads_share_one_thread_object(harness: Harness) -> None:
-    runtime = await harness.runtime("memory: {scope: thread}\n")
+    agent = await harness.agent("memory: {scope: thread}\n")
     sent: list[str] = []
     for i in range(7):
-        reply = await say(runtime)(f"m{i}")
+        reply = await say(agent)(f"m{i}")
         sent += [f"m{i}", reply.text]  # what was said, in order, as it happened
-    runtime = await harness.restart(runtime)
+    agent = await harness.restart(agent)
     first, second = await asyncio.gather(
-        runtime.state.threads.get("webhook:c1"), runtime.state.threads.get("webhook:c1")
+        agent.state.threads.get("webhook:c1"), agent.state.threads.get("webhook:c1")
     )
     assert first is second
     assert [m.message.text for m in first.messages] == sent
 
 
 async def test_a_long_thread_loads_in_pages(harness: Harness, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    runtime = await harness.runtime("memory: {scope: thread}\n")
+    agent = await harness.agent("memory: {scope: thread}\n")
     for i in range(12):
-        await say(runtime)(f"m{i}")
-    runtime = await harness.restart(runtime)
+        await say(agent)(f"m{i}")
+    agent = await harness.restart(agent)
     monkeypatch.setattr(HotThreads, "PAGE", 5)
     reads = 0
-    original = runtime.state.store.read
+    original = agent.state.store.read
 
     async def counting(job):  # type: ignore[no-untyped-def]
         nonlocal reads
         reads += 1
         return await original(job)
 
-    monkeypatch.setattr(runtime.state.store, "read", counting)
-    thread = await runtime.state.threads.get("webhook:c1")
+    monkeypatch.setattr(agent.state.store, "read", counting)
+    thread = await agent.state.threads.get("webhook:c1")
     assert [m.seq for m in thread.messages] == list(range(1, 25))
     assert reads == 1 + 5  # the header, then 24 messages in pages of 5
-    reply = await say(runtime)("after")
+    reply = await say(agent)("after")
     assert "I see 24 earlier messages" in reply.text
 
 
 async def test_a_long_thread_is_frozen_out_of_the_collector_and_still_freed(
     harness: Harness, monkeypatch
 ) -> None:  # type: ignore[no-untyped-def]
-    runtime = await harness.runtime("memory: {scope: thread}\n")
+    agent = await harness.agent("memory: {scope: thread}\n")
     for i in range(6):
-        await say(runtime)(f"m{i}")
-    runtime = await harness.restart(runtime)
+        await say(agent)(f"m{i}")
+    agent = await harness.restart(agent)
     monkeypatch.setattr(collector, "LONG_LOAD", 10)  # 12 messages count as a long load
     gc.unfreeze()
     try:
         before = gc.get_freeze_count()
-        thread = await runtime.state.threads.get("webhook:c1")
+        thread = await agent.state.threads.get("webhook:c1")
         assert gc.get_freeze_count() > before + 12  # the messages left the collector's generations
         assert gc.isenabled()
         texts = [m.message.text for m in thread.messages]
@@ -69,7 +69,7 @@ async def test_a_long_thread_is_frozen_out_of_the_collector_and_still_freed(
         for _ in range(3):
             await asyncio.sleep(0)  # the loop lets go of the last page read's future
         held = gc.get_freeze_count()
-        runtime.state.threads.drop("webhook:c1")
+        agent.state.threads.drop("webhook:c1")
         # refcounting frees frozen objects too: its 12 messages are gone
         assert gc.get_freeze_count() <= held - 12
         assert texts[0] == "m0"

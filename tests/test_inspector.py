@@ -56,9 +56,9 @@ async def test_memory_route_and_transcript_route_do_not_shadow_each_other(
     daemon, client = api
     await send(client, "assistant", "c", "hello")
     # a key with a slash (channels may make them): both routes must still pick the right key
-    runtime = daemon.agent("assistant")
-    assert runtime is not None
-    await runtime.handle(InboundEvent("assistant", "slack:T1/C2", "from slack", "slack", user_id="bo"))
+    agent = daemon.agent("assistant")
+    assert agent is not None
+    await agent.handle(InboundEvent("assistant", "slack:T1/C2", "from slack", "slack", user_id="bo"))
 
     transcript = (await client.get("/agents/assistant/conversations/webhook:c")).json()
     assert (
@@ -197,9 +197,9 @@ def seed(root: Path, yaml_text: str, key: str, texts: list[str]) -> None:
     async def go() -> None:
         harness = Harness(root / "data")
         try:
-            runtime = await harness.runtime(yaml_text, "assistant")
+            agent = await harness.agent(yaml_text, "assistant")
             for text in texts:
-                await say(runtime, key, "ana")(text)
+                await say(agent, key, "ana")(text)
         finally:
             await harness.close()
 

@@ -75,7 +75,7 @@ async def test_more_agents_than_open_files_all_keep_their_conversations(tmp_path
 
 
 async def test_a_channel_whose_agent_cannot_open_its_file_gets_an_error_reply(harness: Harness) -> None:
-    agent = await harness.runtime(WEBHOOK)
+    agent = await harness.agent(WEBHOOK)
 
     class Owner:
         name = "bot"

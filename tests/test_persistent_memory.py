@@ -19,8 +19,8 @@ pytestmark = pytest.mark.both_stores  # each test runs on SQLite files and on Po
 PERSISTENT = "memory: {scope: thread, persistent: true}\nmodel: scripted/m\npurpose: Assist.\n"
 
 
-async def audit_rows(runtime: Agent) -> list[tuple[str, str, dict[str, object]]]:
-    return [(e["kind"], e["action"], e["data"]) for e in await runtime.audit_events(limit=1000)]
+async def audit_rows(agent: Agent) -> list[tuple[str, str, dict[str, object]]]:
+    return [(e["kind"], e["action"], e["data"]) for e in await agent.audit_events(limit=1000)]
 
 
 def tool_results(request: CompletionRequest) -> list[tuple[str, str, bool]]:
@@ -30,8 +30,8 @@ def tool_results(request: CompletionRequest) -> list[tuple[str, str, bool]]:
 
 async def test_remember_recall_list_forget(harness: Harness) -> None:
     model = ScriptedProvider()
-    runtime = await harness.runtime(PERSISTENT, providers={"scripted": model})
-    talk = say(runtime)
+    agent = await harness.agent(PERSISTENT, providers={"scripted": model})
+    talk = say(agent)
     model.call("remember", key="deploy_region", value="us-east").reply("noted")
     await talk("always deploy to us-east")
     model.call("recall", key="deploy_region").reply("us-east")
@@ -50,10 +50,10 @@ async def test_remember_recall_list_forget(harness: Harness) -> None:
 
 async def test_prompt_carries_keys_never_values(harness: Harness) -> None:
     model = ScriptedProvider()
-    runtime = await harness.runtime(PERSISTENT, providers={"scripted": model})
+    agent = await harness.agent(PERSISTENT, providers={"scripted": model})
     model.call("remember", key="oncall_channel", value="SECRET-#incidents").reply("ok")
-    await say(runtime)("remember the oncall channel")
-    await say(runtime, "webhook:other")("hello")  # another conversation
+    await say(agent)("remember the oncall channel")
+    await say(agent, "webhook:other")("hello")  # another conversation
     system = model.requests[-1].system
     assert system.startswith("Assist.")
     assert "Keys you already have:\n- oncall_channel" in system
@@ -63,12 +63,12 @@ async def test_prompt_carries_keys_never_values(harness: Harness) -> None:
 
 async def test_writes_are_audited_by_key_without_value_and_reads_are_not(harness: Harness) -> None:
     model = ScriptedProvider()
-    runtime = await harness.runtime(PERSISTENT, providers={"scripted": model})
+    agent = await harness.agent(PERSISTENT, providers={"scripted": model})
     model.call("remember", key="k1", value="hidden value").reply("ok")
-    await say(runtime)("a")
+    await say(agent)("a")
     model.call("recall", key="k1").call("list_memories").call("forget", key="k1").reply("ok")
-    await say(runtime)("b")
-    rows = await audit_rows(runtime)
+    await say(agent)("b")
+    rows = await audit_rows(agent)
     assert [(k, a, d) for k, a, d in rows if k == "memory"] == [
         ("memory", "remember", {"key": "k1"}),
         ("memory", "forget", {"key": "k1"}),
@@ -87,7 +87,7 @@ async def test_writes_are_audited_by_key_without_value_and_reads_are_not(harness
 async def test_bad_calls_return_tool_errors_the_model_can_read(harness: Harness) -> None:
     model = ScriptedProvider()
     spec = PERSISTENT.replace("persistent: true", "persistent: true, max_value_chars: 10")
-    runtime = await harness.runtime(spec, providers={"scripted": model})
+    agent = await harness.agent(spec, providers={"scripted": model})
     model.call("remember", key="bad key!", value="v")
     model.call("remember", key="k" * 65, value="v")
     model.call("remember", key="ok", value="x" * 11)
@@ -95,7 +95,7 @@ async def test_bad_calls_return_tool_errors_the_model_can_read(harness: Harness)
     model.call("recall")
     model.call("no_such_tool")
     model.reply("done")
-    reply = await say(runtime)("try")
+    reply = await say(agent)("try")
     assert reply.text == "done"
     errors = tool_results(model.requests[-1])
     assert all(is_error for _, _, is_error in errors)
@@ -105,37 +105,37 @@ async def test_bad_calls_return_tool_errors_the_model_can_read(harness: Harness)
     assert "non-empty" in errors[3][1]
     assert "invalid key None" in errors[4][1]
     assert "no tool named 'no_such_tool'" in errors[5][1]
-    assert await runtime.state.store.read(Memories()) == []
+    assert await agent.state.store.read(Memories()) == []
 
 
 async def test_memories_survive_scope_none_compaction_new_reset_and_restart(harness: Harness) -> None:
     model = ScriptedProvider()
-    runtime = await harness.runtime(PERSISTENT, providers={"scripted": model})
+    agent = await harness.agent(PERSISTENT, providers={"scripted": model})
     model.call("remember", key="seat", value="window").reply("ok")
-    await say(runtime)("I prefer window seats")
+    await say(agent)("I prefer window seats")
     for command in ("/compact", "/new", "/reset"):
-        await say(runtime)(command)
-    runtime = await harness.restart(runtime)
+        await say(agent)(command)
+    agent = await harness.restart(agent)
     model.call("recall", key="seat").reply("window")
-    await say(runtime, "webhook:elsewhere")("which seat?")
+    await say(agent, "webhook:elsewhere")("which seat?")
     assert tool_results(model.requests[-1])[-1] == ("recall", "window", False)
 
 
 async def test_stateless_agent_still_has_its_facts(harness: Harness) -> None:
     model = ScriptedProvider()
-    runtime = await harness.runtime(
+    agent = await harness.agent(
         "memory: {persistent: true}\nmodel: scripted/m\n", providers={"scripted": model}
     )
     model.call("remember", key="tz", value="UTC").reply("ok")
-    await say(runtime)("my timezone is UTC")
-    await say(runtime)("hello")
+    await say(agent)("my timezone is UTC")
+    await say(agent)("hello")
     assert model.requests[-1].messages == [Message.user("hello", "u1")]  # no history
     assert "- tz" in model.requests[-1].system
 
 
 async def test_offline_model_uses_the_memory_tools(harness: Harness) -> None:
-    runtime = await harness.runtime("memory: {scope: thread, persistent: true}\n")
-    talk = say(runtime)
+    agent = await harness.agent("memory: {scope: thread, persistent: true}\n")
+    talk = say(agent)
     assert (await talk("remember color: blue")).text == "Remembered color."
     assert (await talk("recall color")).text == "I remember: blue"
     assert (await talk("what do you remember?")).text == "Keys held: color"
@@ -147,8 +147,8 @@ async def test_offline_model_uses_the_memory_tools(harness: Harness) -> None:
 
 
 async def test_offline_model_without_persistent_memory_says_so(harness: Harness) -> None:
-    runtime = await harness.runtime("memory: {scope: thread}\n")
-    text = (await say(runtime)("remember color: blue")).text
+    agent = await harness.agent("memory: {scope: thread}\n")
+    text = (await say(agent)("remember color: blue")).text
     assert "I have no persistent memory" in text
 
 

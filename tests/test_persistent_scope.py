@@ -39,18 +39,18 @@ def held_keys(system: str) -> list[str]:
     return [line[2:] for line in block.splitlines() if line.startswith("- ")]
 
 
-async def memory_rows(runtime: Agent) -> list[tuple[str, str, str]]:
-    return [(m["scope"], m["key"], m["value"]) for m in await runtime.state.store.read(Memories())]
+async def memory_rows(agent: Agent) -> list[tuple[str, str, str]]:
+    return [(m["scope"], m["key"], m["value"]) for m in await agent.state.store.read(Memories())]
 
 
 async def test_one_person_can_never_recall_list_or_forget_anothers_key(harness: Harness) -> None:
     model = ScriptedProvider("scripted")
-    runtime = await harness.runtime(PER_USER, providers={"scripted": model})
-    alice, bob = say(runtime, ROOM, "alice"), say(runtime, ROOM, "bob")
+    agent = await harness.agent(PER_USER, providers={"scripted": model})
+    alice, bob = say(agent, ROOM, "alice"), say(agent, ROOM, "bob")
 
     model.call("remember", key="salary", value="ALICE-SECRET").reply("noted")
     await alice("remember my salary")
-    assert await memory_rows(runtime) == [("user:alice", "salary", "ALICE-SECRET")]
+    assert await memory_rows(agent) == [("user:alice", "salary", "ALICE-SECRET")]
 
     model.call("recall", key="salary").reply("?")
     await bob("what is the salary?")
@@ -71,7 +71,7 @@ async def test_one_person_can_never_recall_list_or_forget_anothers_key(harness: 
     # bob's own key of the same name is his, and alice's is untouched by anything bob did
     model.call("remember", key="salary", value="BOB-VALUE").reply("ok")
     await bob("remember mine")
-    assert await memory_rows(runtime) == [
+    assert await memory_rows(agent) == [
         ("user:alice", "salary", "ALICE-SECRET"),
         ("user:bob", "salary", "BOB-VALUE"),
     ]
@@ -81,9 +81,9 @@ async def test_one_person_can_never_recall_list_or_forget_anothers_key(harness: 
     assert held_keys(model.requests[-1].system) == ["salary"]
     model.call("forget", key="salary").reply("ok")
     await bob("forget mine")
-    assert await memory_rows(runtime) == [("user:alice", "salary", "ALICE-SECRET")]
+    assert await memory_rows(agent) == [("user:alice", "salary", "ALICE-SECRET")]
     # the audit trail names the scope (never the value)
-    audit = await runtime.audit_events(kind="memory", limit=1000)
+    audit = await agent.audit_events(kind="memory", limit=1000)
     assert [(e["action"], e["data"]) for e in audit] == [
         ("remember", {"key": "salary", "scope": "user:alice"}),
         ("remember", {"key": "salary", "scope": "user:bob"}),
@@ -95,53 +95,53 @@ async def test_the_prompt_lists_only_the_speakers_keys_across_conversations_and_
     harness: Harness,
 ) -> None:
     model = ScriptedProvider("scripted")
-    runtime = await harness.runtime(PER_USER, providers={"scripted": model})
+    agent = await harness.agent(PER_USER, providers={"scripted": model})
     model.call("remember", key="alice_pet", value="cat").reply("ok")
-    await say(runtime, ROOM, "alice")("my pet is a cat")
+    await say(agent, ROOM, "alice")("my pet is a cat")
     model.call("remember", key="bob_car", value="van").reply("ok")
-    await say(runtime, ROOM, "bob")("my car is a van")
-    runtime = await harness.restart(runtime)
-    await say(runtime, "discord:dm-alice", "alice")("hello from elsewhere")
+    await say(agent, ROOM, "bob")("my car is a van")
+    agent = await harness.restart(agent)
+    await say(agent, "discord:dm-alice", "alice")("hello from elsewhere")
     assert held_keys(model.requests[-1].system) == ["alice_pet"]
-    await say(runtime, "discord:dm-bob", "bob")("hello")
+    await say(agent, "discord:dm-bob", "bob")("hello")
     assert held_keys(model.requests[-1].system) == ["bob_car"]
 
 
 async def test_without_a_known_speaker_facts_stay_in_their_conversation(harness: Harness) -> None:
     model = ScriptedProvider("scripted")
-    runtime = await harness.runtime(PER_USER, providers={"scripted": model})
+    agent = await harness.agent(PER_USER, providers={"scripted": model})
     model.call("remember", key="ticket", value="T-1").reply("ok")
-    await say(runtime, "webhook:one", None)("remember the ticket")
+    await say(agent, "webhook:one", None)("remember the ticket")
     model.call("recall", key="ticket").reply("?")
-    await say(runtime, "webhook:two", None)("which ticket?")
+    await say(agent, "webhook:two", None)("which ticket?")
     assert last_result(model.requests[-1])[1] is True
     assert held_keys(model.requests[-1].system) == []
-    await say(runtime, "webhook:one", None)("and here?")
+    await say(agent, "webhook:one", None)("and here?")
     assert held_keys(model.requests[-1].system) == ["ticket"]
 
 
 async def test_agent_scope_is_the_default_and_shares_facts(harness: Harness) -> None:
     model = ScriptedProvider("scripted")
-    runtime = await harness.runtime(SHARED, providers={"scripted": model})
-    assert runtime.spec.memory.persistent_scope == "agent"
+    agent = await harness.agent(SHARED, providers={"scripted": model})
+    assert agent.spec.memory.persistent_scope == "agent"
     model.call("remember", key="office", value="Berlin").reply("ok")
-    await say(runtime, ROOM, "alice")("our office is in Berlin")
+    await say(agent, ROOM, "alice")("our office is in Berlin")
     model.call("recall", key="office").reply("Berlin")
-    await say(runtime, "discord:dm-bob", "bob")("where is the office?")
+    await say(agent, "discord:dm-bob", "bob")("where is the office?")
     assert last_result(model.requests[-1]) == ("Berlin", False)
     assert held_keys(model.requests[-1].system) == ["office"]
-    assert await memory_rows(runtime) == [("", "office", "Berlin")]
+    assert await memory_rows(agent) == [("", "office", "Berlin")]
 
 
 async def test_the_offline_model_only_sees_the_speakers_keys(harness: Harness) -> None:
-    runtime = await harness.runtime(PER_USER.replace("model: scripted/m", "model: offline"))
-    reply = await say(runtime, ROOM, "alice")("remember color: teal")
+    agent = await harness.agent(PER_USER.replace("model: scripted/m", "model: offline"))
+    reply = await say(agent, ROOM, "alice")("remember color: teal")
     assert "Remembered color" in reply.text
-    reply = await say(runtime, ROOM, "bob")("what do you remember")
+    reply = await say(agent, ROOM, "bob")("what do you remember")
     assert "No memories held." in reply.text
-    reply = await say(runtime, ROOM, "bob")("recall color")
+    reply = await say(agent, ROOM, "bob")("recall color")
     assert "recall failed: no memory with key 'color'" in reply.text and "teal" not in reply.text
-    reply = await say(runtime, ROOM, "alice")("recall color")
+    reply = await say(agent, ROOM, "alice")("recall color")
     assert "I remember: teal" in reply.text
 
 

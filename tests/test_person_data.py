@@ -116,11 +116,11 @@ async def daemon_on(root: Path, model: MemoryEcho) -> AsyncIterator[tuple[Daemon
         await daemon.shutdown()
 
 
-async def say(daemon: Daemon, agent: str, key: str, user: str, text: str) -> str:
-    runtime = daemon.agent(agent)
-    assert runtime is not None
-    reply = await runtime.handle(InboundEvent(agent, key, text, "discord", user_id=user))
-    assert await runtime.drain(10)  # the memory work after the reply
+async def say(daemon: Daemon, name: str, key: str, user: str, text: str) -> str:
+    agent = daemon.agent(name)
+    assert agent is not None
+    reply = await agent.handle(InboundEvent(name, key, text, "discord", user_id=user))
+    assert await agent.drain(10)  # the memory work after the reply
     assert reply.error is None, reply.error
     return reply.text
 
@@ -219,11 +219,11 @@ async def test_a_person_is_exported_then_erased_everywhere_across_restarts(
         assert files_holding(data, "ANA-SECRET") == [] and files_holding(data, ANA) == []
 
         # each agent's trail and the daemon's record the erasure, never the id
-        for agent in AGENTS:
-            runtime = daemon.agent(agent)
-            assert runtime is not None
-            [event] = await runtime.state.store.read(AuditEvents(kind="person"))
-            assert event["data"]["counts"] == result["erased"][agent] and is_subject(
+        for name in AGENTS:
+            agent = daemon.agent(name)
+            assert agent is not None
+            [event] = await agent.state.store.read(AuditEvents(kind="person"))
+            assert event["data"]["counts"] == result["erased"][name] and is_subject(
                 ANA, event["data"]["subject"]
             )
         assert daemon.daemon_store is not None
@@ -232,9 +232,9 @@ async def test_a_person_is_exported_then_erased_everywhere_across_restarts(
 
         # nothing hot serves what was erased: the group goes on without her words, she starts afresh
         model.requests.clear()
-        for agent in AGENTS:
-            await say(daemon, agent, ROOM, BOB, "what was said BOB-SAYS-99")
-            await say(daemon, agent, DM, ANA, "what do you remember about me")
+        for name in AGENTS:
+            await say(daemon, name, ROOM, BOB, "what was said BOB-SAYS-99")
+            await say(daemon, name, DM, ANA, "what do you remember about me")
         seen = "\n".join(everything_in(r) for r in model.requests)
         assert "ANA-SECRET" not in seen and "BOB-SAYS" in seen and TOMBSTONE in seen
         prompt = await daemon.agent("full").next_prompt(DM, ANA)  # type: ignore[union-attr]

@@ -77,7 +77,7 @@ def test_the_subject_recorded_is_a_salted_hash_only_the_id_opens() -> None:
 
 @pytest.mark.both_stores
 async def test_a_run_paused_for_the_persons_approval_is_refused_then_erased(harness: Harness) -> None:
-    agent = await harness.runtime(
+    agent = await harness.agent(
         "memory: {scope: thread, persistent: true, persistent_scope: user, writes: ask}\n"
     )
     reply = await say(agent, "webhook:ana", "ana")("remember city: Lisbon")
@@ -217,8 +217,8 @@ async def test_another_daemons_hot_copies_let_go_of_what_one_daemon_erased(
     harness = Harness(tmp_path / "data", store_url=postgres_url)
     try:
         model_a, model_b = ScriptedProvider("main"), ScriptedProvider("main")
-        a = await harness.runtime(spec, providers={"main": model_a}, embedder=HashEmbedder(64))
-        b = await harness.runtime(spec, providers={"main": model_b}, embedder=HashEmbedder(64))
+        a = await harness.agent(spec, providers={"main": model_a}, embedder=HashEmbedder(64))
+        b = await harness.agent(spec, providers={"main": model_b}, embedder=HashEmbedder(64))
         ana_dm, room = say(b, "discord:dm:ana", "ana"), "discord:room"
         model_b.call("remember", key="city", value="Lisbon-SECRET")
         await ana_dm("remember city: Lisbon-SECRET")

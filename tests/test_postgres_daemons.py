@@ -43,7 +43,7 @@ async def daemon(harness: Harness, yaml: str = THREAD, **kw: Any) -> tuple[Agent
     """Agent `bot` served by one more daemon."""
     model = ScriptedProvider("main")
     providers = {"main": model, **kw.pop("providers", {})}
-    return await harness.runtime(yaml, "bot", providers=providers, **kw), model
+    return await harness.agent(yaml, "bot", providers=providers, **kw), model
 
 
 def say(agent: Agent, text: str, **kw: Any) -> Any:

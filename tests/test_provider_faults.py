@@ -21,8 +21,8 @@ pytestmark = pytest.mark.both_stores  # each test runs on SQLite files and on Po
 SPEC = "memory: {scope: thread, persistent: true}\nmodel: fake/gpt-test\n"
 
 
-async def runtime_on(harness: Harness, provider: object) -> Agent:
-    return await harness.runtime(SPEC, providers={"fake": provider})
+async def agent_on(harness: Harness, provider: object) -> Agent:
+    return await harness.agent(SPEC, providers={"fake": provider})
 
 
 def openai(fake: FakeLLM, client: httpx.AsyncClient, **kw: object) -> OpenAIProvider:
@@ -32,36 +32,36 @@ def openai(fake: FakeLLM, client: httpx.AsyncClient, **kw: object) -> OpenAIProv
     )
 
 
-async def transcript(runtime: Agent) -> list[str]:
-    thread = await runtime.state.store.read(ActiveThread("webhook:c1"))
+async def transcript(agent: Agent) -> list[str]:
+    thread = await agent.state.store.read(ActiveThread("webhook:c1"))
     return [m.message.text for m in thread.messages]
 
 
-async def last_run(runtime: Agent) -> tuple[str, str | None]:
-    [run] = await runtime.runs(limit=1)  # the newest
+async def last_run(agent: Agent) -> tuple[str, str | None]:
+    [run] = await agent.runs(limit=1)  # the newest
     return run["status"], run["error"]
 
 
 async def test_tool_calls_and_usage_over_the_openai_wire(
     harness: Harness, fake: FakeLLM, client: httpx.AsyncClient
 ) -> None:
-    runtime = await runtime_on(harness, openai(fake, client))
+    agent = await agent_on(harness, openai(fake, client))
     fake.reply(tool_calls=[("remember", {"key": "city", "value": "Lisbon"})], usage=(120, 9))
     fake.reply("Saved.", usage=(150, 3))
-    reply = await say(runtime)("I live in Lisbon")
+    reply = await say(agent)("I live in Lisbon")
     assert reply.text == "Saved." and reply.error is None
     second = fake.requests[1].json
     tool_message = second["messages"][-1]
     assert tool_message["role"] == "tool" and tool_message["content"] == "Remembered city."
     assert second["messages"][-2]["tool_calls"][0]["id"] == tool_message["tool_call_id"]
-    run = (await runtime.runs(limit=1000))[0]
+    run = (await agent.runs(limit=1000))[0]
     assert (run["input_tokens"], run["output_tokens"], run["tokens_estimated"], run["model_calls"]) == (
         270,
         12,
         False,
         2,
     )
-    assert runtime.state.persistent.keys() == ["city"]
+    assert agent.state.persistent.keys() == ["city"]
 
 
 async def test_tool_calls_over_the_anthropic_wire(
@@ -70,11 +70,11 @@ async def test_tool_calls_over_the_anthropic_wire(
     provider = AnthropicProvider(
         name="fake", client=client, base_url=fake.anthropic_base_url, api_key="k", retry_base_s=0.01
     )
-    runtime = await runtime_on(harness, provider)
+    agent = await agent_on(harness, provider)
     fake.reply(tool_calls=[("list_memories", {})], usage=(40, 2))
     fake.reply("You have nothing saved.", usage=(60, 5))
-    assert (await say(runtime)("what do you know?")).text == "You have nothing saved."
-    await say(runtime)("and now?")  # history with tool_use/tool_result replays on the Anthropic wire
+    assert (await say(agent)("what do you know?")).text == "You have nothing saved."
+    await say(agent)("and now?")  # history with tool_use/tool_result replays on the Anthropic wire
     assert fake.requests[-1].path == "/v1/messages"
     assert fake.requests[-1].json["system"] and fake.requests[-1].headers["x-api-key"] == "k"
 
@@ -93,36 +93,36 @@ async def test_tool_calls_over_the_anthropic_wire(
 async def test_provider_errors_lose_nothing(
     harness: Harness, fake: FakeLLM, client: httpx.AsyncClient, script: object, expect: str
 ) -> None:
-    runtime = await runtime_on(harness, openai(fake, client))
-    await say(runtime)("first")
+    agent = await agent_on(harness, openai(fake, client))
+    await say(agent)("first")
     script(fake)  # type: ignore[operator]
-    reply = await say(runtime)("second")
+    reply = await say(agent)("second")
     assert reply.error == "provider_error"
     assert "could not reach the model" in reply.text and len(reply.text) < 600
-    status, error = await last_run(runtime)
+    status, error = await last_run(agent)
     assert status == "error" and "fake" in error and "gpt-test" in error and expect in error
-    assert await transcript(runtime) == ["first", "fake reply to: first", "second"]
-    assert (await say(runtime)("third")).text == "fake reply to: third"  # and it carries on
+    assert await transcript(agent) == ["first", "fake reply to: first", "second"]
+    assert (await say(agent)("third")).text == "fake reply to: third"  # and it carries on
 
 
 async def test_timeout_is_an_error_reply(harness: Harness, fake: FakeLLM, client: httpx.AsyncClient) -> None:
-    runtime = await runtime_on(harness, openai(fake, client, timeout_s=0.3, max_retries=0))
+    agent = await agent_on(harness, openai(fake, client, timeout_s=0.3, max_retries=0))
     fake.hang(2.0)
-    reply = await say(runtime)("hello?")
+    reply = await say(agent)("hello?")
     assert reply.error == "provider_error"
-    status, error = await last_run(runtime)
+    status, error = await last_run(agent)
     assert status == "error" and "timed out" in error
-    assert await transcript(runtime) == ["hello?"]
+    assert await transcript(agent) == ["hello?"]
 
 
 async def test_429_then_success_retries_transparently(
     harness: Harness, fake: FakeLLM, client: httpx.AsyncClient
 ) -> None:
-    runtime = await runtime_on(harness, openai(fake, client))
+    agent = await agent_on(harness, openai(fake, client))
     fake.fail(429, retry_after=0)
     fake.reply("finally", usage=(5, 1))
-    assert (await say(runtime)("hi")).text == "finally"
-    assert await last_run(runtime) == ("ok", None)
+    assert (await say(agent)("hi")).text == "finally"
+    assert await last_run(agent) == ("ok", None)
 
 
 async def test_missing_key_names_the_variable(
@@ -130,10 +130,10 @@ async def test_missing_key_names_the_variable(
 ) -> None:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     provider = OpenAIProvider(name="openai", kind="openai", client=client)
-    runtime = await runtime_on(harness, provider)
-    reply = await say(runtime)("hi")
+    agent = await agent_on(harness, provider)
+    reply = await say(agent)("hi")
     assert "OPENAI_API_KEY" in reply.text and reply.error == "provider_error"
-    assert await last_run(runtime) == (
+    assert await last_run(agent) == (
         "error",
         "provider openai (model gpt-test): no API key: set OPENAI_API_KEY or providers.openai.api_key in agentd.yaml",
     )

@@ -108,7 +108,9 @@ async def test_chat_beside_a_running_daemon_talks_to_it(root: Path) -> None:
     # with no daemon, chat runs the agent itself, on the same conversation
     alone = agentd(root, "chat", "assistant", "--session", "me", stdin="hello again\n")
     assert alone.returncode == 0, alone.stderr
-    assert "I see 4 earlier messages" in alone.stdout  # remember (2: what was said, not the tool steps), hello (2)
+    assert (
+        "I see 4 earlier messages" in alone.stdout
+    )  # remember (2: what was said, not the tool steps), hello (2)
 
 
 async def test_a_daemon_stopped_by_sigterm_releases_the_folder(root: Path) -> None:

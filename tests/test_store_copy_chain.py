@@ -39,7 +39,7 @@ def talk(data: Path, name: str, lines: list[tuple[str, str, str]], *, url: str |
     async def go() -> None:
         harness = Harness(data, store_url=url)
         try:
-            agent = await harness.runtime(REMEMBERS, name, embedder=HashEmbedder(64))
+            agent = await harness.agent(REMEMBERS, name, embedder=HashEmbedder(64))
             for key, user, text in lines:
                 await say(agent, f"webhook:{key}", user)(text)
                 assert await agent.drain(5)

@@ -45,7 +45,7 @@ def seed(
     async def go() -> None:
         harness = Harness(data, store_url=url)
         try:
-            agent = await harness.runtime(yaml_text, name, embedder=HashEmbedder(64))
+            agent = await harness.agent(yaml_text, name, embedder=HashEmbedder(64))
             for key, text in talk:
                 await say(agent, f"webhook:{key}", "ana")(text)
                 assert await agent.drain(5)
@@ -251,7 +251,7 @@ def test_runs_started_at_one_time_keep_the_files_order(data: Path, postgres_url:
     async def on_sqlite() -> list[dict[str, Any]]:
         harness = Harness(data)
         try:
-            return await (await harness.runtime(REMEMBERS, "bot")).state.store.read(Runs(None, 100))
+            return await (await harness.agent(REMEMBERS, "bot")).state.store.read(Runs(None, 100))
         finally:
             await harness.close()
 

@@ -63,7 +63,7 @@ async def agent(harness: Harness, fake: FakeLLM) -> AsyncIterator[Agent]:
             api_key="k",
             max_retries=0,
         )
-        yield await harness.runtime(SPEC, providers={"fake": provider})
+        yield await harness.agent(SPEC, providers={"fake": provider})
 
 
 def event(text: str, key: str = "webhook:c1") -> InboundEvent:
@@ -185,7 +185,7 @@ async def test_a_stateless_slash_line_is_text_for_the_model(agent: Agent, fake: 
 
 
 async def test_the_offline_model_streams_through_the_engine(harness: Harness) -> None:
-    agent = await harness.runtime("memory: {scope: thread}\n")
+    agent = await harness.agent("memory: {scope: thread}\n")
     heard = Heard()
     reply = await agent.handle(event("hello there"), sink=heard)
     assert len(heard.log) > 3 and reply.text == heard.showing

@@ -27,8 +27,8 @@ async def pair(
 ) -> tuple[Agent, Agent, ScriptedProvider, ScriptedProvider]:
     lead, helper_model = ScriptedProvider("lead"), ScriptedProvider("helper")
     models, peers = {"lead": lead, "helper": helper_model}, LocalPeers()
-    caller = await harness.runtime(caller_spec(slot), "coordinator", models, peers=peers)
-    sub = await harness.runtime(helper, "researcher", models, peers=peers)
+    caller = await harness.agent(caller_spec(slot), "coordinator", models, peers=peers)
+    sub = await harness.agent(helper, "researcher", models, peers=peers)
     peers.add(caller, sub)
     return caller, sub, lead, helper_model
 
@@ -38,9 +38,9 @@ def last_result(request: CompletionRequest) -> tuple[str, bool]:
     return results[-1].content, results[-1].is_error
 
 
-async def runs(runtime: Agent) -> list[dict[str, Any]]:
+async def runs(agent: Agent) -> list[dict[str, Any]]:
     fields = ("id", "conversation_key", "trigger", "status", "parent_run_id")
-    rows = [tuple(r[f] for f in fields) for r in await runtime.runs(limit=1000)]
+    rows = [tuple(r[f] for f in fields) for r in await agent.runs(limit=1000)]
     return [dict(zip(("id", "key", "trigger", "status", "parent"), row, strict=True)) for row in rows]
 
 
@@ -122,13 +122,13 @@ async def test_an_override_of_none_keeps_no_transcript(harness: Harness) -> None
 
 async def test_unknown_or_stopped_agents_are_tool_errors(harness: Harness) -> None:
     lead, peers = ScriptedProvider("lead"), LocalPeers()
-    caller = await harness.runtime(
+    caller = await harness.agent(
         caller_spec("{agent: ghost}", "{agent: code-review, description: Reviews a diff.}"),
         "coordinator",
         {"lead": lead},
         peers=peers,
     )
-    reviewer = await harness.runtime("model: lead/m\n", "code-review", {"lead": lead}, peers=peers)
+    reviewer = await harness.agent("model: lead/m\n", "code-review", {"lead": lead}, peers=peers)
     peers.add(caller, reviewer)
     await reviewer.close()  # stopped
     lead.call("ask_ghost", task="boo").call("ask_code_review", task="review this").reply("gave up")
@@ -167,10 +167,10 @@ async def test_a_failing_sub_agent_is_a_tool_error_and_a_failed_run_in_its_file(
 
 async def test_an_agent_cannot_call_itself_or_its_caller(harness: Harness) -> None:
     model, peers = ScriptedProvider("m"), LocalPeers()
-    a = await harness.runtime(
+    a = await harness.agent(
         "model: m/x\nsubagents: [{agent: a}, {agent: b}]\n", "a", {"m": model}, peers=peers
     )
-    b = await harness.runtime("model: m/x\nsubagents: [{agent: a}]\n", "b", {"m": model}, peers=peers)
+    b = await harness.agent("model: m/x\nsubagents: [{agent: a}]\n", "b", {"m": model}, peers=peers)
     peers.add(a, b)
     model.call("ask_a", task="me again")  # a -> a
     model.call("ask_b", task="ask a back")  # a -> b
@@ -193,22 +193,22 @@ async def test_chains_are_at_most_max_depth_calls_deep(harness: Harness) -> None
     names = ["a", "b", "c", "d", "e"]
     for name, nxt in zip(names, [*names[1:], None], strict=True):
         slots = f"subagents: [{{agent: {nxt}}}]\n" if nxt else ""
-        peers.add(await harness.runtime(f"model: m/x\n{slots}", name, {"m": model}, peers=peers))
+        peers.add(await harness.agent(f"model: m/x\n{slots}", name, {"m": model}, peers=peers))
     assert subagents.MAX_DEPTH == 3
     for nxt in names[1:]:
         model.call(f"ask_{nxt}", task="pass it on")
     model.reply("d could not go further")  # d's answer after e was refused
     for name in ("c", "b", "a"):
         model.reply(f"{name} relays")
-    runtimes = [peers.agents[name] for name in names]
-    reply = await say(runtimes[0])("start")
+    agents = [peers.agents[name] for name in names]
+    reply = await say(agents[0])("start")
     assert reply.text == "a relays"
     refused = last_result(model.requests[4])  # d's second request: the result of ask_e
     assert refused[1] and "at most 3 deep (a -> b -> c -> d -> e)" in refused[0]
     # a -> b -> c -> d ran: three linked runs below a's
-    keys = [(await runs(r))[0]["key"] for r in runtimes[1:4]]
+    keys = [(await runs(r))[0]["key"] for r in agents[1:4]]
     assert keys == ["agent:a:webhook:c1", "agent:b:agent:a:webhook:c1", "agent:c:agent:b:agent:a:webhook:c1"]
-    assert await runs(runtimes[4]) == []
+    assert await runs(agents[4]) == []
 
 
 def test_keys_too_long_to_nest_become_a_stable_digest() -> None:

@@ -30,11 +30,11 @@ def composite_spec(*layers: str) -> str:
     )
 
 
-async def turns(runtime: Agent, main: ScriptedProvider, start: int, stop: int) -> None:
+async def turns(agent: Agent, main: ScriptedProvider, start: int, stop: int) -> None:
     for i in range(start, stop):
         main.reply(f"a{i}")
-        await say(runtime)(f"q{i}")
-        await runtime.drain(5)
+        await say(agent)(f"q{i}")
+        await agent.drain(5)
 
 
 def texts(messages: Any) -> list[str]:
@@ -59,30 +59,30 @@ def test_merge_keeps_every_section_in_order_and_the_longest_message_list() -> No
 
 async def test_window_plus_summarized(harness: Harness) -> None:
     main, summariser = ScriptedProvider("main"), ScriptedProvider("sum")
-    runtime = await harness.runtime(
+    agent = await harness.agent(
         composite_spec("{kind: window, messages: 2}", "{kind: summarized, every: 4, model: sum/s}"),
         providers={"main": main, "sum": summariser},
     )
-    strategy = strategy_of(runtime)
+    strategy = strategy_of(agent)
     assert isinstance(strategy, CompositeMemory) and strategy.keeps_transcript
     summariser.reply("ROLLING SUMMARY")
-    await turns(runtime, main, 0, 3)  # the summarized layer folds q0..a1 after the third turn
-    thread = await runtime.state.threads.get("webhook:c1")
+    await turns(agent, main, 0, 3)  # the summarized layer folds q0..a1 after the third turn
+    thread = await agent.state.threads.get("webhook:c1")
     thread_id = thread.id
     assert thread_id is not None
-    state = await runtime.state.store.read(LayerStateOf(thread_id, "1:summarized"))
+    state = await agent.state.store.read(LayerStateOf(thread_id, "1:summarized"))
     assert (state.data, state.upto_seq) == ({"summary": "ROLLING SUMMARY"}, 4)
 
-    await turns(runtime, main, 3, 4)
+    await turns(agent, main, 3, 4)
     seen = main.requests[-1]
     assert seen.system.startswith("THE PURPOSE") and "ROLLING SUMMARY" in seen.system
     # window: [q2 a2]; summarized: [q2 a2] since its cursor — a tie, each message once
     assert texts(seen.messages) == ["q2", "a2", "q3"]
-    await turns(runtime, main, 4, 5)
+    await turns(agent, main, 4, 5)
     # window: [q3 a3]; summarized: [q2 a2 q3 a3] — the wider view, not both
     assert texts(main.requests[-1].messages) == ["q2", "a2", "q3", "a3", "q4"]
 
-    described = await strategy.inspect(runtime.context, thread)
+    described = await strategy.inspect(agent.context, thread)
     assert described["kind"] == "composite" and described["layer"] == "composite"
     assert [(d["kind"], d["layer"]) for d in described["layers"]] == [
         ("window", "0:window"),
@@ -96,36 +96,36 @@ async def test_window_plus_summarized(harness: Harness) -> None:
 
 async def test_window_plus_full_shows_the_whole_transcript_once(harness: Harness) -> None:
     main = ScriptedProvider("main")
-    runtime = await harness.runtime(
+    agent = await harness.agent(
         composite_spec("{kind: window, messages: 2}", "{kind: full}"), providers={"main": main}
     )
-    await turns(runtime, main, 0, 4)
+    await turns(agent, main, 0, 4)
     assert texts(main.requests[-1].messages) == ["q0", "a0", "q1", "a1", "q2", "a2", "q3"]
-    strategy = strategy_of(runtime)
-    described = await strategy.inspect(runtime.context, await runtime.state.threads.get("webhook:c1"))
+    strategy = strategy_of(agent)
+    described = await strategy.inspect(agent.context, await agent.state.threads.get("webhook:c1"))
     assert [d["kind"] for d in described["layers"]] == ["window", "full"]
 
 
 async def test_no_layer_keeping_a_transcript_means_none_is_kept(harness: Harness) -> None:
     main = ScriptedProvider("main")
-    runtime = await harness.runtime(composite_spec("{kind: none}"), providers={"main": main})
-    assert not strategy_of(runtime).keeps_transcript
-    await turns(runtime, main, 0, 2)
+    agent = await harness.agent(composite_spec("{kind: none}"), providers={"main": main})
+    assert not strategy_of(agent).keeps_transcript
+    await turns(agent, main, 0, 2)
     assert texts(main.requests[-1].messages) == ["q1"]
-    assert await every_message(runtime) == []
+    assert await every_message(agent) == []
 
 
 async def test_a_failing_layer_does_not_stop_the_others(
     harness: Harness, caplog: pytest.LogCaptureFixture
 ) -> None:
     main, summariser = ScriptedProvider("main"), ScriptedProvider("sum")
-    runtime = await harness.runtime(
+    agent = await harness.agent(
         composite_spec(
             "{kind: summarized, every: 2, model: sum/s}", "{kind: summarized, every: 2, model: sum/s}"
         ),
         providers={"main": main, "sum": summariser},
     )
-    strategy = strategy_of(runtime)
+    strategy = strategy_of(agent)
     assert isinstance(strategy, CompositeMemory)
     first, second = (layer.strategy for layer in strategy.layers)
     assert isinstance(first, SummarizedMemory) and isinstance(second, SummarizedMemory)
@@ -136,11 +136,11 @@ async def test_a_failing_layer_does_not_stop_the_others(
     first.settle = broken  # type: ignore[method-assign]
     summariser.reply("SECOND LAYER SUMMARY")
     with caplog.at_level(logging.ERROR, logger="agentd.memory.composite"):
-        await turns(runtime, main, 0, 2)
+        await turns(agent, main, 0, 2)
     assert "memory layer 0:summarized failed" in caplog.text
-    thread_id = (await runtime.state.threads.get("webhook:c1")).id
+    thread_id = (await agent.state.threads.get("webhook:c1")).id
     assert thread_id is not None
-    states = await runtime.state.store.read_many(
+    states = await agent.state.store.read_many(
         LayerStateOf(thread_id, "0:summarized"), LayerStateOf(thread_id, "1:summarized")
     )
     assert states[0].data == {} and states[1].data == {"summary": "SECOND LAYER SUMMARY"}
@@ -159,19 +159,19 @@ def test_layers_are_built_by_the_registry_with_their_own_names() -> None:
 async def test_a_composite_with_episodic_by_registry_name(harness: Harness) -> None:
     pytest.importorskip("agentd.memory.episodic")
     main = ScriptedProvider("main")
-    runtime = await harness.runtime(
+    agent = await harness.agent(
         composite_spec("{kind: window, messages: 2}", "{kind: episodic, write: tool}"),
         providers={"main": main},
     )
-    strategy = strategy_of(runtime)
+    strategy = strategy_of(agent)
     assert isinstance(strategy, CompositeMemory)
     assert [(layer.kind, layer.strategy.layer) for layer in strategy.layers] == [
         ("window", "0:window"),
         ("episodic", "1:episodic"),
     ]
-    await turns(runtime, main, 0, 3)
+    await turns(agent, main, 0, 3)
     seen = main.requests[-1]
     assert texts(seen.messages) == ["q1", "a1", "q2"]  # the window's; episodic replays no transcript
     assert "save_episode" in [t.name for t in seen.tools]  # the layers' tools are offered
-    described = await strategy.inspect(runtime.context, await runtime.state.threads.get("webhook:c1"))
+    described = await strategy.inspect(agent.context, await agent.state.threads.get("webhook:c1"))
     assert [d["kind"] for d in described["layers"]] == ["window", "episodic"]

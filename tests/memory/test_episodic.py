@@ -62,24 +62,24 @@ async def episodic(
 ) -> tuple[Agent, ScriptedProvider]:
     main = ScriptedProvider("main")
     chosen = HashEmbedder(256) if embedder == "hash" else embedder
-    runtime = await harness.runtime(agent_yaml(strategy), providers={"main": main}, embedder=chosen)
-    return runtime, main
+    agent = await harness.agent(agent_yaml(strategy), providers={"main": main}, embedder=chosen)
+    return agent, main
 
 
-def strategy_of(runtime: Agent) -> EpisodicMemory:
-    strategy = runtime.state.memory_of(runtime.spec, "webhook:c1").strategy
+def strategy_of(agent: Agent) -> EpisodicMemory:
+    strategy = agent.state.memory_of(agent.spec, "webhook:c1").strategy
     assert isinstance(strategy, EpisodicMemory)
     return strategy
 
 
-async def episodes(runtime: Agent) -> list[tuple[str, str, str | None, bool]]:
-    await runtime.drain(5)
-    stored = await every_episode(runtime)
+async def episodes(agent: Agent) -> list[tuple[str, str, str | None, bool]]:
+    await agent.drain(5)
+    stored = await every_episode(agent)
     vectors = {
         (v.id, e.embedder)
         for e in stored
         if e.embedder is not None
-        for v in await runtime.state.store.read(Vectors(e.partition, e.embedder))
+        for v in await agent.state.store.read(Vectors(e.partition, e.embedder))
     }
     return [(e.partition, e.text, e.embedder, (e.id, e.embedder) in vectors) for e in stored]
 
@@ -90,9 +90,9 @@ def recalled_section(main: ScriptedProvider) -> str:
     return material_of(system[system.index(HEADING) :]) if HEADING in system else ""
 
 
-async def last_recall(runtime: Agent, key: str) -> dict[str, Any]:
-    thread = await runtime.state.threads.get(key)
-    info = await strategy_of(runtime).inspect(runtime.context, thread)
+async def last_recall(agent: Agent, key: str) -> dict[str, Any]:
+    thread = await agent.state.threads.get(key)
+    info = await strategy_of(agent).inspect(agent.context, thread)
     return info["last_recall"]
 
 
@@ -105,19 +105,19 @@ FACTS = [
 
 
 async def test_recall_finds_the_right_earlier_exchange_and_shows_no_transcript(harness: Harness) -> None:
-    runtime, main = await episodic(harness, "{kind: episodic, neighbours: 0}")  # rank order, nothing around
-    talk = say(runtime, "webhook:c1", "u1")
+    agent, main = await episodic(harness, "{kind: episodic, neighbours: 0}")  # rank order, nothing around
+    talk = say(agent, "webhook:c1", "u1")
     for fact in FACTS:
         await talk(fact)
-    assert len(await episodes(runtime)) == len(FACTS)  # one episode per exchange, stored after each run
-    later = say(runtime, "webhook:c2", "u1")  # another conversation of the same person
+    assert len(await episodes(agent)) == len(FACTS)  # one episode per exchange, stored after each run
+    later = say(agent, "webhook:c2", "u1")  # another conversation of the same person
     await later("Which city does my sister Maria live in?")
     section = recalled_section(main)
     assert section.splitlines()[0].endswith("User: My sister Maria lives in Lisbon and works as a nurse.")
     assert "Assistant: default reply to: My sister Maria" in section  # the exchange, not just the question
     # episodic alone replays no transcript: the model sees the new message only
     assert [m.text for m in main.requests[-1].messages] == ["Which city does my sister Maria live in?"]
-    recall = await last_recall(runtime, "webhook:c2")
+    recall = await last_recall(agent, "webhook:c2")
     top = recall["episodes"][0]
     assert "Lisbon" in top["text"] and top["score"] > recall["episodes"][1]["score"]
     assert top["cosine"] > 0.2 and top["keyword"] > 0.7 and recall["mode"] == "hybrid"
@@ -126,90 +126,90 @@ async def test_recall_finds_the_right_earlier_exchange_and_shows_no_transcript(h
 
 
 async def test_two_people_in_one_conversation_never_see_each_others_episodes(harness: Harness) -> None:
-    runtime, main = await episodic(harness)
-    alice = say(runtime, "discord:guild:general", "alice")
-    bob = say(runtime, "discord:guild:general", "bob")
+    agent, main = await episodic(harness)
+    alice = say(agent, "discord:guild:general", "alice")
+    bob = say(agent, "discord:guild:general", "bob")
     await alice("My locker code is 4812, please keep it in mind.")
     await bob("My locker code is 9377, please keep it in mind.")
-    await runtime.drain(5)
+    await agent.drain(5)
     await bob("What is my locker code?")
     seen_by_bob = main.requests[-1].system
     assert "9377" in seen_by_bob and "4812" not in seen_by_bob
     await alice("What is my locker code?")
     seen_by_alice = main.requests[-1].system
     assert "4812" in seen_by_alice and "9377" not in seen_by_alice
-    partitions = {row[0] for row in await episodes(runtime)}
+    partitions = {row[0] for row in await episodes(agent)}
     assert partitions == {"user:alice", "user:bob"}
 
 
 async def test_anonymous_callers_are_partitioned_per_conversation(harness: Harness) -> None:
-    runtime, main = await episodic(harness)
-    await say(runtime, "webhook:a", None)("The launch password is swordfish.")
-    await runtime.drain(5)
-    await say(runtime, "webhook:b", None)("What is the launch password?")
+    agent, main = await episodic(harness)
+    await say(agent, "webhook:a", None)("The launch password is swordfish.")
+    await agent.drain(5)
+    await say(agent, "webhook:b", None)("What is the launch password?")
     assert "swordfish" not in main.requests[-1].system
-    await say(runtime, "webhook:a", None)("What is the launch password?")
+    await say(agent, "webhook:a", None)("What is the launch password?")
     assert "swordfish" in recalled_section(main)
-    assert {row[0] for row in await episodes(runtime)} == {"conversation:webhook:a", "conversation:webhook:b"}
+    assert {row[0] for row in await episodes(agent)} == {"conversation:webhook:a", "conversation:webhook:b"}
 
 
 async def test_write_tool_offers_save_episode_and_stores_only_on_call(harness: Harness) -> None:
-    runtime, main = await episodic(harness, "{kind: episodic, write: tool}")
-    talk = say(runtime, "webhook:c1", "u1")
+    agent, main = await episodic(harness, "{kind: episodic, write: tool}")
+    talk = say(agent, "webhook:c1", "u1")
     await talk("Hello there, nice weather today.")
     assert "save_episode" in [t.name for t in main.requests[-1].tools]
-    assert await episodes(runtime) == []  # nothing stored on its own
-    assert strategy_of(runtime).settle_due(await runtime.state.threads.get("webhook:c1")) is False
+    assert await episodes(agent) == []  # nothing stored on its own
+    assert strategy_of(agent).settle_due(await agent.state.threads.get("webhook:c1")) is False
     main.call("save_episode", text="").reply("could not save")
     await talk("Remember this.")
     assert main.requests[-1].messages[-1].tool_results[0].is_error  # refused, the model reads why
     main.call("save_episode", text="Dana prefers window seats on long flights", importance=0.8).reply("saved")
     await talk("I always pick a window seat on long flights, note that.")
     assert main.requests[-1].messages[-1].tool_results[0].content.startswith("Saved to episodic memory")
-    stored = await episodes(runtime)
+    stored = await episodes(agent)
     assert stored == [("user:u1", "Dana prefers window seats on long flights", "hash/256", True)]
     await talk("Which seat do I like on flights?")
     assert "window seats" in recalled_section(main)
-    audit = [(e["kind"], e["action"]) for e in await runtime.audit_events(limit=1000)]
+    audit = [(e["kind"], e["action"]) for e in await agent.audit_events(limit=1000)]
     assert ("memory", "save_episode") in audit
 
 
 async def test_without_an_embedder_recall_is_by_keywords_the_log_says_so_and_episodes_are_kept(
     harness: Harness, caplog: pytest.LogCaptureFixture
 ) -> None:
-    runtime, main = await episodic(harness, embedder=None)
-    talk = say(runtime, "webhook:c1", "u1")
+    agent, main = await episodic(harness, embedder=None)
+    talk = say(agent, "webhook:c1", "u1")
     caplog.set_level(logging.INFO, logger="agentd.engine.turn")
     await talk("My favourite tea is a smoky lapsang souchong.")
     await talk("The weather in Lisbon was warm all week.")
     reply = await talk("What is my favourite tea?")
     recalled = recalled_section(main)
     assert "lapsang souchong" in recalled  # found by its keywords (favourite, tea), no vectors
-    assert (await last_recall(runtime, "webhook:c1"))["mode"] == "keyword"
-    await say(runtime, "webhook:c2", "u2")("What is my favourite tea?")  # another person: nothing of u1's
+    assert (await last_recall(agent, "webhook:c1"))["mode"] == "keyword"
+    await say(agent, "webhook:c2", "u2")("What is my favourite tea?")  # another person: nothing of u1's
     assert "lapsang" not in main.requests[-1].system
     notes = [r for r in caplog.records if NO_EMBEDDER in r.getMessage()]
     assert len(notes) == 4 and reply.run_id in notes[2].getMessage()  # once per run
-    assert (await episodes(runtime))[0] == (
+    assert (await episodes(agent))[0] == (
         "user:u1",
         "User: My favourite tea is a smoky lapsang souchong.\nAssistant: default reply to: My favourite tea is a smoky lapsang souchong.",
         None,
         False,
     )
     # configure an embedder (and restart): the stored episodes are embedded on the next view, then recalled
-    runtime = await harness.restart(runtime, embedder=HashEmbedder(256))
-    await say(runtime, "webhook:c1", "u1")("Which tea do I like best?")
+    agent = await harness.restart(agent, embedder=HashEmbedder(256))
+    await say(agent, "webhook:c1", "u1")("Which tea do I like best?")
     assert "lapsang souchong" in recalled_section(main)
-    assert all(row[2] == "hash/256" and row[3] for row in await episodes(runtime) if row[0] == "user:u1")
+    assert all(row[2] == "hash/256" and row[3] for row in await episodes(agent) if row[0] == "user:u1")
 
 
 async def test_embedder_down_at_write_time_stores_the_episode_and_embeds_it_later(harness: Harness) -> None:
     embedder = SwitchableEmbedder(256)
-    runtime, main = await episodic(harness, embedder=embedder)
-    talk = say(runtime, "webhook:c1", "u1")
+    agent, main = await episodic(harness, embedder=embedder)
+    talk = say(agent, "webhook:c1", "u1")
     embedder.down = True
     await talk("My passport expires in March 2027.")
-    assert await episodes(runtime) == [
+    assert await episodes(agent) == [
         (
             "user:u1",
             "User: My passport expires in March 2027.\nAssistant: default reply to: My passport expires in March 2027.",
@@ -220,46 +220,46 @@ async def test_embedder_down_at_write_time_stores_the_episode_and_embeds_it_late
     # still down at recall time: degraded to keywords, and said so
     await talk("When does my passport expire?")
     assert "passport expires in March 2027" in recalled_section(main)
-    assert (await last_recall(runtime, "webhook:c1"))["mode"] == "keyword"
-    await runtime.drain(5)  # that exchange, too, is stored while the embedder is down
-    assert [row[3] for row in await episodes(runtime)] == [False, False]
+    assert (await last_recall(agent, "webhook:c1"))["mode"] == "keyword"
+    await agent.drain(5)  # that exchange, too, is stored while the embedder is down
+    assert [row[3] for row in await episodes(agent)] == [False, False]
     embedder.down = False
     await talk("Tell me when my passport expires.")
-    recall = await last_recall(runtime, "webhook:c1")
+    recall = await last_recall(agent, "webhook:c1")
     fact = [e for e in recall["episodes"] if e["text"].startswith("User: My passport expires")]
     assert recall["mode"] == "hybrid" and fact
     assert fact[0]["cosine"] > 0.3  # found through its (late) vector too
-    assert all(row[2] == "hash/256" and row[3] for row in await episodes(runtime) if row[0] == "user:u1")
+    assert all(row[2] == "hash/256" and row[3] for row in await episodes(agent) if row[0] == "user:u1")
 
 
 async def test_embedder_change_keeps_old_episodes_unsearched_and_recalls_new_ones(harness: Harness) -> None:
-    runtime, main = await episodic(harness, embedder=HashEmbedder(64))
-    talk = say(runtime, "webhook:c1", "u1")
+    agent, main = await episodic(harness, embedder=HashEmbedder(64))
+    talk = say(agent, "webhook:c1", "u1")
     await talk("My bicycle is a red Bianchi road bike.")
-    runtime = await harness.restart(runtime, embedder=HashEmbedder(128))
-    talk = say(runtime, "webhook:c1", "u1")
+    agent = await harness.restart(agent, embedder=HashEmbedder(128))
+    talk = say(agent, "webhook:c1", "u1")
     await talk("What bicycle do I ride?")
     assert "Bianchi" not in main.requests[-1].system  # another embedder's episode: not searched
     await talk("My kayak is a yellow Prijon touring kayak.")
     await talk("Which kayak do I paddle?")
     assert "Prijon" in recalled_section(main) and "Bianchi" not in recalled_section(main)
-    stored = await episodes(runtime)
+    stored = await episodes(agent)
     assert stored[0][1].startswith("User: My bicycle") and stored[0][2] == "hash/64"  # never deleted
     assert {row[2] for row in stored[1:]} == {"hash/128"}
-    counts = (
-        await strategy_of(runtime).inspect(runtime.context, await runtime.state.threads.get("webhook:c1"))
-    )["episodes"]
+    counts = (await strategy_of(agent).inspect(agent.context, await agent.state.threads.get("webhook:c1")))[
+        "episodes"
+    ]
     assert counts["user:u1"]["embedded_other"] == 1 and counts["user:u1"]["total"] == len(stored)
 
 
 async def test_a_dimension_change_under_the_same_embedder_id_is_skipped_not_crashed(harness: Harness) -> None:
-    runtime, main = await episodic(harness, embedder=SwitchableEmbedder(32, ident="remote/model"))
-    talk = say(runtime, "webhook:c1", "u1")
+    agent, main = await episodic(harness, embedder=SwitchableEmbedder(32, ident="remote/model"))
+    talk = say(agent, "webhook:c1", "u1")
     await talk("My boat is called Seagull.")
     await talk("What is my boat called?")  # loads the 32-d index
     assert "Seagull" in recalled_section(main)
-    runtime = await harness.restart(runtime, embedder=SwitchableEmbedder(48, ident="remote/model"))  # same id
-    talk = say(runtime, "webhook:c1", "u1")
+    agent = await harness.restart(agent, embedder=SwitchableEmbedder(48, ident="remote/model"))  # same id
+    talk = say(agent, "webhook:c1", "u1")
     reply = await talk("What is my boat called again?")
     assert reply.error is None and "Seagull" not in main.requests[-1].system
     await talk("My boat's home port is Harwich.")
@@ -270,41 +270,41 @@ async def test_a_dimension_change_under_the_same_embedder_id_is_skipped_not_cras
 async def test_recency_an_old_exact_match_beats_a_new_vague_one_and_the_newer_wins_among_equals(
     harness: Harness,
 ) -> None:
-    runtime, _ = await episodic(harness, "{kind: episodic, half_life_days: 30}")
-    strategy = strategy_of(runtime)
+    agent, _ = await episodic(harness, "{kind: episodic, half_life_days: 30}")
+    strategy = strategy_of(agent)
     now = strategy.clock()
-    talk = say(runtime, "webhook:c1", "u1")
+    talk = say(agent, "webhook:c1", "u1")
     strategy.clock = lambda: now - 365 * DAY
     await talk("The wifi password at the lake cabin is larch-77.")
     await talk("My favourite biscuit is the ginger snap.")
-    await runtime.drain(5)
+    await agent.drain(5)
     strategy.clock = lambda: now
     await talk("I might visit the lake cabin some day.")
     await talk("My favourite biscuit is the ginger snap.")
-    await runtime.drain(5)
+    await agent.drain(5)
     await talk("What is the wifi password at the lake cabin?")
-    recall = (await last_recall(runtime, "webhook:c1"))["episodes"]
+    recall = (await last_recall(agent, "webhook:c1"))["episodes"]
     assert "larch-77" in recall[0]["text"]  # a year old, still first
     assert "some day" in recall[1]["text"] and recall[1]["created_at"] > recall[0]["created_at"]
     await talk("Which biscuit is my favourite?")
-    recall = (await last_recall(runtime, "webhook:c1"))["episodes"]
+    recall = (await last_recall(agent, "webhook:c1"))["episodes"]
     same = [e for e in recall if "ginger snap" in e["text"] and e["text"].startswith("User: My favourite")]
     assert len(same) == 2 and same[0]["relevance"] == pytest.approx(same[1]["relevance"])
     assert same[0]["created_at"] == now and same[0]["score"] > same[1]["score"]  # recency decides
 
 
 async def test_threshold_filters_weak_matches(harness: Harness) -> None:
-    runtime, _ = await episodic(harness)
-    talk = say(runtime, "webhook:c1", "u1")
+    agent, _ = await episodic(harness)
+    talk = say(agent, "webhook:c1", "u1")
     await talk("My dentist appointment is on Friday at 3pm with Dr Okafor.")
     await talk("The garden fence needs painting before summer.")
-    await runtime.drain(5)
-    thread = await runtime.state.threads.get("webhook:c1")
+    await agent.drain(5)
+    thread = await agent.state.threads.get("webhook:c1")
 
     async def recall(threshold: float, text: str) -> list[str]:
         spec = EpisodicStrategy(kind="episodic", threshold=threshold, neighbours=0)
         strategy = EpisodicMemory(spec, None, "probe")
-        view = await strategy.view(runtime.context, thread, TurnInput("webhook:c1", text, "u1"))
+        view = await strategy.view(agent.context, thread, TurnInput("webhook:c1", text, "u1"))
         return list(view.system_sections)
 
     assert await recall(0.0, "Is Friday good for a picnic?")  # a weak, one-word match
@@ -314,36 +314,36 @@ async def test_threshold_filters_weak_matches(harness: Harness) -> None:
 
 
 async def test_restart_keeps_episodes_and_rebuilds_the_index_from_the_file(harness: Harness) -> None:
-    runtime, _ = await episodic(harness)
-    talk = say(runtime, "webhook:c1", "u1")
+    agent, _ = await episodic(harness)
+    talk = say(agent, "webhook:c1", "u1")
     for fact in FACTS:
         await talk(fact)
-    before = await episodes(runtime)
-    runtime = await harness.restart(runtime)
-    main = runtime.state.resources.providers.resolve("main/m")[0]
+    before = await episodes(agent)
+    agent = await harness.restart(agent)
+    main = agent.state.resources.providers.resolve("main/m")[0]
     assert isinstance(main, ScriptedProvider)
-    assert index_cache(runtime.state.store).peek("user:u1", "hash/256") is None
-    await say(runtime, "webhook:c1", "u1")("What car do I drive?")
+    assert index_cache(agent.state.store).peek("user:u1", "hash/256") is None
+    await say(agent, "webhook:c1", "u1")("What car do I drive?")
     assert "blue Volvo" in recalled_section(main)
-    index = index_cache(runtime.state.store).peek("user:u1", "hash/256")
+    index = index_cache(agent.state.store).peek("user:u1", "hash/256")
     assert index is not None and index.size == len(FACTS)
     # the cursor survived too: only the new exchange is added, nothing twice
-    after = await episodes(runtime)
+    after = await episodes(agent)
     assert after[: len(before)] == before and len(after) == len(before) + 1
 
 
 async def test_settle_due_is_a_cursor_check_and_inspect_reports_counts(harness: Harness) -> None:
-    runtime, _ = await episodic(harness)
-    strategy = strategy_of(runtime)
-    talk = say(runtime, "webhook:c1", "u1")
+    agent, _ = await episodic(harness)
+    strategy = strategy_of(agent)
+    talk = say(agent, "webhook:c1", "u1")
     await talk("I keep bees in the back garden.")
-    await runtime.drain(5)
-    thread = await runtime.state.threads.get("webhook:c1")
+    await agent.drain(5)
+    thread = await agent.state.threads.get("webhook:c1")
     assert strategy.settle_due(thread) is False
     await talk("How many hives should a beginner keep?")
-    await runtime.drain(5)
+    await agent.drain(5)
     assert strategy.settle_due(thread) is False
-    info = await strategy.inspect(runtime.context, thread)
+    info = await strategy.inspect(agent.context, thread)
     assert info["episodes"] == {
         "user:u1": {"total": 2, "embedded_current": 2, "embedded_other": 0, "pending": 0}
     }
@@ -353,8 +353,8 @@ async def test_settle_due_is_a_cursor_check_and_inspect_reports_counts(harness: 
 
 async def test_an_empty_partition_costs_no_embedding(harness: Harness) -> None:
     embedder = SwitchableEmbedder(256)
-    runtime, main = await episodic(harness, "{kind: episodic, write: tool}", embedder=embedder)
-    await say(runtime, "webhook:c1", "u1")("Hello!")
+    agent, main = await episodic(harness, "{kind: episodic, write: tool}", embedder=embedder)
+    await say(agent, "webhook:c1", "u1")("Hello!")
     assert embedder.calls == 0 and "Relevant earlier" not in main.requests[-1].system
 
 

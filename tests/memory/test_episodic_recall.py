@@ -25,11 +25,11 @@ async def episodic(
     harness: Harness, strategy: str = "{kind: episodic}", name: str = "bot"
 ) -> tuple[Agent, ScriptedProvider]:
     main = ScriptedProvider("main")
-    runtime = await harness.runtime(
+    agent = await harness.agent(
         agent_yaml(strategy), name=name, providers={"main": main}, embedder=HashEmbedder(256)
     )
     MODELS[name] = main
-    return runtime, main
+    return agent, main
 
 
 MODELS: dict[str, ScriptedProvider] = {}  # each agent's model by agent name (a test's agents differ)
@@ -39,54 +39,52 @@ def at(day: str) -> float:
     return datetime.fromisoformat(day).replace(tzinfo=UTC).timestamp()
 
 
-async def feed(
-    runtime: Agent, lines: list[str], key: str = "webhook:feed", start: str = "2024-03-01"
-) -> None:
+async def feed(agent: Agent, lines: list[str], key: str = "webhook:feed", start: str = "2024-03-01") -> None:
     """Each line said by u1 in `key`, a minute apart from `start`, saved as it was said (write: tool)."""
-    main = MODELS[runtime.name]
+    main = MODELS[agent.name]
     for n, line in enumerate(lines):
         main.call("save_episode", text=line).reply("ok")
-        event = InboundEvent(runtime.name, key, line, "webhook", user_id="u1", sent_at=at(start) + 60 * n)
-        await runtime.handle(event)
+        event = InboundEvent(agent.name, key, line, "webhook", user_id="u1", sent_at=at(start) + 60 * n)
+        await agent.handle(event)
 
 
-async def ask(runtime: Agent, text: str, key: str = "webhook:ask") -> str:
-    await runtime.handle(InboundEvent(runtime.name, key, text, "webhook", user_id="u1"))
-    return recalled_section(MODELS[runtime.name])
+async def ask(agent: Agent, text: str, key: str = "webhook:ask") -> str:
+    await agent.handle(InboundEvent(agent.name, key, text, "webhook", user_id="u1"))
+    return recalled_section(MODELS[agent.name])
 
 
 FILLER = [f"Filler line {n} about the weather and nothing in particular." for n in range(12)]
 
 
 async def test_a_match_comes_with_what_was_said_around_it_in_the_order_it_was_said(harness: Harness) -> None:
-    runtime, _ = await episodic(harness, "{kind: episodic, write: tool, top_k: 1, neighbours: 1}")
+    agent, _ = await episodic(harness, "{kind: episodic, write: tool, top_k: 1, neighbours: 1}")
     lines = [
         *FILLER[:5],
         "Any plans for the summer holidays?",
         "Researching adoption agencies.",
         *FILLER[5:9],
     ]
-    await feed(runtime, lines)
-    section = await ask(runtime, "What are my plans for the summer holidays?")
+    await feed(agent, lines)
+    section = await ask(agent, "What are my plans for the summer holidays?")
     # the reply that answers the question took over its relevance; the question shows as its neighbour
     assert section.splitlines() == [
         "[2024-03-01 00:05] Any plans for the summer holidays?",  # when it was said, once per snippet
         "  Researching adoption agencies.",
         f"  {FILLER[5]}",
     ]
-    recall = await last_recall(runtime, "webhook:ask")
+    recall = await last_recall(agent, "webhook:ask")
     assert (
         recall["episodes"][0]["text"] == "Researching adoption agencies." and recall["episodes"][0]["answers"]
     )
 
 
 async def test_an_answer_outranks_the_question_that_asked_for_it(harness: Harness) -> None:
-    runtime, _ = await episodic(harness, "{kind: episodic, write: tool, top_k: 2, neighbours: 0}")
+    agent, _ = await episodic(harness, "{kind: episodic, write: tool, top_k: 2, neighbours: 0}")
     await feed(
-        runtime, [*FILLER[:3], "What is the name of your turtle?", "Shelly, she is three.", *FILLER[3:6]]
+        agent, [*FILLER[:3], "What is the name of your turtle?", "Shelly, she is three.", *FILLER[3:6]]
     )
-    recall_section = await ask(runtime, "What is the name of my turtle?")
-    recall = await last_recall(runtime, "webhook:ask")
+    recall_section = await ask(agent, "What is the name of my turtle?")
+    recall = await last_recall(agent, "webhook:ask")
     assert [e["text"] for e in recall["episodes"]] == [
         "Shelly, she is three.",
         "What is the name of your turtle?",
@@ -96,22 +94,22 @@ async def test_an_answer_outranks_the_question_that_asked_for_it(harness: Harnes
 
 async def test_with_question_weight_1_a_question_keeps_its_own_rank(harness: Harness) -> None:
     strategy = "{kind: episodic, write: tool, top_k: 2, neighbours: 0, question_weight: 1}"
-    runtime, _ = await episodic(harness, strategy)
+    agent, _ = await episodic(harness, strategy)
     await feed(
-        runtime, [*FILLER[:3], "What is the name of your turtle?", "Shelly, she is three.", *FILLER[3:6]]
+        agent, [*FILLER[:3], "What is the name of your turtle?", "Shelly, she is three.", *FILLER[3:6]]
     )
-    await ask(runtime, "What is the name of my turtle?")
-    recall = await last_recall(runtime, "webhook:ask")
+    await ask(agent, "What is the name of my turtle?")
+    recall = await last_recall(agent, "webhook:ask")
     assert recall["episodes"][0]["text"] == "What is the name of your turtle?"
 
 
 async def test_neighbours_stay_in_their_conversation_and_the_budget_holds(harness: Harness) -> None:
-    runtime, _ = await episodic(
+    agent, _ = await episodic(
         harness, "{kind: episodic, write: tool, top_k: 1, neighbours: 3, recall_tokens: 60}"
     )
-    await feed(runtime, ["Other chat, first line.", "Other chat, second line."], key="webhook:other")
-    await feed(runtime, ["Short one.", "The boat is called Marlin.", "Short two.", "Short three."])
-    section = await ask(runtime, "What is my boat called?")
+    await feed(agent, ["Other chat, first line.", "Other chat, second line."], key="webhook:other")
+    await feed(agent, ["Short one.", "The boat is called Marlin.", "Short two.", "Short three."])
+    section = await ask(agent, "What is my boat called?")
     assert "Marlin" in section and "Other chat" not in section
     assert len(HEADING) + len(section) <= 60 * 4  # the budget: the heading and the episodes quoted
     assert "Short one." in section and "Short two." in section  # nearest first, both sides
@@ -121,38 +119,38 @@ async def test_neighbours_stay_in_their_conversation_and_the_budget_holds(harnes
 
 
 async def test_neighbours_0_shows_only_what_was_recalled(harness: Harness) -> None:
-    runtime, _ = await episodic(harness, "{kind: episodic, write: tool, top_k: 1, neighbours: 0}")
-    await feed(runtime, ["Short one.", "The boat is called Marlin.", "Short two."])
-    section = await ask(runtime, "What is my boat called?")
+    agent, _ = await episodic(harness, "{kind: episodic, write: tool, top_k: 1, neighbours: 0}")
+    await feed(agent, ["Short one.", "The boat is called Marlin.", "Short two."])
+    section = await ask(agent, "What is my boat called?")
     assert section.splitlines() == ["[2024-03-01 00:01] The boat is called Marlin."]
 
 
 async def test_a_date_in_the_question_prefers_what_was_said_then(harness: Harness) -> None:
-    runtime, _ = await episodic(harness, "{kind: episodic, write: tool, top_k: 1, neighbours: 0}")
-    await feed(runtime, ["We went hiking in the hills today."], start="2023-05-03")
-    await feed(runtime, ["We went hiking by the lake today."], key="webhook:feed2", start="2023-09-20")
-    assert "hills" in await ask(runtime, "Where did we go hiking on 3 May 2023?", key="webhook:ask2")
-    assert "hills" in await ask(runtime, "Where did we go hiking in May?", key="webhook:ask3")
-    assert "lake" in await ask(runtime, "Where did we go hiking on 20 September 2023?", key="webhook:ask4")
-    assert "lake" in await ask(runtime, "Where did we go hiking in September 2023?", key="webhook:ask5")
+    agent, _ = await episodic(harness, "{kind: episodic, write: tool, top_k: 1, neighbours: 0}")
+    await feed(agent, ["We went hiking in the hills today."], start="2023-05-03")
+    await feed(agent, ["We went hiking by the lake today."], key="webhook:feed2", start="2023-09-20")
+    assert "hills" in await ask(agent, "Where did we go hiking on 3 May 2023?", key="webhook:ask2")
+    assert "hills" in await ask(agent, "Where did we go hiking in May?", key="webhook:ask3")
+    assert "lake" in await ask(agent, "Where did we go hiking on 20 September 2023?", key="webhook:ask4")
+    assert "lake" in await ask(agent, "Where did we go hiking in September 2023?", key="webhook:ask5")
 
 
 async def test_write_always_episodes_carry_the_time_the_message_was_sent(harness: Harness) -> None:
-    runtime, main = await episodic(harness)
+    agent, main = await episodic(harness)
     sent = at("2022-11-05T09:30")
-    await runtime.handle(
+    await agent.handle(
         InboundEvent(
-            runtime.name, "webhook:c1", "My passport expires in 2031.", "webhook", user_id="u1", sent_at=sent
+            agent.name, "webhook:c1", "My passport expires in 2031.", "webhook", user_id="u1", sent_at=sent
         )
     )
-    await runtime.drain(5)
-    rows = [(e.created_at,) for e in await every_episode(runtime)]
+    await agent.drain(5)
+    rows = [(e.created_at,) for e in await every_episode(agent)]
     assert rows == [(sent,)]
-    await runtime.handle(
-        InboundEvent(runtime.name, "webhook:c2", "When does my passport expire?", "webhook", user_id="u1")
+    await agent.handle(
+        InboundEvent(agent.name, "webhook:c2", "When does my passport expire?", "webhook", user_id="u1")
     )
     assert "[2022-11-05 09:30] User: My passport expires in 2031." in recalled_section(main)
-    assert len(await episodes(runtime)) == 2
+    assert len(await episodes(agent)) == 2
 
 
 def test_dates_a_question_names() -> None:
@@ -194,9 +192,9 @@ async def test_diversity_gives_a_two_part_question_both_parts(harness: Harness) 
     ]
     question = "Where is the blue car parked in the garage, and my bike?"
     same = "{kind: episodic, write: tool, top_k: 2, neighbours: 0, diversity: 0}"
-    runtime, _ = await episodic(harness, same)
-    await feed(runtime, lines)
-    assert "bike" not in await ask(runtime, question)  # the two near-copies outrank it
+    agent, _ = await episodic(harness, same)
+    await feed(agent, lines)
+    assert "bike" not in await ask(agent, question)  # the two near-copies outrank it
     spread, _ = await episodic(harness, same.replace("diversity: 0", "diversity: 0.9"), name="spread")
     await feed(spread, lines)
     assert "bike" in await ask(spread, question)

@@ -88,7 +88,7 @@ async def test_every_key_a_strategy_stores_is_declared_with_what_an_erasure_does
     harness: Harness, kind: str
 ) -> None:
     spec = f"purpose: P\nmodel: mem/m\nmemory: {json.dumps({'strategy': STRATEGIES[kind]})}\n"
-    agent = await harness.runtime(spec, providers={"mem": MemoryModel()}, embedder=HashEmbedder(64))
+    agent = await harness.agent(spec, providers={"mem": MemoryModel()}, embedder=HashEmbedder(64))
     for text in ("we ship the release friday", "the tests are green", "tag it now"):
         await say(agent, KEY)(text)
         assert await agent.drain(5)

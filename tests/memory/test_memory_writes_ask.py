@@ -23,7 +23,7 @@ def approval_of(reply: Reply) -> str:
 
 
 async def test_remember_waits_for_a_yes_and_the_audit_never_holds_the_value(harness: Harness) -> None:
-    agent = await harness.runtime(ASKS)
+    agent = await harness.agent(ASKS)
     talk = say(agent, user="ana")
     asked = await talk("remember door_code: 4471-secret")
     approval = approval_of(asked)
@@ -39,7 +39,7 @@ async def test_remember_waits_for_a_yes_and_the_audit_never_holds_the_value(harn
 
 
 async def test_forget_denied_keeps_the_memory(harness: Harness) -> None:
-    agent = await harness.runtime(ASKS)
+    agent = await harness.agent(ASKS)
     talk = say(agent, user="ana")
     await talk(f"/approve {approval_of(await talk('remember city: Lisbon'))}")
     asked = await talk("forget city")
@@ -49,5 +49,5 @@ async def test_forget_denied_keeps_the_memory(harness: Harness) -> None:
 
 
 async def test_writes_auto_is_the_default_and_asks_nobody(harness: Harness) -> None:
-    agent = await harness.runtime("memory: {scope: thread, persistent: true}\n")
+    agent = await harness.agent("memory: {scope: thread, persistent: true}\n")
     assert (await say(agent)("remember city: Porto")).text == "Remembered city."

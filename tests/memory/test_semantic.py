@@ -38,29 +38,29 @@ def facts(*items: tuple[str, Any, float]) -> str:
 
 async def setup(harness: Harness, **kwargs: Any) -> tuple[Agent, ScriptedProvider, ScriptedProvider]:
     main, extract = ScriptedProvider("main"), ScriptedProvider("extract")
-    runtime = await harness.runtime(agent_yaml(**kwargs), providers={"main": main, "extract": extract})
-    return runtime, main, extract
+    agent = await harness.agent(agent_yaml(**kwargs), providers={"main": main, "extract": extract})
+    return agent, main, extract
 
 
-async def turn(runtime: Agent, text: str, user: str | None = "u1", key: str = GROUP) -> None:
-    await say(runtime, key, user)(text)
-    assert await runtime.drain(5)  # extraction runs after the reply, before the next message
+async def turn(agent: Agent, text: str, user: str | None = "u1", key: str = GROUP) -> None:
+    await say(agent, key, user)(text)
+    assert await agent.drain(5)  # extraction runs after the reply, before the next message
 
 
-async def stored(runtime: Agent) -> list[tuple[str, str, str, float, float, float]]:
+async def stored(agent: Agent) -> list[tuple[str, str, str, float, float, float]]:
     return [
         (f.partition, f.key, f.value, f.confidence, f.created_at, f.updated_at)
-        for f in await every_fact(runtime)
+        for f in await every_fact(agent)
     ]
 
 
-async def extraction_runs(runtime: Agent, *fields: str) -> list[tuple[Any, ...]]:
-    runs = await runtime.runs(limit=1000)
+async def extraction_runs(agent: Agent, *fields: str) -> list[tuple[Any, ...]]:
+    runs = await agent.runs(limit=1000)
     return [tuple(r[f] for f in fields) for r in runs if r["trigger"] == "extraction"]
 
 
-async def extraction_audit(runtime: Agent) -> list[tuple[str, dict[str, Any]]]:
-    rows = await runtime.state.store.read(AuditEvents(kind="extraction"))
+async def extraction_audit(agent: Agent) -> list[tuple[str, dict[str, Any]]]:
+    rows = await agent.state.store.read(AuditEvents(kind="extraction"))
     return [(r["action"], r["data"]) for r in rows]
 
 
@@ -136,10 +136,10 @@ async def test_facts_upsert_newer_wins_and_keeps_created_at(tmp_path: Any) -> No
 
 
 async def test_facts_are_extracted_after_a_run_and_shown_on_the_next_turn(harness: Harness) -> None:
-    runtime, main, extract = await setup(harness)
+    agent, main, extract = await setup(harness)
     main.reply("nice")
     extract.reply(facts(("editor", "vim", 0.9)))
-    await turn(runtime, "I always use vim")
+    await turn(agent, "I always use vim")
 
     request = extract.requests[0]
     assert request.purpose == "extraction"
@@ -150,7 +150,7 @@ async def test_facts_are_extracted_after_a_run_and_shown_on_the_next_turn(harnes
 
     main.reply("sure")
     extract.reply(facts())
-    await turn(runtime, "what do I use?")
+    await turn(agent, "what do I use?")
     chat = main.requests[1]
     assert chat.system.startswith("PURPOSE")
     assert "- editor: vim (confidence 0.9)" in chat.system
@@ -159,26 +159,26 @@ async def test_facts_are_extracted_after_a_run_and_shown_on_the_next_turn(harnes
     assert "- editor: vim" in prompt(extract.requests[1])
     assert "I always use vim" not in prompt(extract.requests[1])  # only the new exchange
 
-    runs = await extraction_runs(runtime, "status", "model")
+    runs = await extraction_runs(agent, "status", "model")
     assert runs == [("ok", "extract/m"), ("ok", "extract/m")]
-    audit = await extraction_audit(runtime)
+    audit = await extraction_audit(agent)
     assert audit[0] == (
         "ok",
         {"partition": "user:u1", "upto_seq": 2, "written": ["editor"], "retracted": []},
     )
-    report = await strategy_of(runtime).inspect(runtime.context, await runtime.state.threads.get(GROUP))
+    report = await strategy_of(agent).inspect(agent.context, await agent.state.threads.get(GROUP))
     assert [f["value"] for f in report["facts"]["user:u1"]] == ["vim"]
     assert report["not_extracted"] == 0
 
 
 async def test_upsert_by_key_newer_wins_no_duplicates_and_null_retracts(harness: Harness) -> None:
-    runtime, _main, extract = await setup(harness)
+    agent, _main, extract = await setup(harness)
     extract.reply(facts(("editor", "vim", 0.9), ("city", "Lyon", 0.8)))
-    await turn(runtime, "vim user from Lyon")
-    [city_before, editor_before] = await stored(runtime)
+    await turn(agent, "vim user from Lyon")
+    [city_before, editor_before] = await stored(agent)
     extract.reply(facts(("editor", "emacs", 0.7)))
-    await turn(runtime, "I switched to emacs")
-    rows = await stored(runtime)
+    await turn(agent, "I switched to emacs")
+    rows = await stored(agent)
     assert [(p, k, v, c) for p, k, v, c, _, _ in rows] == [
         ("user:u1", "city", "Lyon", 0.8),
         ("user:u1", "editor", "emacs", 0.7),
@@ -189,108 +189,108 @@ async def test_upsert_by_key_newer_wins_no_duplicates_and_null_retracts(harness:
     assert rows[0] == city_before  # untouched
 
     extract.reply(facts(("city", None, 0.9)))
-    await turn(runtime, "I moved away from Lyon")
-    assert [k for _, k, *_ in await stored(runtime)] == ["editor"]
-    assert (await extraction_audit(runtime))[-1][1]["retracted"] == ["city"]
+    await turn(agent, "I moved away from Lyon")
+    assert [k for _, k, *_ in await stored(agent)] == ["editor"]
+    assert (await extraction_audit(agent))[-1][1]["retracted"] == ["city"]
 
 
 async def test_one_person_never_sees_another_persons_facts(harness: Harness) -> None:
-    runtime, main, extract = await setup(harness)
+    agent, main, extract = await setup(harness)
     extract.reply(facts(("editor", "vim", 0.9)))
-    await turn(runtime, "I use vim", user="alice")
+    await turn(agent, "I use vim", user="alice")
     extract.reply(facts(("editor", "emacs", 0.9)))
-    await turn(runtime, "I use emacs", user="bob")
+    await turn(agent, "I use emacs", user="bob")
     # bob's exchange was extracted without alice's facts, into bob's partition
     assert "vim" not in prompt(extract.requests[1])
-    assert [(p, v) for p, _, v, *_ in await stored(runtime)] == [("user:alice", "vim"), ("user:bob", "emacs")]
+    assert [(p, v) for p, _, v, *_ in await stored(agent)] == [("user:alice", "vim"), ("user:bob", "emacs")]
 
     extract.reply(facts())
-    await turn(runtime, "what do I use?", user="bob")
+    await turn(agent, "what do I use?", user="bob")
     assert "- editor: emacs" in main.requests[-1].system and "vim" not in main.requests[-1].system
     extract.reply(facts())
-    await turn(runtime, "and me?", user="alice")
+    await turn(agent, "and me?", user="alice")
     assert "- editor: vim" in main.requests[-1].system and "emacs" not in main.requests[-1].system
     # a person's facts follow them to another conversation; an anonymous caller sees nobody's
     extract.reply(facts())
-    await turn(runtime, "hi from a DM", user="alice", key="webhook:alice-dm")
+    await turn(agent, "hi from a DM", user="alice", key="webhook:alice-dm")
     assert "- editor: vim" in main.requests[-1].system
     extract.reply(facts())
-    await turn(runtime, "who am I?", user=None, key="webhook:anon")
+    await turn(agent, "who am I?", user=None, key="webhook:anon")
     assert "editor" not in main.requests[-1].system
 
-    report = await strategy_of(runtime).inspect(runtime.context, await runtime.state.threads.get(GROUP))
+    report = await strategy_of(agent).inspect(agent.context, await agent.state.threads.get(GROUP))
     assert set(report["facts"]) == {"user:alice", "user:bob"}
 
 
 async def test_a_backlog_of_several_speakers_is_extracted_per_speaker(harness: Harness) -> None:
-    runtime, _main, extract = await setup(harness)
+    agent, _main, extract = await setup(harness)
     extract.fail("down", status=None, unreachable=True)
-    await turn(runtime, "I use vim", user="alice")
+    await turn(agent, "I use vim", user="alice")
     extract.fail("down", status=None, unreachable=True)  # the settle before bob's turn
     extract.reply(facts(("editor", "vim", 0.9))).reply(facts(("editor", "emacs", 0.9)))
-    await turn(runtime, "I use emacs", user="bob")
+    await turn(agent, "I use emacs", user="bob")
     assert "I use vim" in prompt(extract.requests[2]) and "emacs" not in prompt(extract.requests[2])
     assert "I use emacs" in prompt(extract.requests[3]) and "vim" not in prompt(extract.requests[3])
-    assert [(p, v) for p, _, v, *_ in await stored(runtime)] == [("user:alice", "vim"), ("user:bob", "emacs")]
+    assert [(p, v) for p, _, v, *_ in await stored(agent)] == [("user:alice", "vim"), ("user:bob", "emacs")]
 
 
 async def test_a_failure_inside_a_backlog_keeps_the_cursor_before_it(harness: Harness) -> None:
-    runtime, _main, extract = await setup(harness)
+    agent, _main, extract = await setup(harness)
     down = {"status": None, "unreachable": True}
     extract.fail("down", **down)
-    await turn(runtime, "I use vim", user="alice")
+    await turn(agent, "I use vim", user="alice")
     # alice's exchange fails before and after bob's turn: bob's, after it, must wait its turn
     extract.fail("down", **down).fail("down", **down)
-    await turn(runtime, "I use emacs", user="bob")
-    assert len(extract.requests) == 3 and await stored(runtime) == []
-    runtime = await harness.restart(runtime)  # the cursor is in the file: both are still due
+    await turn(agent, "I use emacs", user="bob")
+    assert len(extract.requests) == 3 and await stored(agent) == []
+    agent = await harness.restart(agent)  # the cursor is in the file: both are still due
     extract.reply(facts(("editor", "vim", 0.9))).reply(facts(("editor", "emacs", 0.9))).reply(facts())
-    await turn(runtime, "hello", user="bob")
+    await turn(agent, "hello", user="bob")
     assert "I use vim" in prompt(extract.requests[3]) and "emacs" not in prompt(extract.requests[3])
     assert "I use emacs" in prompt(extract.requests[4]) and "vim" not in prompt(extract.requests[4])
-    assert [(p, v) for p, _, v, *_ in await stored(runtime)] == [("user:alice", "vim"), ("user:bob", "emacs")]
+    assert [(p, v) for p, _, v, *_ in await stored(agent)] == [("user:alice", "vim"), ("user:bob", "emacs")]
 
 
 async def test_bad_output_is_audited_and_the_cursor_moves_on(harness: Harness) -> None:
-    runtime, _main, extract = await setup(harness)
+    agent, _main, extract = await setup(harness)
     extract.reply("The person uses vim.")
-    await turn(runtime, "I use vim")
-    assert await stored(runtime) == []
-    [(action, data)] = await extraction_audit(runtime)
+    await turn(agent, "I use vim")
+    assert await stored(agent) == []
+    [(action, data)] = await extraction_audit(agent)
     assert action == "refused" and "not valid JSON" in data["reason"]
-    runs = await extraction_runs(runtime, "status", "error")
+    runs = await extraction_runs(agent, "status", "error")
     assert runs[0][0] == "error" and "not valid JSON" in runs[0][1]
 
     extract.reply(facts(("city", "Lyon", 1)))
-    await turn(runtime, "I live in Lyon")
+    await turn(agent, "I live in Lyon")
     assert "I use vim" not in prompt(extract.requests[1])  # the refused exchange is not retried
-    assert [k for _, k, *_ in await stored(runtime)] == ["city"]
+    assert [k for _, k, *_ in await stored(agent)] == ["city"]
 
 
 async def test_provider_down_keeps_the_cursor(harness: Harness) -> None:
-    runtime, _main, extract = await setup(harness)
+    agent, _main, extract = await setup(harness)
     extract.fail("cannot connect", status=None, unreachable=True)
-    await turn(runtime, "I use vim")
-    assert await stored(runtime) == []
-    assert [a for a, _ in await extraction_audit(runtime)] == ["deferred"]
-    report = await strategy_of(runtime).inspect(runtime.context, await runtime.state.threads.get(GROUP))
+    await turn(agent, "I use vim")
+    assert await stored(agent) == []
+    assert [a for a, _ in await extraction_audit(agent)] == ["deferred"]
+    report = await strategy_of(agent).inspect(agent.context, await agent.state.threads.get(GROUP))
     assert report["not_extracted"] == 2
 
     # back before the next turn: the kept exchange is extracted then, the new one after the run
     extract.reply(facts(("editor", "vim", 0.9))).reply(facts(("city", "Lyon", 1)))
-    await turn(runtime, "I live in Lyon")
+    await turn(agent, "I live in Lyon")
     assert "I use vim" in prompt(extract.requests[1])
     assert "I live in Lyon" in prompt(extract.requests[2])
-    assert [k for _, k, *_ in await stored(runtime)] == ["city", "editor"]
+    assert [k for _, k, *_ in await stored(agent)] == ["city", "editor"]
 
 
 async def test_without_a_model_nothing_is_extracted_and_the_view_says_so(harness: Harness) -> None:
-    runtime, _main, extract = await setup(harness, model=None, agent_model="offline")
-    await turn(runtime, "I use vim")
-    assert extract.requests == [] and await stored(runtime) == []
-    strategy = strategy_of(runtime)
+    agent, _main, extract = await setup(harness, model=None, agent_model="offline")
+    await turn(agent, "I use vim")
+    assert extract.requests == [] and await stored(agent) == []
+    strategy = strategy_of(agent)
     assert isinstance(strategy, SemanticMemory)
     view = await strategy.view(
-        runtime.context, await runtime.state.threads.get(GROUP), TurnInput(GROUP, "hi", "u1")
+        agent.context, await agent.state.threads.get(GROUP), TurnInput(GROUP, "hi", "u1")
     )
     assert any("no model to extract facts" in note for note in view.notes)

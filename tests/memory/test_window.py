@@ -94,8 +94,8 @@ def test_a_run_longer_than_the_window_keeps_whole_steps() -> None:
 
 async def test_the_model_sees_the_purpose_and_only_the_last_messages(harness: Harness) -> None:
     model = ScriptedProvider("main")
-    runtime = await harness.runtime(window_spec(4), providers={"main": model})
-    talk = say(runtime)
+    agent = await harness.agent(window_spec(4), providers={"main": model})
+    talk = say(agent)
     for i in range(5):
         model.reply(f"a{i}")
         await talk(f"q{i}")
@@ -103,19 +103,19 @@ async def test_the_model_sees_the_purpose_and_only_the_last_messages(harness: Ha
     assert seen.system.startswith("ALWAYS KEEP THIS PURPOSE")
     assert [m.text for m in seen.messages] == ["q2", "a2", "q3", "a3", "q4"]
     # nothing is deleted: the whole transcript stays in the file
-    count = len(await every_message(runtime))
+    count = len(await every_message(agent))
     assert count == 10
     # and a restart shows the same window
-    runtime = await harness.restart(runtime)
+    agent = await harness.restart(agent)
     model.reply("a5")
-    await say(runtime)("q5")
+    await say(agent)("q5")
     assert [m.text for m in model.requests[-1].messages] == ["q3", "a3", "q4", "a4", "q5"]
 
 
 async def test_tool_calls_and_results_stay_together_through_a_real_run(harness: Harness) -> None:
     model = ScriptedProvider("main")
-    runtime = await harness.runtime(window_spec(3, persistent=True), providers={"main": model})
-    talk = say(runtime)
+    agent = await harness.agent(window_spec(3, persistent=True), providers={"main": model})
+    talk = say(agent)
     model.reply("hi")
     await talk("hello")
     model.call("list_memories").call("list_memories").reply("none held")
@@ -134,14 +134,14 @@ async def test_tool_calls_and_results_stay_together_through_a_real_run(harness: 
 
 async def test_inspect_shows_the_window(harness: Harness) -> None:
     model = ScriptedProvider("main")
-    runtime = await harness.runtime(window_spec(2), providers={"main": model})
+    agent = await harness.agent(window_spec(2), providers={"main": model})
     for i in range(3):
         model.reply(f"a{i}")
-        await say(runtime)(f"q{i}")
-    strategy = strategy_of(runtime)
+        await say(agent)(f"q{i}")
+    strategy = strategy_of(agent)
     assert isinstance(strategy, WindowMemory)
     assert not isinstance(strategy, AfterRun)  # a window has no work after a run
-    described = await strategy.inspect(runtime.context, await runtime.state.threads.get("webhook:c1"))
+    described = await strategy.inspect(agent.context, await agent.state.threads.get("webhook:c1"))
     assert described["kind"] == "window" and described["layer"] == "window"
     assert described["window"] == 2 and described["first_seq"] == 5 and described["out_of_view"] == 4
     assert [m["parts"][0]["text"] for m in described["messages"]] == ["q2", "a2"]

@@ -75,10 +75,10 @@ def at(when: str) -> float:
     return datetime.fromisoformat(when).replace(tzinfo=UTC).timestamp()
 
 
-async def tell(runtime: Agent, text: str, when: str) -> str:
-    event = InboundEvent(runtime.name, "webhook:c1", text, "webhook", user_id="u1", sent_at=at(when))
-    reply = await runtime.handle(event)
-    await runtime.drain(5)
+async def tell(agent: Agent, text: str, when: str) -> str:
+    event = InboundEvent(agent.name, "webhook:c1", text, "webhook", user_id="u1", sent_at=at(when))
+    reply = await agent.handle(event)
+    await agent.drain(5)
     return reply.text
 
 
@@ -111,7 +111,7 @@ async def test_every_recalled_thing_is_quoted_in_its_block_on_the_wire(
     harness: Harness, fake: FakeLLM, client: httpx.AsyncClient, api: str
 ) -> None:
     extract = ScriptedProvider("extract")
-    runtime = await harness.runtime(
+    agent = await harness.agent(
         AGENT.format(model="fake/m", write="tool"),
         providers={"fake": wire_provider(api, fake, client), "extract": extract},
         embedder=HashEmbedder(256),
@@ -121,12 +121,12 @@ async def test_every_recalled_thing_is_quoted_in_its_block_on_the_wire(
     )
     fake.reply("Saved.")
     extract.reply(json.dumps({"facts": [FACT]}))
-    await tell(runtime, "I live in Lisbon. Save these.", "2024-03-01T09:00:00")
+    await tell(agent, "I live in Lisbon. Save these.", "2024-03-01T09:00:00")
 
     fake.reply(tool_calls=[("recall", {"key": "note"})])
     fake.reply("Done.")
     extract.reply('{"facts": []}')
-    await tell(runtime, "Which instructions did I save?", "2024-03-02T10:00:00")
+    await tell(agent, "Which instructions did I save?", "2024-03-02T10:00:00")
 
     *_, asked, answered = [r.json for r in fake.requests]
     assert system_on_the_wire(api, asked) == SYSTEM
@@ -158,17 +158,17 @@ async def test_the_offline_model_gets_the_same_blocks_and_still_answers_from_its
     harness: Harness,
 ) -> None:
     offline, extract = RecordingOffline(), ScriptedProvider("extract")
-    runtime = await harness.runtime(
+    agent = await harness.agent(
         AGENT.format(model="offline", write="always"),
         providers={"offline": offline, "extract": extract},
         embedder=HashEmbedder(256),
     )
     extract.reply(json.dumps({"facts": [FACT]}))
-    assert await tell(runtime, f"remember note: {NOTE}", "2024-03-01T09:00:00") == "Remembered note."
+    assert await tell(agent, f"remember note: {NOTE}", "2024-03-01T09:00:00") == "Remembered note."
 
     extract.reply('{"facts": []}')
     # a recalled value is echoed as it was written: the material of its block
-    assert await tell(runtime, "recall note", "2024-03-02T10:00:00") == f"I remember: {NOTE}"
+    assert await tell(agent, "recall note", "2024-03-02T10:00:00") == f"I remember: {NOTE}"
     [episodes] = re.findall(
         r'<remembered source="episodes">\n(.*?)\n</remembered>', offline.requests[-2].system, re.S
     )
@@ -179,7 +179,7 @@ async def test_the_offline_model_gets_the_same_blocks_and_still_answers_from_its
     assert offline.requests[-1].messages[-1].tool_results[0].content == RECALLED
 
     extract.reply('{"facts": []}')
-    reply = await tell(runtime, "note", "2024-03-03T10:00:00")
+    reply = await tell(agent, "note", "2024-03-03T10:00:00")
     assert reply == (
         "(offline model) I see 0 earlier messages in this conversation and some recalled earlier exchanges. "
         "Memory keys I hold: note. You said: note"

@@ -42,7 +42,7 @@ def _fake_endpoint(fake: FakeLLM, api: str) -> dict[str, Any]:
 
 
 async def tool_agent(harness: Harness, provider: Any, yaml_text: str, wait: bool = True) -> Agent:
-    agent = await harness.runtime(yaml_text, providers={"fake": provider})
+    agent = await harness.agent(yaml_text, providers={"fake": provider})
     if wait:
         await agent.state.tool_servers.wait_ready(20)
     return agent

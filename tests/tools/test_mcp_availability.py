@@ -84,7 +84,7 @@ async def test_an_unknown_tool_lists_only_the_offered_ones(
         "purpose: You use tools.\nmodel: fake/gpt-test\n"
         "memory: {scope: thread, persistent: true}\ntools: {deny: [memory.forget]}\n"
     )
-    agent = await harness.runtime(yaml_text, providers={"fake": openai(fake, client)})
+    agent = await harness.agent(yaml_text, providers={"fake": openai(fake, client)})
     fake.reply(tool_calls=[("nosuch", {})])
     fake.reply("ok")
     await say(agent)("use a tool")

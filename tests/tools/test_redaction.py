@@ -13,7 +13,7 @@ ASKS = "memory: {scope: thread, persistent: true, writes: ask}\n"
 
 
 async def test_approving_remember_shows_the_memory_key_and_never_the_value(harness: Harness) -> None:
-    agent = await harness.runtime(ASKS)
+    agent = await harness.agent(ASKS)
     asked = await say(agent, user="ana")("remember door_code: 4471-secret")
     assert re.search(r'remember \{"key": "door_code"\}', asked.text), asked.text  # not "[redacted]"
     [requested] = await agent.state.store.read(AuditEvents(kind="tool"))
