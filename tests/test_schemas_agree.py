@@ -70,7 +70,6 @@ AGENTS: list[tuple[str, str, bool]] = [
     ("approvers", "tools: {approvers: ['slack:U777', 'discord:123']}\n", True),
     ("window strategy", "memory: {scope: thread, strategy: {kind: window, messages: 5}}\n", True),
     ("compaction off", "memory: {compact_at_tokens: false}\n", True),
-    ("subagent", "subagents: [{agent: researcher-2}]\n", True),
     ("webhook with nothing after it", "channels:\n  webhook:\n", True),
     ("discord", "channels: {discord: {token: abc}}\n", True),
     (
@@ -146,6 +145,7 @@ LOADER_ONLY: list[tuple[str, str, str]] = [
     ("agent", "pattern naming no server", "tools: {allow: [nothere.read]}\n"),
     ("agent", "allow on a built-in source", "tools: {allow: [memory.recall]}\n"),
     ("agent", "unset variable", "purpose: ${AGENTD_SCHEMA_TEST_UNSET}\n"),
+    ("agent", "a sub-agent not in the folder", "subagents: [{agent: researcher-2}]\n"),
     (
         "agent",
         "state fields named twice",
