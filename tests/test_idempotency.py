@@ -131,6 +131,29 @@ async def test_a_retry_after_a_restart_is_answered_from_the_store(tmp_path: Path
     assert len(fake.requests) == 1 and stored == ["before the restart", "fake reply to: before the restart"]
 
 
+async def test_a_failed_first_replayed_after_a_restart_says_nothing_untrue(
+    tmp_path: Path, fake: FakeLLM
+) -> None:
+    """An agent that keeps no transcript kept nothing of a failed first: the replay from the store
+    must not claim the message is saved."""
+    agents = write_folder(tmp_path, fake)
+    (agents / "assistant.yaml").write_text(AGENT.replace("memory: {scope: thread}\n", ""))
+    fake.down(500)
+    body = {"conversation_id": "f", "text": "while the model is down"}
+    answers = []
+    for _ in range(2):  # two daemons, one after the other, on the same data folder
+        daemon = Daemon(agents, tmp_path / "data", reload_interval=60)
+        await daemon.start()
+        try:
+            async with serve_on_loopback(create_app(daemon)) as url:
+                answers.append((await post(url, body, key="k-f")).json())
+        finally:
+            await daemon.shutdown()
+    assert answers[0]["error"] == "provider_error" and "Nothing was kept" in answers[0]["reply"]
+    assert answers[1]["error"] == "provider_error" and answers[1]["run_id"] == answers[0]["run_id"]
+    assert "saved" not in answers[1]["reply"], answers[1]["reply"]
+
+
 async def test_the_official_client_retrying_a_timeout_stores_the_message_once(
     served: Served, fake: FakeLLM
 ) -> None:
