@@ -26,6 +26,7 @@ from agentd.http.app import create_app
 from agentd.messages import Message
 from agentd.store.queries import ActiveThread
 from testkit.fake_llm import FakeLLM
+from testkit.sinks import Heard
 from tests.support import make_spec
 
 AGENT = """\
@@ -44,19 +45,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
-
-
-class Heard:
-    """A reply sink that writes down the pieces it hears, and `|` for a restart."""
-
-    def __init__(self) -> None:
-        self.log: list[str] = []
-
-    def delta(self, text: str) -> None:
-        self.log.append(text)
-
-    def restart(self) -> None:
-        self.log.append("|")
 
 
 def providers(claude: str, gpt: str, *, claude_key: str | None = "k", retries: int = 0) -> dict[str, Any]:

@@ -94,6 +94,10 @@ async def test_commands_run_over_http(api: httpx.AsyncClient) -> None:
         ({"conversation_id": "a", "text": "hi", "extra": 1}, 422, "extra"),
         ({"conversation_id": "a", "text": "x" * 32001}, 422, "at most 32000 characters"),
         ({"conversation_id": "a", "text": "hi", "sent_at": "yesterday"}, 422, "sent_at"),
+        # stored, it would fail every later recall of it (a 500 at each turn of that person)
+        ({"conversation_id": "a", "text": "hi", "sent_at": 1e300}, 422, "between the years 1 and 9999"),
+        ({"conversation_id": "a", "text": "hi", "sent_at": -1e20}, 422, "between the years 1 and 9999"),
+        ({"conversation_id": "a", "text": "hi", "sent_at": "9999-12-31T23:59:59-01:00"}, 422, "sent_at"),
     ],
     ids=[
         "malformed",
@@ -107,6 +111,9 @@ async def test_commands_run_over_http(api: httpx.AsyncClient) -> None:
         "extra",
         "oversize",
         "bad-sent-at",
+        "sent-at-past-9999",
+        "sent-at-before-year-1",
+        "sent-at-offset-past-9999",
     ],
 )
 async def test_bad_message_bodies(api: httpx.AsyncClient, body: object, status: int, reason: str) -> None:

@@ -113,22 +113,48 @@ async def test_a_streamed_retry_gets_the_first_reply(served: Served, fake: FakeL
     assert len(fake.requests) == 1 and len(await served.messages("webhook:s")) == 2
 
 
-async def test_a_retry_after_a_restart_is_answered_from_the_store(tmp_path: Path, fake: FakeLLM) -> None:
-    agents = write_folder(tmp_path, fake)
-    body = {"conversation_id": "r", "text": "before the restart"}
+async def across_a_restart(
+    agents: Path, data: Path, body: dict[str, object], key: str
+) -> tuple[list[httpx.Response], list[str]]:
+    """The same request to two daemons, one after the other, on the same data folder; what the
+    conversation holds at the end."""
     answers = []
-    for _ in range(2):  # two daemons, one after the other, on the same data folder
-        daemon = Daemon(agents, tmp_path / "data", reload_interval=60)
+    for _ in range(2):
+        daemon = Daemon(agents, data, reload_interval=60)
         await daemon.start()
         try:
             async with serve_on_loopback(create_app(daemon)) as url:
-                answers.append(await post(url, body, key="k-r"))
-                stored = await Served(daemon, url).messages("webhook:r")
+                answers.append(await post(url, body, key=key))
+                stored = await Served(daemon, url).messages(f"webhook:{body['conversation_id']}")
         finally:
             await daemon.shutdown()
+    return answers, stored
+
+
+async def test_a_retry_after_a_restart_is_answered_from_the_store(tmp_path: Path, fake: FakeLLM) -> None:
+    agents = write_folder(tmp_path, fake)
+    body = {"conversation_id": "r", "text": "before the restart"}
+    answers, stored = await across_a_restart(agents, tmp_path / "data", body, "k-r")
     assert [a.status_code for a in answers] == [200, 200]
     assert answers[1].json() == answers[0].json() and answers[1].headers["idempotent-replayed"] == "true"
     assert len(fake.requests) == 1 and stored == ["before the restart", "fake reply to: before the restart"]
+
+
+async def test_a_failed_first_replayed_after_a_restart_says_nothing_untrue(
+    tmp_path: Path, fake: FakeLLM
+) -> None:
+    """An agent that keeps no transcript kept nothing of a failed first: the replay from the store
+    must not claim the message is saved."""
+    agents = write_folder(tmp_path, fake)
+    (agents / "assistant.yaml").write_text(AGENT.replace("memory: {scope: thread}\n", ""))
+    fake.down(500)
+    body = {"conversation_id": "f", "text": "while the model is down"}
+    responses, stored = await across_a_restart(agents, tmp_path / "data", body, "k-f")
+    answers = [r.json() for r in responses]
+    assert answers[0]["error"] == "provider_error" and "Nothing was kept" in answers[0]["reply"]
+    assert answers[1]["error"] == "provider_error" and answers[1]["run_id"] == answers[0]["run_id"]
+    assert "saved" not in answers[1]["reply"], answers[1]["reply"]
+    assert stored == []  # indeed nothing was kept
 
 
 async def test_the_official_client_retrying_a_timeout_stores_the_message_once(

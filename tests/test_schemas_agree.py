@@ -145,7 +145,7 @@ LOADER_ONLY: list[tuple[str, str, str]] = [
     ("agent", "pattern naming no server", "tools: {allow: [nothere.read]}\n"),
     ("agent", "allow on a built-in source", "tools: {allow: [memory.recall]}\n"),
     ("agent", "unset variable", "purpose: ${AGENTD_SCHEMA_TEST_UNSET}\n"),
-    ("agent", "sub-agent naming no agent of the folder", "subagents: [{agent: researcher-2}]\n"),
+    ("agent", "a sub-agent not in the folder", "subagents: [{agent: researcher-2}]\n"),
     (
         "agent",
         "state fields named twice",

@@ -18,30 +18,12 @@ from agentd.messages import Message
 from agentd.providers.openai import OpenAIProvider
 from agentd.store.queries import ActiveThread
 from testkit.fake_llm import FakeLLM
+from testkit.sinks import Heard
 from tests.support import Harness
 
 pytestmark = pytest.mark.both_stores  # each test runs on SQLite files and on PostgreSQL
 
 SPEC = "purpose: You help.\nmemory: {scope: thread, persistent: true}\nmodel: fake/gpt-test\n"
-
-
-class Heard:
-    """A ReplySink that writes down what it hears: pieces, and `|` for each restart."""
-
-    def __init__(self) -> None:
-        self.log: list[str] = []
-
-    def delta(self, text: str) -> None:
-        self.log.append(text)
-
-    def restart(self) -> None:
-        self.log.append("|")
-
-    @property
-    def showing(self) -> str:
-        """What a consumer shows now: the text heard since the last restart."""
-        text = "".join(self.log)
-        return text.rsplit("|", 1)[-1]
 
 
 class Broken:

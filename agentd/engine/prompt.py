@@ -13,9 +13,9 @@ from dataclasses import dataclass, replace
 from agentd.engine.conversation import Conversation
 from agentd.memory.base import TurnInput
 from agentd.memory.persistent import memory_preamble
-from agentd.memory.tooling import Tool
 from agentd.messages import MessageSequence
 from agentd.providers.base import PromptHints, ToolSpec
+from agentd.tools.base import Tool
 from agentd.tools.policy import Policy
 
 

@@ -20,11 +20,11 @@ from agentd.engine.tools import memory_tools
 from agentd.memory.base import Memory
 from agentd.memory.persistent import PersistentMemory, persistent_scope
 from agentd.memory.registry import memory_for
-from agentd.memory.tooling import Tool
 from agentd.store.base import Store
 from agentd.store.claims import Claim
 from agentd.store.queries import ConversationMark
 from agentd.store.records import ApprovalRecord, StoredThread
+from agentd.tools.base import Tool
 from agentd.tools.mcp_servers import McpServers
 
 NO_CLAIM = Claim()

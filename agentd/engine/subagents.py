@@ -32,8 +32,8 @@ from agentd.config.tools import AGENTS_SOURCE, subagent_tool_name
 from agentd.engine.peers import Peers
 from agentd.errors import ToolError
 from agentd.events import InboundEvent, is_conversation_key
-from agentd.memory.tooling import Tool, ToolCall, object_schema
 from agentd.providers.base import ToolSpec
+from agentd.tools.base import Tool, ToolCall, object_schema
 
 MAX_DEPTH = 3
 CHANNEL = "agent"

@@ -6,8 +6,8 @@ from collections.abc import Callable
 from typing import Any
 
 from agentd.memory.persistent import PersistentMemory
-from agentd.memory.tooling import Tool, ToolCall, object_schema
 from agentd.providers.base import ToolSpec
+from agentd.tools.base import Tool, ToolCall, object_schema
 
 KEY = frozenset({"key"})  # a memory's key names a fact: no secret, though "key" reads like one
 

@@ -24,9 +24,17 @@ _RFC3339 = re.compile(
     r"^(\d{4}-\d{2}-\d{2})[Tt ](\d{2}:\d{2}):(\d{2})(?:\.(\d+))?([Zz]|[+-]\d{2}:\d{2})?$", re.ASCII
 )
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$", re.ASCII)
+# The times a datetime can show (years 1 to 9999, UTC): a time is stored and later printed (a recalled
+# episode's date), so one outside them would fail every later turn that recalls it, not this request.
+EARLIEST_S = -62135596800.0  # 0001-01-01T00:00:00Z
+LATEST_S = 253402300799.0  # 9999-12-31T23:59:59Z
 TIME_SCHEMA: dict[str, Any] = {
-    "anyOf": [{"type": "number"}, {"type": "string", "format": "date-time"}],
-    "description": "epoch seconds, or an ISO-8601 / RFC 3339 date-time (UTC when it has no offset)",
+    "anyOf": [
+        {"type": "number", "minimum": EARLIEST_S, "maximum": LATEST_S},
+        {"type": "string", "format": "date-time"},
+    ],
+    "description": "epoch seconds, or an ISO-8601 / RFC 3339 date-time (UTC when it has no offset); "
+    "years 1 to 9999",
 }
 
 
@@ -205,6 +213,8 @@ def epoch_seconds(value: float | str, *, numeric_text: bool = False) -> float:
         raise ValueError(f"expected a number or a date-time, got {type(value).__name__}")
     if not math.isfinite(seconds):
         raise ValueError(f"expected a finite time, got {value!r}")
+    if not EARLIEST_S <= seconds <= LATEST_S:
+        raise ValueError(f"expected a time between the years 1 and 9999 (UTC), got {value!r}")
     return seconds
 
 

@@ -111,9 +111,11 @@ def _replayed(delivered: Delivered | None, conversation_key: str) -> Reply:
         return Reply("(this message was answered already)", conversation_key, duplicate=True)
     key = delivered.conversation_key or conversation_key
     if delivered.status == "error":
+        # (whether the message was kept depends on the agent's memory, which the stored outcome does
+        # not say: the first reply said it; this one claims nothing it cannot know)
         text = (
             f"Sorry, I could not reach the model when this message first came ({delivered.error}). "
-            "It is saved; send a new message to go on."
+            "Send a new message to go on."
         )
         return Reply(text, key, delivered.run_id, duplicate=True, error="provider_error")
     # no reply stored: a command, or an agent that keeps no transcript; nothing to repeat

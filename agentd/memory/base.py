@@ -23,11 +23,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from agentd.memory.tooling import Tool
 from agentd.messages import Message
 from agentd.providers.base import Completion, Embedder, PromptHints
 from agentd.store.base import Store
 from agentd.store.records import RunRecord, StoredThread
+from agentd.tools.base import Tool
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,10 +30,10 @@ from agentd.config.strategies import CompositeStrategy
 from agentd.errors import ModelPaused
 from agentd.memory.base import Memory, MemoryContext, MemoryView, TurnInput
 from agentd.memory.registry import build_strategy
-from agentd.memory.tooling import Tool
 from agentd.messages import Message
 from agentd.providers.base import PromptHints
 from agentd.store.records import StoredThread
+from agentd.tools.base import Tool
 
 log = logging.getLogger(__name__)
 

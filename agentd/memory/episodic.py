@@ -36,10 +36,10 @@ from agentd.memory.erasure import Erasure
 from agentd.memory.recall import Recall, Weights, recall_by_keywords, recall_episodes
 from agentd.memory.recall_section import shown_recall
 from agentd.memory.screening import SecretScreen
-from agentd.memory.tooling import Tool, ToolCall, object_schema
 from agentd.providers.base import PromptHints, ToolSpec
 from agentd.store.queries import ConversationPartitions, EpisodeCounts
 from agentd.store.records import AuditRecord, LayerState, NewEpisode, StoredThread
+from agentd.tools.base import Tool, ToolCall, object_schema
 
 MAX_SAVED_CHARS = 4000
 NO_EMBEDDER = "episodic memory: no embedder configured (agentd.yaml: embedder); recalled by keywords only"

@@ -18,6 +18,7 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
@@ -61,6 +62,14 @@ class Endpoint:
     retry_base_s: float = 0.5
     retry_cap_s: float = 20.0
     retry_after_cap_s: float = 60.0
+
+    @property
+    def shown_url(self) -> str:
+        """base_url as errors name it: without a password or query (`https://u:KEY@h/v1?api-key=KEY`
+        holds secrets), since an error reaches the run record, GET /agents and the person's reply."""
+        parts = urlsplit(self.base_url)
+        host = parts.netloc.rpartition("@")[2]
+        return urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
 def api_key(endpoint: Endpoint, configured: str | None, model: str) -> str:
@@ -181,19 +190,19 @@ async def _with_retries(
                     await response.aclose()
         except (TimeoutError, httpx.TimeoutException):
             failure = _Failure(
-                f"timed out after {endpoint.timeout_s:g}s: is {endpoint.base_url} reachable?",
+                f"timed out after {endpoint.timeout_s:g}s: is {endpoint.shown_url} reachable?",
                 unreachable=True,
                 reason=TIMEOUT,
             )
         except httpx.ConnectError as exc:
             failure = _Failure(
-                f"cannot connect to {endpoint.base_url}: {endpoint.start_hint} ({_describe(exc)})",
+                f"cannot connect to {endpoint.shown_url}: {endpoint.start_hint} ({_describe(exc)})",
                 unreachable=True,
                 reason=CONNECTION,
             )
         except httpx.TransportError as exc:
             failure = _Failure(
-                f"the connection to {endpoint.base_url} failed ({_describe(exc)}): is it up and reachable?",
+                f"the connection to {endpoint.shown_url} failed ({_describe(exc)}): is it up and reachable?",
                 unreachable=True,
                 reason=CONNECTION,
             )
@@ -300,7 +309,7 @@ def _status_failure(endpoint: Endpoint, response: httpx.Response) -> _Failure:
         )
     elif status == 404:
         message = (
-            f"model or endpoint not found (HTTP 404 at {endpoint.base_url}): "
+            f"model or endpoint not found (HTTP 404 at {endpoint.shown_url}): "
             f"check the model name in the agent file and base_url{server}"
         )
     elif reason == CONTEXT_OVERFLOW:

@@ -112,7 +112,7 @@ class _RemoteEmbedder:
                 raise
             # The chat wording points at the agent file; an embedder is configured in agentd.yaml.
             raise ProviderError(
-                f"embedding model or endpoint not found (HTTP 404 at {self.base_url}{self.path}): "
+                f"embedding model or endpoint not found (HTTP 404 at {self._endpoint.shown_url}{self.path}): "
                 f"{self._not_found_hint()}; the server said: {exc}",
                 provider=self.name,
                 model=self.model,

@@ -96,6 +96,17 @@ async def test_unreachable_and_missing_keys_are_typed(
         assert missing.value.reason == "missing_key" and falls_back(missing.value)
 
 
+async def test_an_error_names_the_endpoint_without_its_secrets(
+    fake: FakeLLM, client: httpx.AsyncClient, closed_port: int
+) -> None:
+    """A base_url may carry a key (userinfo, a query): the error, which the person's reply, the run
+    and GET /agents show, names the endpoint without it."""
+    url = f"http://agentd:pw-s3cret@127.0.0.1:{closed_port}/v1?api-key=q-s3cret"
+    for provider in both(fake, client, base_url=url):
+        error = await failure(provider)
+        assert f"127.0.0.1:{closed_port}/v1" in str(error) and "s3cret" not in str(error), str(error)
+
+
 async def test_a_stream_broken_off_is_typed(fake: FakeLLM, client: httpx.AsyncClient) -> None:
     for provider in both(fake, client):
         fake.reply("one two three", break_after=3)
