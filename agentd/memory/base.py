@@ -175,8 +175,17 @@ class Compacts(Protocol):
 
     compact_at_tokens: int | None
 
-    async def compact(self, ctx: MemoryContext, thread: StoredThread, reason: str) -> Any:
-        """Compact the thread now (the caller holds its lock); returns a CompactionOutcome."""
+    async def compact(
+        self,
+        ctx: MemoryContext,
+        thread: StoredThread,
+        reason: str,
+        *,
+        keep_turns: int = 2,
+        window: int | None = None,
+    ) -> Any:
+        """Compact the thread now (the caller holds its lock), keeping its last `keep_turns` turns
+        verbatim, no summary call past `window` tokens; returns a CompactionOutcome."""
         ...
 
 
