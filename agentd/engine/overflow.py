@@ -64,10 +64,11 @@ class OverflowGuard:
         window = self.window()
         tokens = estimate_tokens(len(system) + sum(m.char_count() for m in new))
         if window is not None and tokens > window:
+            kept = "It is saved, but" if self._conv.memory.keeps_transcript else "Nothing was kept, and"
             raise MessageTooLarge(
                 f"Your message is too long for this model: it comes to about {tokens} tokens with my "
-                f"instructions, and the model can read at most {window} tokens at once. It is saved, but "
-                "I could not answer it; please send it in smaller parts (or a summary of it)."
+                f"instructions, and the model can read at most {window} tokens at once. {kept} I could "
+                "not answer it; please send it in smaller parts (or a summary of it)."
             )
 
     async def recover(self, trigger: str, request: CompletionRequest, error: str | None = None) -> bool:
