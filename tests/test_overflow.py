@@ -189,3 +189,66 @@ async def test_a_message_larger_than_the_window_is_told_kept_and_the_next_messag
             [event] = await audit(agent, "model")
             # before sending: keeping the last two turns left nothing to compact, so all were
             assert event["trigger"] == "window" and event["attempt"] == 2 and event["compaction"] == "ok"
+
+
+async def test_anthropics_overflow_is_recovered_and_its_window_learned(tmp_path: Path) -> None:
+    spec = CLAUDE.replace(", context_window: 400", "")
+    with FakeLLM() as fake:
+        async with agent_on(tmp_path, settings(fake), Clock(), spec) as agent:
+            for text in ("one", "two"):
+                fake.reply("ok")
+                await say(agent, text)
+            fake.overflow(tokens=5000, window=4000)  # "prompt is too long: 5000 tokens > 4000 maximum"
+            fake.reply("SUMMARY")
+            fake.reply("Answered.")
+            assert (await say(agent, "three")).text == "Answered."
+            assert windows.window_of("claude/sonnet") == 4000
+            [event] = await audit(agent, "model")
+            assert event["trigger"] == "overflow" and "prompt is too long" in event["error"]
+            assert await thread(agent) == ("SUMMARY", ["three", "Answered."])
+            assert [t for t, _ in await runs(agent)].count("compaction") == 1
+
+
+async def test_a_growing_conversation_is_compacted_before_it_would_exceed_the_window(tmp_path: Path) -> None:
+    """No overflow error and no reported tokens past compact_at_tokens: the estimate alone compacts."""
+    with FakeLLM() as fake:
+        async with agent_on(tmp_path, settings(fake), Clock(), CLAUDE) as agent:
+            for i in range(3):  # ~130 tokens a turn; the window is 400
+                fake.reply("ok " * 10)
+                await say(agent, f"turn {i} " + "word " * 80)
+            assert await audit(agent, "model") == []
+            fake.reply("SUMMARY")
+            fake.reply("Answered.")
+            asked = len(fake.requests)
+            assert (await say(agent, "next " + "word " * 80)).text == "Answered."
+            assert len(fake.requests) == asked + 2  # the summary, then the chat call: nothing refused
+            [event] = await audit(agent, "model")
+            assert event["trigger"] == "window" and event["attempt"] == 1 and event["window"] == 400
+            assert event["estimated_tokens"] > 400
+            [compaction] = await audit(agent, "compaction")
+            assert compaction["reason"] == "window" and compaction["messages"] == 2  # the last two turns kept
+            summary, texts = await thread(agent)
+            assert summary == "SUMMARY" and len(texts) == 6
+            last_chat = fake.requests[-1].json
+            assert "SUMMARY" in str(last_chat["system"])
+
+
+async def test_recoveries_are_bounded_and_the_person_is_told(tmp_path: Path) -> None:
+    with FakeLLM() as fake:
+        async with agent_on(tmp_path, settings(fake), Clock(), GPT) as agent:
+            for text in ("one", "two", "three"):
+                fake.reply("ok")
+                await say(agent, text)
+            for summary in ("S1", "S2"):  # each retry overflows again (the estimate is far off)
+                fake.overflow(tokens=5000, window=4000)
+                fake.reply(summary)
+            fake.overflow(tokens=5000, window=4000)
+            reply = await say(agent, "four")
+            assert reply.error == "provider_error" and "context window" in reply.text
+            events = await audit(agent, "model")
+            assert [e["attempt"] for e in events] == [1, 2]  # two recoveries, then the failure is said
+            trail = await runs(agent)
+            assert trail.count(("compaction", "ok")) == 2 and ("message", "error") in trail
+            assert await thread(agent) == ("S2", ["four"])  # kept, after everything before it was compacted
+            fake.reply("Fine.")
+            assert (await say(agent, "five")).text == "Fine."
