@@ -46,10 +46,8 @@ class OverflowGuard:
 
     def window(self) -> int | None:
         model = self._conv.spec.model
-        return window_of(self._run.model or model.name, model.context_window if self._is_primary() else None)
-
-    def _is_primary(self) -> bool:
-        return self._run.model in (None, "", self._conv.spec.model.name)
+        ref = self._run.model or model.name
+        return window_of(ref, model.context_window if ref == model.name else None)
 
     def over(self, request: CompletionRequest) -> bool:
         window = self.window()
@@ -80,9 +78,7 @@ class OverflowGuard:
         self.recoveries += 1
         # first keep the last two turns verbatim; the second time keep none (this turn is apart)
         keep = 2 if self.recoveries == 1 else 0
-        outcome = await compaction.compact(
-            self._conv.ctx, self._conv.thread, trigger, keep_turns=keep, window=self._summary_window()
-        )
+        outcome = await compaction.compact(self._conv.ctx, self._conv.thread, trigger, keep_turns=keep)
         if outcome.status == "nothing_to_compact" and keep:
             return await self.recover(trigger, request, error)
         data = {
@@ -98,8 +94,3 @@ class OverflowGuard:
             data["error"] = error
         self._audit.append(AuditRecord("model", "overflow", self._run.conversation_key, self._run.id, data))
         return outcome.status == "ok"
-
-    def _summary_window(self) -> int | None:
-        model = self._conv.spec.model
-        ref = model.small or model.name
-        return window_of(ref, model.context_window if ref == model.name else None)

@@ -19,7 +19,7 @@ from agentd.memory.pieces import DoesNotFit, budget_chars, summarise_fitting
 from agentd.memory.runs import commit_memory_run
 from agentd.messages import Message, render_transcript
 from agentd.providers.remembered import remembered_block
-from agentd.providers.windows import learn, window_of
+from agentd.providers.windows import learn
 from agentd.store.records import AuditRecord, RunRecord, StoredMessage, StoredThread
 from agentd.store.writes import ApplyCompaction
 
@@ -81,16 +81,15 @@ async def compact_thread(
     reason: str,
     *,
     keep_turns: int = KEEP_TURNS,
-    window: int | None = None,
 ) -> CompactionOutcome:
     """Compact `thread` in place (the caller holds its conversation lock), keeping its last
     `keep_turns` turns verbatim (0 in an overflow's recovery: the turn being answered is not in the
     thread yet).
 
     Summarised by model.small when set, else the main model; the purpose is not part of what is
-    summarised. No summary call carries more than the summary model's `window` (default: its known
-    or learned one): a longer excerpt is summarised in pieces, then their summaries (memory.pieces),
-    each call a run of its own, all committed with the compaction.
+    summarised. No summary call carries more than the summary model's window (configured,
+    learned or known: MemoryContext.model_window): a longer excerpt is summarised in pieces, then
+    their summaries (memory.pieces), each call a run of its own, all committed with the compaction.
     """
     split = verbatim_tail_start(thread.messages, keep_turns) if keep_turns else len(thread.messages)
     if thread.id is None or split == 0:
@@ -99,7 +98,7 @@ async def compact_thread(
     upto_seq = older[-1].seq
     thread_id = thread.id
     model_ref = ctx.agent_model(small=True)
-    budget = budget_chars(window or window_of(model_ref), SUMMARY_INSTRUCTIONS)
+    budget = budget_chars(ctx.model_window(model_ref), SUMMARY_INSTRUCTIONS)
     runs: list[RunRecord] = []
 
     async def summarise(text: str) -> str:

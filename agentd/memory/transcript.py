@@ -76,9 +76,8 @@ class FullTranscript:
         reason: str,
         *,
         keep_turns: int = KEEP_TURNS,
-        window: int | None = None,
     ) -> CompactionOutcome:
-        return await compact_thread(ctx, thread, reason, keep_turns=keep_turns, window=window)
+        return await compact_thread(ctx, thread, reason, keep_turns=keep_turns)
 
     async def inspect(self, ctx: MemoryContext, thread: StoredThread) -> dict[str, Any]:
         view = self.current_view(thread)
