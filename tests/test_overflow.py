@@ -20,7 +20,7 @@ from agentd.providers import windows
 from agentd.providers.http import status_reason
 from agentd.store.queries import ActiveThread
 from testkit.fake_llm import FakeLLM
-from tests.test_fallbacks import Clock, agent_on, say
+from tests.test_fallbacks import Clock, Heard, agent_on, say
 
 GPT = """\
 model: {name: gpt/mini}
@@ -252,3 +252,23 @@ async def test_recoveries_are_bounded_and_the_person_is_told(tmp_path: Path) -> 
             assert await thread(agent) == ("S2", ["four"])  # kept, after everything before it was compacted
             fake.reply("Fine.")
             assert (await say(agent, "five")).text == "Fine."
+
+
+async def test_a_streamed_turn_recovers_from_an_overflow_before_any_word(tmp_path: Path) -> None:
+    """The overflow comes before the stream starts: nothing was shown, the retry streams the answer."""
+    with FakeLLM() as fake:
+        async with agent_on(tmp_path, settings(fake), Clock(), GPT) as agent:
+            for text in ("one", "two"):
+                fake.reply("ok")
+                await say(agent, text)
+            fake.overflow(tokens=5000, window=4000)
+            fake.reply("SUMMARY")
+            fake.reply("Streamed answer.")
+            heard = Heard()
+            reply = await say(agent, "three", heard)
+            assert (
+                reply.text == "Streamed answer." and "".join(p for p in heard.log if p != "|") == reply.text
+            )
+            assert await thread(agent) == ("SUMMARY", ["three", "Streamed answer."])
+            [event] = await audit(agent, "model")
+            assert event["trigger"] == "overflow"
