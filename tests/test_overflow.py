@@ -83,8 +83,11 @@ def test_each_servers_overflow_is_recognised() -> None:
             "message": "This model's maximum context length is 8192 tokens. However, you requested 8203 tokens"
         }
     }
-    for body in (llama, ollama, vllm):
+    said = "input length and `max_tokens` exceed context limit: 199759 + 8192 > 200000, decrease input length"
+    anthropic = {"type": "error", "error": {"type": "invalid_request_error", "message": said}}
+    for body in (llama, ollama, vllm, anthropic):
         assert status_reason(400, body) == CONTEXT_OVERFLOW
+    assert windows.window_from_error(said) == 200000
     assert windows.window_from_error(llama["error"]["message"]) == 4096
     assert windows.window_from_error(vllm["error"]["message"]) == 8192
     assert windows.window_from_error("prompt is too long: 215000 tokens > 200000 maximum") == 200000

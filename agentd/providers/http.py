@@ -44,7 +44,8 @@ from agentd.providers.sse import ServerSentEvent, SSEDecoder
 RETRYABLE_STATUSES = frozenset({408, 429, 500, 502, 503, 504, 529})
 # How a prompt longer than the model's window is refused (HTTP 400): OpenAI's error code, and the
 # words of OpenAI's and vLLM's ("This model's maximum context length is N tokens"), Anthropic's
-# ("prompt is too long: 215000 tokens > 200000 maximum"), llama.cpp's server (type
+# ("prompt is too long: 215000 tokens > 200000 maximum", and with max_tokens counted: "input length
+# and `max_tokens` exceed context limit: 199759 + 8192 > 200000"), llama.cpp's server (type
 # `exceed_context_size_error`, "request (N tokens) exceeds the available context size (M tokens)")
 # and Ollama's ("the input length exceeds the context length") messages.
 _OVERFLOW_CODES = frozenset({"context_length_exceeded", "exceed_context_size_error"})
@@ -52,6 +53,7 @@ _OVERFLOW_WORDS = (
     "prompt is too long",
     "maximum context length",
     "context_length_exceeded",
+    "exceed context limit",
     "exceeds the available context size",
     "exceeds the context length",
 )

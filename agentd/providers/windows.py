@@ -31,12 +31,14 @@ KNOWN: dict[str, int] = {
 _learned: dict[str, int] = {}
 
 # The numbers in each server's overflow message: OpenAI's and vLLM's "maximum context length is N
-# tokens", Anthropic's "prompt is too long: 215000 tokens > 200000 maximum", llama.cpp's "request
+# tokens", Anthropic's "prompt is too long: 215000 tokens > 200000 maximum" (or "input length and
+# `max_tokens` exceed context limit: 199759 + 8192 > 200000"), llama.cpp's "request
 # (4476 tokens) exceeds the available context size (4096 tokens)". Ollama's "the input length
 # exceeds the context length" names none (its window is then only what the agent file says).
 _WINDOW_SAID = (
     re.compile(r"maximum context length is (\d+) tokens", re.I),
     re.compile(r"tokens > (\d+) maximum", re.I),
+    re.compile(r"exceed context limit: \d+ \+ \d+ > (\d+)", re.I),
     re.compile(r"available context size \((\d+) tokens\)", re.I),
 )
 
