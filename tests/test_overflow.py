@@ -15,7 +15,7 @@ import pytest
 from agentd.engine.agent import Agent
 from agentd.errors import CONTEXT_OVERFLOW
 from agentd.memory.compaction import SUMMARY_INSTRUCTIONS, render_for_summary
-from agentd.memory.pieces import budget_chars, cut
+from agentd.memory.pieces import budget_chars, pieces_of
 from agentd.providers import windows
 from agentd.providers.http import status_reason
 from agentd.store.queries import ActiveThread
@@ -135,7 +135,7 @@ async def test_an_overflow_on_the_compaction_call_summarises_in_pieces(tmp_path:
                 fake.reply("ok")
                 await say(agent, text)
             before = await agent.state.store.read(ActiveThread("webhook:c"))
-            pieces = cut(
+            pieces = pieces_of(
                 render_for_summary(None, before.messages), budget_chars(300, SUMMARY_INSTRUCTIONS) or 0
             )
             assert len(pieces) > 1
@@ -178,7 +178,7 @@ async def test_a_message_larger_than_the_window_is_told_kept_and_the_next_messag
             # the next message: the huge one is compacted away (in pieces that fit), then answered
             budget = budget_chars(400, SUMMARY_INSTRUCTIONS) or 0
             stored = await agent.state.store.read(ActiveThread("webhook:c"))
-            pieces = cut(render_for_summary(None, stored.messages), budget)
+            pieces = pieces_of(render_for_summary(None, stored.messages), budget)
             for i in range(len(pieces)):
                 fake.reply(f"S{i}")
             fake.reply("SUMMARY")

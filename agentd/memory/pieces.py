@@ -18,6 +18,7 @@ MAX_ROUNDS = 4
 # what a summary may write back, kept free in the window (and the instructions' share)
 RESERVE_TOKENS = 1024
 MIN_PIECE_CHARS = 200
+PART_LINE_CHARS = 48  # room for the "(Part i of n ...)" line above each piece
 
 Summarise = Callable[[str], Awaitable[str]]
 
@@ -47,6 +48,11 @@ def cut(text: str, size: int) -> list[str]:
     return pieces
 
 
+def pieces_of(text: str, budget: int) -> list[str]:
+    """The pieces `text` is summarised in when it is longer than `budget` (each with its part line fits)."""
+    return cut(text, max(MIN_PIECE_CHARS, budget - PART_LINE_CHARS))
+
+
 async def summarise_fitting(text: str, budget: int | None, summarise: Summarise) -> tuple[str, int]:
     """The summary of `text` with no call carrying more than `budget` characters; and how many
     calls that took. One call when it fits."""
@@ -54,7 +60,7 @@ async def summarise_fitting(text: str, budget: int | None, summarise: Summarise)
     for _ in range(MAX_ROUNDS):
         if budget is None or len(text) <= budget:
             return await summarise(text), calls + 1
-        pieces = cut(text, budget)
+        pieces = pieces_of(text, budget)
         summaries = []
         for i, piece in enumerate(pieces, 1):
             summaries.append(await summarise(f"(Part {i} of {len(pieces)} of a longer excerpt.)\n{piece}"))
