@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import openai
 import pytest
 
 from agentd.engine.agent import Agent
@@ -20,6 +21,7 @@ from agentd.providers import windows
 from agentd.providers.http import status_reason
 from agentd.store.queries import ActiveThread
 from testkit.fake_llm import FakeLLM
+from tests.support import daemon_on_loopback
 from tests.test_fallbacks import Clock, Heard, agent_on, say
 
 GPT = """\
@@ -275,3 +277,37 @@ async def test_a_streamed_turn_recovers_from_an_overflow_before_any_word(tmp_pat
             assert await thread(agent) == ("SUMMARY", ["three", "Streamed answer."])
             [event] = await audit(agent, "model")
             assert event["trigger"] == "overflow"
+
+
+async def test_the_openai_endpoint_refuses_a_message_larger_than_the_window_as_openai_does(
+    tmp_path: Path,
+) -> None:
+    with FakeLLM() as fake:
+        config = (
+            f"providers: {{claude: {{kind: anthropic, base_url: '{fake.anthropic_base_url}', api_key: k,"
+            " max_retries: 0}}\nhttp: {token: t}\n"
+        )
+        async with daemon_on_loopback(tmp_path, {"bot": CLAUDE}, config) as (daemon, url):
+            async with openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="t", max_retries=3) as client:
+                huge = "word " * 800
+                with pytest.raises(openai.BadRequestError) as refused:
+                    await client.chat.completions.create(
+                        model="bot", user="ana", messages=[{"role": "user", "content": huge}]
+                    )
+                assert (
+                    refused.value.code == "context_length_exceeded" and "400 tokens" in refused.value.message
+                )
+                assert fake.requests == []  # nothing sent that could only be refused, and no retry
+                agent = daemon.agent("bot")
+                assert agent is not None
+                stored = await agent.state.store.read(ActiveThread("openai:ana"))
+                assert [m.message.text for m in stored.messages] == [huge]  # kept
+                budget = budget_chars(400, SUMMARY_INSTRUCTIONS) or 0
+                for i in range(len(pieces_of(render_for_summary(None, stored.messages), budget))):
+                    fake.reply(f"S{i}")
+                fake.reply("SUMMARY")
+                fake.reply("Fine.")
+                answer = await client.chat.completions.create(
+                    model="bot", user="ana", messages=[{"role": "user", "content": "short"}]
+                )
+                assert answer.choices[0].message.content == "Fine."
