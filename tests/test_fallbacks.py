@@ -215,7 +215,7 @@ async def test_an_invalid_request_is_not_passed_on_and_the_person_is_told(tmp_pa
             assert reply.error == "provider_error" and "this field is bad" in reply.text
             claude.overflow()  # a prompt past the window: recognised, not passed on (recovered: test_overflow)
             claude.overflow()  # the compaction call of the recovery too
-            claude.overflow()  # and the one retry in pieces: the person is told, the failure is the model's window
+            claude.overflow()  # and its one retry, sized by the window that error taught: the person is told
             reply = await say(agent, "and now")
             assert reply.error == "provider_error" and "longer than the model's context window" in reply.text
             assert chat_requests(gpt) == 0
