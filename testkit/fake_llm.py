@@ -247,12 +247,34 @@ class FakeLLM:
         else:
             self._push(endpoint, _Raw(status, body, sent))
 
-    def overflow(self, tokens: int = 210_000, window: int = 200_000) -> None:
-        """Queue the 400 a prompt past the context window gets, as each API says it: OpenAI's code
-        `context_length_exceeded`, Anthropic's "prompt is too long: N tokens > M maximum"."""
-        self._push(
-            "chat", _Error(400, _OVERFLOW, "context_length_exceeded", {"x-window": f"{tokens}/{window}"})
-        )
+    def overflow(
+        self,
+        tokens: int = 210_000,
+        window: int = 200_000,
+        *,
+        server: Literal["api", "llama.cpp", "ollama"] = "api",
+        endpoint: Endpoint = "chat",
+    ) -> None:
+        """Queue the 400 a prompt past the context window gets, as each server says it. "api": the
+        API called, OpenAI's code `context_length_exceeded` (vLLM's OpenAI-compatible server sends the
+        same words), Anthropic's "prompt is too long: N tokens > M maximum". "llama.cpp": its server's
+        `exceed_context_size_error` with n_prompt_tokens and n_ctx. "ollama": its OpenAI-compatible
+        endpoint's "the input length exceeds the context length" (no numbers)."""
+        if server == "llama.cpp":
+            message = f"request ({tokens} tokens) exceeds the available context size ({window} tokens)"
+            error = {"code": 400, "message": message, "type": "exceed_context_size_error"}
+            self._push(
+                endpoint, _Raw(400, {"error": error | {"n_prompt_tokens": tokens, "n_ctx": window}}, {})
+            )
+        elif server == "ollama":
+            message = "the input length exceeds the context length"
+            body = {
+                "error": {"message": message, "type": "invalid_request_error", "param": None, "code": None}
+            }
+            self._push(endpoint, _Raw(400, body, {}))
+        else:
+            headers = {"x-window": f"{tokens}/{window}"}
+            self._push(endpoint, _Error(400, _OVERFLOW, "context_length_exceeded", headers))
 
     def down(self, status: int = 503, *, retry_after: float | None = None) -> None:
         """Answer every chat request `status` (in the API's error shape) until `up()`: a model that is

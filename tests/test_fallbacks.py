@@ -201,7 +201,9 @@ async def test_an_invalid_request_is_not_passed_on_and_the_person_is_told(tmp_pa
             claude.fail(400, message="messages.0.content: this field is bad")
             reply = await say(agent, "hi")
             assert reply.error == "provider_error" and "this field is bad" in reply.text
-            claude.overflow()  # a prompt past the window: recognised, not passed on (its recovery: section 2)
+            claude.overflow()  # a prompt past the window: recognised, not passed on (recovered: test_overflow)
+            claude.overflow()  # the compaction call of the recovery too
+            claude.overflow()  # and its one retry, sized by the window that error taught: the person is told
             reply = await say(agent, "and now")
             assert reply.error == "provider_error" and "longer than the model's context window" in reply.text
             assert chat_requests(gpt) == 0

@@ -48,6 +48,10 @@ class ModelSpec(Spec):
     small_fallbacks: list[ModelRef] = []  # the same for `small`
     temperature: float | None = Field(default=None, ge=0, le=2)
     max_output_tokens: int | None = Field(default=None, gt=0)
+    # tokens `name`'s context window holds; unset: the table of well-known models, else what the
+    # provider's first overflow error says (agentd.providers.windows). Compaction runs before a
+    # request would exceed it.
+    context_window: int | None = Field(default=None, gt=0)
 
     @property
     def provider(self) -> str:

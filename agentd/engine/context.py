@@ -19,6 +19,7 @@ from agentd.memory.base import ModelCall
 from agentd.memory.runs import OFFLINE_PREFIX
 from agentd.messages import Message, estimate_tokens
 from agentd.providers.base import CompletionRequest, Embedder
+from agentd.providers.windows import window_of
 from agentd.run_context import current_run
 from agentd.store.base import Store
 from agentd.store.records import AuditRecord, RunRecord
@@ -52,6 +53,10 @@ class AgentContext:
     def agent_model(self, small: bool = False) -> str:
         model = self._spec().model
         return (model.small or model.name) if small else model.name
+
+    def model_window(self, ref: str) -> int | None:
+        model = self._spec().model
+        return window_of(ref, model.context_window if ref == model.name else None)
 
     def memory_model(self, preferred: str | None) -> str | None:
         if preferred:

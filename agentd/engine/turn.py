@@ -22,13 +22,14 @@ from typing import Any
 
 from agentd.engine.conversation import Conversation
 from agentd.engine.model_chain import Fallback, call_chain
+from agentd.engine.overflow import MessageTooLarge, OverflowGuard
 from agentd.engine.pausing import TurnResult, pause_run
 from agentd.engine.progress import Decision, ToolBatch, TurnProgress
-from agentd.engine.prompt import build_prompt, build_system
+from agentd.engine.prompt import Prompt, build_prompt, build_system
 from agentd.engine.streaming import StepSink, call_model
 from agentd.engine.subagents import CHANNEL as SUBAGENT_CHANNEL
 from agentd.engine.tool_gate import ToolGate
-from agentd.errors import OperatorError, ProviderError
+from agentd.errors import CONTEXT_OVERFLOW, OperatorError, ProviderError
 from agentd.events import InboundEvent, Reply, ReplySink
 from agentd.memory.base import TurnInput
 from agentd.memory.screening import transcript_copy
@@ -109,11 +110,7 @@ async def _drive(
     state, spec = conv.agent, conv.spec
     event, run, new = progress.event, progress.run, progress.new
     current_run.set(run.id)  # every line logged from here on in this task names the run (a resumed one too)
-    prompt = await build_prompt(
-        conv, TurnInput(event.conversation_key, event.text, event.user_id, event.sent_at)
-    )
-    if options.instructions:
-        prompt = replace(prompt, system=build_system(prompt.system, [options.instructions]))
+    prompt = await _prompt(conv, event, options)
     if decision is None:
         for note in prompt.notes:
             log.info("agent %s run %s: %s", state.name, run.id, note)
@@ -135,6 +132,7 @@ async def _drive(
                 return paused
             new_chars += new[-1].char_count()
         chain = ModelChain(conv, run, progress, step_sink)
+        guard = OverflowGuard(conv, run, progress.audit)
         while True:
             allow_tools = progress.steps < spec.max_tool_steps
             request = CompletionRequest(
@@ -147,7 +145,32 @@ async def _drive(
                 stop=options.limits.stop,
                 hints=prompt.hints,
             )
-            completion = await chain.call(request)
+            if guard.over(request):
+                guard.check_new(prompt.system, new)
+                if await guard.recover("window", request):
+                    prompt = await _prompt(conv, event, options)
+                    history, history_chars, fixed_chars = (
+                        prompt.history,
+                        prompt.history_chars,
+                        prompt.fixed_chars(),
+                    )
+                    continue
+            try:
+                completion = await chain.call(request)
+            except ProviderError as e:
+                if e.reason != CONTEXT_OVERFLOW:
+                    raise
+                guard.learn(e)
+                guard.check_new(prompt.system, new)
+                if not await guard.recover("overflow", request, str(e)):
+                    raise
+                prompt = await _prompt(conv, event, options)
+                history, history_chars, fixed_chars = (
+                    prompt.history,
+                    prompt.history_chars,
+                    prompt.fixed_chars(),
+                )
+                continue
             run.model_calls += 1
             if completion.usage is not None:
                 run.input_tokens += completion.usage.input_tokens
@@ -213,6 +236,13 @@ async def _drive(
                 step_sink.restart()
             reply_text = f"Sorry, I could not reach the model just now ({e}). {kept}; please try again."
         log.warning("agent %s run %s failed: %s", state.name, run.id, e)
+    except MessageTooLarge as e:
+        # told plainly; the message is stored with the run (the next turn compacts it away)
+        run.status, run.error, error = "error", str(e), "too_large"
+        if step_sink is not None:
+            step_sink.restart()
+        reply_text = str(e)
+        log.warning("agent %s run %s: %s", state.name, run.id, e)
     if not reply_text and error is None:
         reply_text = "(the model returned an empty reply)"
     run.duration_ms = (time.time() - run.started_at) * 1000
@@ -226,6 +256,16 @@ async def _drive(
         cut_short=cut_short,
     )
     return TurnResult(reply)
+
+
+async def _prompt(conv: Conversation, event: InboundEvent, options: TurnOptions) -> Prompt:
+    """The turn's prompt as the memory gives it now (again after a compaction)."""
+    prompt = await build_prompt(
+        conv, TurnInput(event.conversation_key, event.text, event.user_id, event.sent_at)
+    )
+    if options.instructions:
+        prompt = replace(prompt, system=build_system(prompt.system, [options.instructions]))
+    return prompt
 
 
 class ModelChain:

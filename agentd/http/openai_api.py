@@ -272,6 +272,10 @@ def add_openai_routes(
             return StreamingResponse(chunks, media_type="text/event-stream", headers=SSE_HEADERS | headers)
         reply = await run(None)
         headers |= replay_headers(reply)
+        if reply.error == "too_large":  # the message alone is past the model's window: as OpenAI says it
+            return openai_error(
+                400, reply.text, code="context_length_exceeded", param="messages", headers=headers
+            )
         if reply.error is not None:
             return openai_error(
                 502, reply.text, code=reply.error, headers={"x-should-retry": "false"} | headers

@@ -92,6 +92,11 @@ class MemoryContext(Protocol):
         """The agent's model reference; with small, model.small when set (compaction, summaries)."""
         ...
 
+    def model_window(self, ref: str) -> int | None:
+        """Tokens model `ref`'s context window holds: model.context_window for the agent's model,
+        else what an overflow taught or the table of well-known models says (None: unknown)."""
+        ...
+
     def memory_model(self, preferred: str | None) -> str | None:
         """The model for folds/extraction/summaries: `preferred`, else agentd.yaml's
         memory_extractor_model, else the agent's own (non-offline) model; None when there is none."""
@@ -175,8 +180,16 @@ class Compacts(Protocol):
 
     compact_at_tokens: int | None
 
-    async def compact(self, ctx: MemoryContext, thread: StoredThread, reason: str) -> Any:
-        """Compact the thread now (the caller holds its lock); returns a CompactionOutcome."""
+    async def compact(
+        self,
+        ctx: MemoryContext,
+        thread: StoredThread,
+        reason: str,
+        *,
+        keep_turns: int = 2,
+    ) -> Any:
+        """Compact the thread now (the caller holds its lock), keeping its last `keep_turns` turns
+        verbatim; returns a CompactionOutcome."""
         ...
 
 

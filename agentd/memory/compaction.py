@@ -13,12 +13,14 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from agentd.errors import OperatorError, ProviderError
+from agentd.errors import CONTEXT_OVERFLOW, OperatorError, ProviderError
 from agentd.memory.base import MemoryContext
+from agentd.memory.pieces import DoesNotFit, budget_chars, summarise_fitting
 from agentd.memory.runs import commit_memory_run
 from agentd.messages import Message, render_transcript
 from agentd.providers.remembered import remembered_block
-from agentd.store.records import AuditRecord, StoredMessage, StoredThread
+from agentd.providers.windows import learn
+from agentd.store.records import AuditRecord, RunRecord, StoredMessage, StoredThread
 from agentd.store.writes import ApplyCompaction
 
 log = logging.getLogger(__name__)
@@ -73,57 +75,82 @@ def render_for_summary(previous_summary: str | None, older: Sequence[StoredMessa
     return f"Summary so far:\n{previous_summary}\n\nLater messages:\n{text}" if previous_summary else text
 
 
-async def compact_thread(ctx: MemoryContext, thread: StoredThread, reason: str) -> CompactionOutcome:
-    """Compact `thread` in place (the caller holds its conversation lock).
+async def compact_thread(
+    ctx: MemoryContext,
+    thread: StoredThread,
+    reason: str,
+    *,
+    keep_turns: int = KEEP_TURNS,
+) -> CompactionOutcome:
+    """Compact `thread` in place (the caller holds its conversation lock), keeping its last
+    `keep_turns` turns verbatim (0 in an overflow's recovery: the turn being answered is not in the
+    thread yet).
 
-    Summarised by model.small when set, else the main model; the purpose is not
-    part of what is summarised.
+    Summarised by model.small when set, else the main model; the purpose is not part of what is
+    summarised. No summary call carries more than the summary model's window (configured,
+    learned or known: MemoryContext.model_window): a longer excerpt is summarised in pieces, then
+    their summaries (memory.pieces), each call a run of its own, all committed with the compaction.
     """
-    split = verbatim_tail_start(thread.messages)
+    split = verbatim_tail_start(thread.messages, keep_turns) if keep_turns else len(thread.messages)
     if thread.id is None or split == 0:
         return CompactionOutcome("nothing_to_compact")
     older = thread.messages[:split]
     upto_seq = older[-1].seq
     thread_id = thread.id
-    try:
+    model_ref = ctx.agent_model(small=True)
+    budget = budget_chars(ctx.model_window(model_ref), SUMMARY_INSTRUCTIONS)
+    runs: list[RunRecord] = []
+
+    async def summarise(text: str) -> str:
         call = await ctx.call_model(
             trigger="compaction",
-            model_ref=ctx.agent_model(small=True),
+            model_ref=model_ref,
             system=SUMMARY_INSTRUCTIONS,
-            messages=[Message.user(render_for_summary(thread.summary, older))],
+            messages=[Message.user(text)],
             conversation_key=thread.conversation_key,
             thread_id=thread_id,
             purpose="summary",
         )
-    except (ProviderError, OperatorError) as e:
-        await ctx.audit(
+        runs.append(call.run)
+        written = call.completion.message.text.strip()
+        if not written:
+            call.run.status, call.run.error = "error", "the model returned an empty summary"
+            raise DoesNotFit(call.run.error)
+        return written
+
+    text = render_for_summary(thread.summary, older)
+    try:
+        try:
+            summary, calls = await summarise_fitting(text, budget, summarise)
+        except ProviderError as e:
+            if e.reason != CONTEXT_OVERFLOW:
+                raise
+            # the summariser's window was unknown or wrong, and its refusal says it (else: half of
+            # what the longest call carried); tried once more, in pieces that fit
+            taught = learn(model_ref, str(e))
+            sent = min(len(text), budget or len(text))
+            budget = budget_chars(taught, SUMMARY_INSTRUCTIONS) if taught else sent // 2
+            summary, calls = await summarise_fitting(text, budget, summarise)
+    except (ProviderError, OperatorError, DoesNotFit) as e:
+        # a failed call's run was recorded by call_model; the pieces summarised before it are kept as runs
+        audit = AuditRecord(
             "compaction",
             "failed",
-            conversation_key=thread.conversation_key,
-            data={"reason": reason, "error": str(e)},
+            thread.conversation_key,
+            runs[-1].id if runs else None,
+            {"reason": reason, "error": str(e)},
         )
+        await commit_memory_run(ctx, runs=runs, audits=[audit])
         log.warning("agent %s: compaction of %s failed: %s", ctx.agent, thread.conversation_key, e)
-        return CompactionOutcome("failed", error=str(e))
-    summary = call.completion.message.text.strip()
-    run = call.run
-    if not summary:
-        error = "the model returned an empty summary"
-        run.status, run.error = "error", error
-        audit = AuditRecord(
-            "compaction", "failed", thread.conversation_key, run.id, {"reason": reason, "error": error}
-        )
-        await commit_memory_run(ctx, runs=[run], audits=[audit])
-        return CompactionOutcome("failed", run.id, error=error)
+        return CompactionOutcome("failed", runs[-1].id if runs else None, error=str(e))
 
-    audit = AuditRecord(
-        "compaction",
-        "ok",
-        thread.conversation_key,
-        run.id,
-        {"reason": reason, "upto_seq": upto_seq, "messages": len(older), "summary_chars": len(summary)},
-    )
+    run = runs[-1]
+    data = {"reason": reason, "upto_seq": upto_seq, "messages": len(older), "summary_chars": len(summary)}
+    if calls > 1:
+        data["calls"] = calls  # summarised in pieces: the excerpt was longer than the summariser's window
+    audit = AuditRecord("compaction", "ok", thread.conversation_key, run.id, data)
     compaction = ApplyCompaction(thread_id, upto_seq, summary, run.id, time.time())
-    committed = await commit_memory_run(ctx, produced=[compaction], runs=[run], audits=[audit])
+    committed = await commit_memory_run(ctx, produced=[compaction], runs=runs, audits=[audit])
     [written] = committed.produced
     assert isinstance(written, ApplyCompaction)
     thread.summary = written.summary  # as stored: secrets redacted

@@ -7,7 +7,7 @@ from typing import Any
 from agentd.config.models import MemorySpec
 from agentd.config.strategies import FullStrategy, NoneStrategy
 from agentd.memory.base import MemoryContext, MemoryView, TurnInput
-from agentd.memory.compaction import CompactionOutcome, compact_thread, compacted_section
+from agentd.memory.compaction import KEEP_TURNS, CompactionOutcome, compact_thread, compacted_section
 from agentd.messages import MESSAGE_ADAPTER, MessageSequence
 from agentd.providers.base import PromptHints
 from agentd.store.records import StoredThread
@@ -69,8 +69,15 @@ class FullTranscript:
         if self.settle_due(thread):
             await compact_thread(ctx, thread, reason="threshold")
 
-    async def compact(self, ctx: MemoryContext, thread: StoredThread, reason: str) -> CompactionOutcome:
-        return await compact_thread(ctx, thread, reason)
+    async def compact(
+        self,
+        ctx: MemoryContext,
+        thread: StoredThread,
+        reason: str,
+        *,
+        keep_turns: int = KEEP_TURNS,
+    ) -> CompactionOutcome:
+        return await compact_thread(ctx, thread, reason, keep_turns=keep_turns)
 
     async def inspect(self, ctx: MemoryContext, thread: StoredThread) -> dict[str, Any]:
         view = self.current_view(thread)

@@ -44,9 +44,20 @@ from agentd.providers.sse import ServerSentEvent, SSEDecoder
 # 529 is Anthropic's "overloaded"; 408 is a request the server gave up waiting for.
 RETRYABLE_STATUSES = frozenset({408, 429, 500, 502, 503, 504, 529})
 # How a prompt longer than the model's window is refused (HTTP 400): OpenAI's error code, and the
-# words of OpenAI's and Anthropic's messages ("prompt is too long: 215000 tokens > 200000 maximum").
-_OVERFLOW_CODES = frozenset({"context_length_exceeded"})
-_OVERFLOW_WORDS = ("prompt is too long", "maximum context length", "context_length_exceeded")
+# words of OpenAI's and vLLM's ("This model's maximum context length is N tokens"), Anthropic's
+# ("prompt is too long: 215000 tokens > 200000 maximum", and with max_tokens counted: "input length
+# and `max_tokens` exceed context limit: 199759 + 8192 > 200000"), llama.cpp's server (type
+# `exceed_context_size_error`, "request (N tokens) exceeds the available context size (M tokens)")
+# and Ollama's ("the input length exceeds the context length") messages.
+_OVERFLOW_CODES = frozenset({"context_length_exceeded", "exceed_context_size_error"})
+_OVERFLOW_WORDS = (
+    "prompt is too long",
+    "maximum context length",
+    "context_length_exceeded",
+    "exceed context limit",
+    "exceeds the available context size",
+    "exceeds the context length",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,7 +287,9 @@ def status_reason(status: int, body: Any) -> str:
     elif isinstance(error, str):
         message = error
     if status in (400, 413) and (
-        code in _OVERFLOW_CODES or any(w in message.lower() for w in _OVERFLOW_WORDS)
+        code in _OVERFLOW_CODES
+        or kind in _OVERFLOW_CODES
+        or any(w in message.lower() for w in _OVERFLOW_WORDS)
     ):
         return CONTEXT_OVERFLOW
     if status == 529 or kind == "overloaded_error":

@@ -1,0 +1,96 @@
+"""A turn's prompt kept inside the model's context window: compaction before, and after a refusal.
+
+Before each chat call the prompt is estimated (characters per token, agentd.messages); one that
+would exceed the window (agentd.providers.windows) is compacted first, not sent to be refused. A
+provider's overflow error (the estimate was short, or the window was unknown: the error teaches
+it, remembered for the process) is recovered the same way, and the call retried. Each recovery is
+an audit event of the run (`model/overflow`: trigger, estimate, window, what the compaction did),
+and their number is bounded: a compaction that changed nothing is not tried again.
+
+The new messages of the turn are never compacted (they are not in the thread yet): when they alone
+exceed the window, no compaction can help, and the person is told so plainly (`MessageTooLarge`).
+The message is still stored with the run; the next turn compacts it away (in pieces that fit the
+summariser), so the conversation goes on without /reset.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+from agentd.engine.conversation import Conversation
+from agentd.errors import ProviderError
+from agentd.memory.base import Compacts
+from agentd.messages import Message, estimate_tokens
+from agentd.providers.base import CompletionRequest
+from agentd.providers.windows import learn, window_of
+from agentd.store.records import AuditRecord, RunRecord
+
+MAX_RECOVERIES = 2  # per turn: one compaction keeping the last turns, then one of everything before this turn
+
+
+class MessageTooLarge(Exception):
+    """The turn's own messages are longer than the model's window: nothing to compact away."""
+
+
+def request_tokens(request: CompletionRequest) -> int:
+    """The estimated prompt of `request`: system, messages and the tools' schemas."""
+    tools = sum(len(t.name) + len(t.description) + len(json.dumps(t.parameters)) for t in request.tools)
+    return estimate_tokens(len(request.system) + sum(m.char_count() for m in request.messages) + tools)
+
+
+class OverflowGuard:
+    def __init__(self, conv: Conversation, run: RunRecord, audit: list[AuditRecord]):
+        self._conv, self._run, self._audit = conv, run, audit
+        self.recoveries = 0
+
+    def window(self) -> int | None:
+        model = self._conv.spec.model
+        ref = self._run.model or model.name
+        return window_of(ref, model.context_window if ref == model.name else None)
+
+    def over(self, request: CompletionRequest) -> bool:
+        window = self.window()
+        return window is not None and request_tokens(request) + (request.max_output_tokens or 0) > window
+
+    def learn(self, error: ProviderError) -> None:
+        if error.provider and error.model:
+            learn(f"{error.provider}/{error.model}", str(error))
+
+    def check_new(self, system: str, new: Sequence[Message]) -> None:
+        """Raise MessageTooLarge when the turn's own messages (and the system prompt) exceed the window."""
+        window = self.window()
+        tokens = estimate_tokens(len(system) + sum(m.char_count() for m in new))
+        if window is not None and tokens > window:
+            kept = "It is saved, but" if self._conv.memory.keeps_transcript else "Nothing was kept, and"
+            raise MessageTooLarge(
+                f"Your message is too long for this model: it comes to about {tokens} tokens with my "
+                f"instructions, and the model can read at most {window} tokens at once. {kept} I could "
+                "not answer it; please send it in smaller parts (or a summary of it)."
+            )
+
+    async def recover(self, trigger: str, request: CompletionRequest, error: str | None = None) -> bool:
+        """Compact the thread for a request that is (`overflow`) or would be (`window`) too long;
+        True when the thread changed, so a rebuilt prompt is shorter and worth sending."""
+        compaction = self._conv.memory.compaction
+        if self.recoveries >= MAX_RECOVERIES or not isinstance(compaction, Compacts):
+            return False
+        self.recoveries += 1
+        # first keep the last two turns verbatim; the second time keep none (this turn is apart)
+        keep = 2 if self.recoveries == 1 else 0
+        outcome = await compaction.compact(self._conv.ctx, self._conv.thread, trigger, keep_turns=keep)
+        if outcome.status == "nothing_to_compact" and keep:
+            return await self.recover(trigger, request, error)
+        data = {
+            "trigger": trigger,
+            "estimated_tokens": request_tokens(request),
+            "window": self.window(),
+            "attempt": self.recoveries,
+            "compaction": outcome.status,
+            "compaction_run": outcome.run_id,
+            "compacted_messages": outcome.compacted_messages,
+        }
+        if error is not None:
+            data["error"] = error
+        self._audit.append(AuditRecord("model", "overflow", self._run.conversation_key, self._run.id, data))
+        return outcome.status == "ok"
