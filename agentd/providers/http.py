@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
-import json
 import math
 import os
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
@@ -24,40 +23,20 @@ import httpx
 
 from agentd.backoff import backoff_delays
 from agentd.errors import (
-    AUTH,
     CONNECTION,
     CONTEXT_OVERFLOW,
-    INVALID_REQUEST,
-    NOT_FOUND,
     OTHER,
-    OVERLOADED,
-    RATE_LIMITED,
-    SERVER_ERROR,
     STREAM_BROKEN,
     TIMEOUT,
     UNREADABLE,
     CredentialError,
     ProviderError,
 )
+from agentd.providers.error_bodies import error_body, server_message, snippet, status_reason
 from agentd.providers.sse import ServerSentEvent, SSEDecoder
 
 # 529 is Anthropic's "overloaded"; 408 is a request the server gave up waiting for.
 RETRYABLE_STATUSES = frozenset({408, 429, 500, 502, 503, 504, 529})
-# How a prompt longer than the model's window is refused (HTTP 400): OpenAI's error code, and the
-# words of OpenAI's and vLLM's ("This model's maximum context length is N tokens"), Anthropic's
-# ("prompt is too long: 215000 tokens > 200000 maximum", and with max_tokens counted: "input length
-# and `max_tokens` exceed context limit: 199759 + 8192 > 200000"), llama.cpp's server (type
-# `exceed_context_size_error`, "request (N tokens) exceeds the available context size (M tokens)")
-# and Ollama's ("the input length exceeds the context length") messages.
-_OVERFLOW_CODES = frozenset({"context_length_exceeded", "exceed_context_size_error"})
-_OVERFLOW_WORDS = (
-    "prompt is too long",
-    "maximum context length",
-    "context_length_exceeded",
-    "exceed context limit",
-    "exceeds the available context size",
-    "exceeds the context length",
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,7 +133,7 @@ async def post_sse(
                 endpoint,
                 model,
                 f"expected an event stream, got {content_type or 'no content-type'}: "
-                f"{_snippet(response.text)!r}",
+                f"{snippet(response.text)!r}",
             )
         decoder = SSEDecoder()
         try:
@@ -248,7 +227,7 @@ def _json_object(endpoint: Endpoint, model: str, response: httpx.Response) -> di
     except (ValueError, UnicodeDecodeError):
         content_type = response.headers.get("content-type", "no content-type")
         raise unreadable(
-            endpoint, model, f"the body is not JSON ({content_type}): {_snippet(response.text)!r}"
+            endpoint, model, f"the body is not JSON ({content_type}): {snippet(response.text)!r}"
         ) from None
     if not isinstance(body, dict):
         raise unreadable(endpoint, model, f"expected a JSON object, got {type(body).__name__}")
@@ -276,43 +255,10 @@ class _Failure:
         )
 
 
-def status_reason(status: int, body: Any) -> str:
-    """What an error status says failed, read with its body as the APIs document them: OpenAI's
-    `{"error": {"code": "context_length_exceeded", ...}}`, Anthropic's `{"type": "error", "error":
-    {"type": "overloaded_error", ...}}` (which may come with another 5xx than 529)."""
-    error = body.get("error") if isinstance(body, dict) else None
-    kind = code = message = ""
-    if isinstance(error, dict):
-        kind, code, message = (str(error.get(k) or "") for k in ("type", "code", "message"))
-    elif isinstance(error, str):
-        message = error
-    if status in (400, 413) and (
-        code in _OVERFLOW_CODES
-        or kind in _OVERFLOW_CODES
-        or any(w in message.lower() for w in _OVERFLOW_WORDS)
-    ):
-        return CONTEXT_OVERFLOW
-    if status == 529 or kind == "overloaded_error":
-        return OVERLOADED
-    if status == 429:
-        return RATE_LIMITED
-    if status == 408:
-        return TIMEOUT
-    if status >= 500:
-        return SERVER_ERROR
-    if status in (401, 403):
-        return AUTH
-    if status == 404:
-        return NOT_FOUND
-    if status in (400, 413, 422):
-        return INVALID_REQUEST
-    return OTHER
-
-
 def _status_failure(endpoint: Endpoint, response: httpx.Response) -> _Failure:
     status = response.status_code
-    reason = status_reason(status, _body(response))
-    said = _server_message(response)
+    reason = status_reason(status, error_body(response))
+    said = server_message(response)
     server = f" (the server said: {said})" if said else ""
     if status in (401, 403):
         where = f"{endpoint.key_env} or " if endpoint.key_env else ""
@@ -339,32 +285,6 @@ def _status_failure(endpoint: Endpoint, response: httpx.Response) -> _Failure:
     else:
         message = f"unexpected HTTP {status}{server}"
     return _Failure(message, status=status, reason=reason)
-
-
-_NOT_JSON = object()
-
-
-def _body(response: httpx.Response) -> Any:
-    try:
-        return response.json()
-    except (ValueError, UnicodeDecodeError):
-        return _NOT_JSON
-
-
-def _server_message(response: httpx.Response) -> str:
-    """The human part of an error body: OpenAI's and Anthropic's `error.message`, else the text."""
-    body = _body(response)
-    if body is _NOT_JSON:
-        return _snippet(response.text)
-    if isinstance(body, dict):
-        error = body.get("error")
-        if isinstance(error, dict) and isinstance(error.get("message"), str):
-            return _snippet(error["message"])
-        if isinstance(error, str):
-            return _snippet(error)
-        if isinstance(body.get("message"), str):
-            return _snippet(body["message"])
-    return _snippet(json.dumps(body))
 
 
 def _retry_after(response: httpx.Response, cap: float) -> float | None:
@@ -394,8 +314,3 @@ def _retry_after(response: httpx.Response, cap: float) -> float | None:
 
 def _describe(exc: Exception) -> str:
     return str(exc) or type(exc).__name__
-
-
-def _snippet(text: str, limit: int = 300) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
