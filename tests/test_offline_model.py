@@ -22,3 +22,23 @@ async def test_a_tool_calls_steps_are_not_earlier_messages(tmp_path: Path) -> No
             "(offline model) I see 2 earlier messages in this conversation."
         )
         assert (await say("hello again")).startswith("(offline model) I see 4 earlier messages")
+
+
+def test_the_count_of_what_was_said_is_read_once_and_never_stale() -> None:
+    """The offline model counts a growing history from where it stopped (the same Message objects come
+    back each turn), and starts again when the history is not the one it counted (a compaction, /new)."""
+    from agentd.messages import Message, ToolCallPart, ToolResultPart
+    from agentd.providers.offline import _said, _SaidCounter
+
+    counter = _SaidCounter()
+    call = Message(role="assistant", parts=(ToolCallPart(id="c1", name="remember", arguments={}),))
+    result = Message(role="tool", parts=(ToolResultPart(call_id="c1", name="remember", content="ok"),))
+    history = [Message.user("hi", "u"), call, result, Message.assistant("done")]
+    assert counter.count(history) == 2
+    history += [Message.user("more", "u"), Message.assistant("sure")]
+    assert counter.count(history) == 4
+    changed = [history[0], Message.assistant("another"), *history[2:]]  # same first, another past
+    changed[-1] = Message.assistant("not the one counted")
+    assert counter.count(changed) == sum(map(_said, changed)) == 5
+    compacted = [Message.assistant("summary"), *history[4:]]
+    assert counter.count(compacted) == 3

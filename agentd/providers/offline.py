@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
-from agentd.messages import CHARS_PER_TOKEN, Message, ToolCallPart
+from agentd.messages import CHARS_PER_TOKEN, Message, TextPart, ToolCallPart
 from agentd.providers.base import Completion, CompletionRequest, TextDelta
 from agentd.providers.remembered import material_of
 
@@ -101,9 +101,7 @@ def _after_tools(tool_message: Message) -> str:
 
 
 def _describe(request: CompletionRequest, text: str) -> str:
-    # what was said: the person's messages and the replies; a tool call's steps (the call, its result)
-    # are not messages a person would count
-    earlier = sum(1 for m in request.messages[:-1] if m.role in ("user", "assistant") and m.text)
+    earlier = _SAID.count(request.messages[:-1])
     sees = f"I see {earlier} earlier message{'s' if earlier != 1 else ''} in this conversation"
     hints = request.hints
     if hints.summary:
@@ -138,3 +136,40 @@ def _extractive_summary(request: CompletionRequest) -> str:
         summary_lines.append(line)
         total += len(line) + 1
     return "\n".join(reversed(summary_lines)) or "(nothing to summarise)"
+
+
+def _said(message: Message) -> bool:
+    """A message a person would count: theirs or a reply with text; a tool call's steps (the call, its
+    result) are not."""
+    return message.role != "tool" and any(type(p) is TextPart and p.text for p in message.parts)
+
+
+class _SaidCounter:
+    """How many messages of a history were said, read once per message: a conversation's request
+    repeats its history every turn (the same Message objects, from the hot thread), so only what came
+    after the last count is read, and a 10,000-message conversation costs what a short one does."""
+
+    KEPT = 256  # conversations remembered; the oldest is forgotten first
+
+    def __init__(self) -> None:
+        # first message's id -> (the first message, the last one counted, its index, the count so far);
+        # the first message is held, so its id cannot be reused while it is here
+        self._seen: dict[int, tuple[Message, Message, int, int]] = {}
+
+    def count(self, messages: Sequence[Message]) -> int:
+        if not messages:
+            return 0
+        start = total = 0
+        seen = self._seen.pop(id(messages[0]), None)
+        if seen is not None:
+            first, last, at, counted = seen
+            if first is messages[0] and at < len(messages) and messages[at] is last:
+                start, total = at + 1, counted
+        total += sum(1 for m in messages[start:] if _said(m))
+        self._seen[id(messages[0])] = (messages[0], messages[-1], len(messages) - 1, total)
+        while len(self._seen) > self.KEPT:
+            del self._seen[next(iter(self._seen))]
+        return total
+
+
+_SAID = _SaidCounter()
