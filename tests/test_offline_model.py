@@ -34,11 +34,11 @@ def test_the_count_of_what_was_said_is_read_once_and_never_stale() -> None:
     call = Message(role="assistant", parts=(ToolCallPart(id="c1", name="remember", arguments={}),))
     result = Message(role="tool", parts=(ToolResultPart(call_id="c1", name="remember", content="ok"),))
     history = [Message.user("hi", "u"), call, result, Message.assistant("done")]
-    assert counter.count(history) == 2
+    assert counter.count(history, len(history)) == 2
     history += [Message.user("more", "u"), Message.assistant("sure")]
-    assert counter.count(history) == 4
+    assert counter.count(history, len(history)) == 4
     changed = [history[0], Message.assistant("another"), *history[2:]]  # same first, another past
     changed[-1] = Message.assistant("not the one counted")
-    assert counter.count(changed) == sum(map(_said, changed)) == 5
+    assert counter.count(changed, len(changed)) == sum(map(_said, changed)) == 5
     compacted = [Message.assistant("summary"), *history[4:]]
-    assert counter.count(compacted) == 3
+    assert counter.count(compacted, len(compacted)) == 3

@@ -101,7 +101,7 @@ def _after_tools(tool_message: Message) -> str:
 
 
 def _describe(request: CompletionRequest, text: str) -> str:
-    earlier = _SAID.count(request.messages[:-1])
+    earlier = _SAID.count(request.messages, len(request.messages) - 1)
     sees = f"I see {earlier} earlier message{'s' if earlier != 1 else ''} in this conversation"
     hints = request.hints
     if hints.summary:
@@ -156,17 +156,20 @@ class _SaidCounter:
         # the first message is held, so its id cannot be reused while it is here
         self._seen: dict[int, tuple[Message, Message, int, int]] = {}
 
-    def count(self, messages: Sequence[Message]) -> int:
-        if not messages:
+    def count(self, messages: Sequence[Message], upto: int) -> int:
+        """How many of messages[:upto] were said. Read by index, never sliced: a prompt's messages are
+        a MessageSequence over the hot thread, whose slice would copy the whole history."""
+        if upto <= 0:
             return 0
         start = total = 0
-        seen = self._seen.pop(id(messages[0]), None)
+        head = messages[0]
+        seen = self._seen.pop(id(head), None)
         if seen is not None:
             first, last, at, counted = seen
-            if first is messages[0] and at < len(messages) and messages[at] is last:
+            if first is head and at < upto and messages[at] is last:
                 start, total = at + 1, counted
-        total += sum(1 for m in messages[start:] if _said(m))
-        self._seen[id(messages[0])] = (messages[0], messages[-1], len(messages) - 1, total)
+        total += sum(1 for i in range(start, upto) if _said(messages[i]))
+        self._seen[id(head)] = (head, messages[upto - 1], upto - 1, total)
         while len(self._seen) > self.KEPT:
             del self._seen[next(iter(self._seen))]
         return total
