@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -96,7 +97,7 @@ async def test_a_key_names_one_conversation_and_a_bad_key_is_refused(served: Ser
     clash = await post(served.url, {"conversation_id": "b", "text": "hi"}, key="k")
     assert clash.status_code == 409 and "webhook:a" in clash.json()["error"]
     differ = await post(served.url, {"conversation_id": "a", "text": "hi", "message_id": "x"}, key="k")
-    assert differ.status_code == 400 and "differ" in differ.json()["error"]
+    assert differ.status_code == 409 and "differ" in differ.json()["error"]
     spaced = await post(served.url, {"conversation_id": "a", "text": "hi", "message_id": "a b"})
     assert spaced.status_code == 422
     assert await served.messages("webhook:b") == []
@@ -111,6 +112,23 @@ async def test_a_streamed_retry_gets_the_first_reply(served: Served, fake: FakeL
                 replies += [json.loads(e.data) async for e in sse_events(response) if e.event == "reply"]
     assert [r["reply"] for r in replies] == ["fake reply to: stream it"] * 2
     assert len(fake.requests) == 1 and len(await served.messages("webhook:s")) == 2
+
+
+async def test_a_streamed_request_reusing_a_key_of_another_conversation_is_refused_in_the_stream(
+    served: Served, fake: FakeLLM, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The refusal reaches the client as the stream's error event, and is no failure of agentd's (no
+    error logged)."""
+    async with httpx.AsyncClient(base_url=served.url, headers=AUTH | {"Idempotency-Key": "k-x"}) as http:
+        first = await http.post("/agents/assistant/messages", json={"conversation_id": "x1", "text": "one"})
+        assert first.status_code == 200
+        body = {"conversation_id": "x2", "text": "two"}
+        async with http.stream("POST", "/agents/assistant/messages?stream=true", json=body) as response:
+            events = [e async for e in sse_events(response)]
+    assert [e.event for e in events if e.event in ("reply", "error")] == ["error"]
+    assert "named a message of conversation 'webhook:x1'" in events[-1].data
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert await served.messages("webhook:x2") == [] and len(fake.requests) == 1
 
 
 async def across_a_restart(

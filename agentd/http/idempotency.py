@@ -36,7 +36,8 @@ REPLAYED_HEADER = "Idempotent-Replayed"  # "true" on an answer that is a retry's
 KEY_PATTERN = r"^[!-~]{1,255}$"  # printable ASCII without spaces: a header carries it as is
 KEY_DOC = (
     "names this message (1-255 printable ASCII characters): a retry with the same key is answered with "
-    "the first request's reply, and the message is stored once; a key used for another conversation is a 409"
+    "the first request's reply, and the message is stored once; a key used for another conversation, or a "
+    "message_id that differs from it, is a 409"
 )
 MAX_REMEMBERED = 1024  # replies kept in memory per daemon for retries that come after their first
 
@@ -85,9 +86,10 @@ class Idempotency:
 
 
 def key_of(header: str | None, field: str | None) -> str | None:
-    """The request's key: the header or the body's `message_id` (400 when both differ)."""
+    """The request's key: the header or the body's `message_id`. Both, differing, is a 409: each is a
+    well-formed name, but they name two messages at once (a conflict, not a malformed request)."""
     if header is not None and field is not None and header != field:
-        raise ApiError(400, f"the {HEADER} header ({header!r}) and message_id ({field!r}) differ: send one")
+        raise ApiError(409, f"the {HEADER} header ({header!r}) and message_id ({field!r}) differ: send one")
     return header if header is not None else field
 
 

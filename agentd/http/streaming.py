@@ -26,7 +26,7 @@ from starlette.responses import StreamingResponse
 
 from agentd.errors import StoreError
 from agentd.events import Reply, ReplySink
-from agentd.http.errors import store_unavailable
+from agentd.http.errors import ApiError, store_unavailable
 
 log = logging.getLogger(__name__)
 PING_SECONDS = 15.0
@@ -40,7 +40,8 @@ class Restart:
 
 @dataclass(frozen=True, slots=True)
 class Failed:
-    """The turn could not run to a reply (the agent's data unavailable, a bug); `reason` says why."""
+    """The turn could not run to a reply (the agent's data unavailable, the request refused, a bug);
+    `reason` says why."""
 
     reason: str
 
@@ -80,6 +81,9 @@ class TurnStream:
         except StoreError as exc:
             log.error("a streamed turn could not run: %s", exc)
             self._queue.put_nowait(Failed(store_unavailable(exc)))
+        except ApiError as exc:  # refused for what the request said (a key naming another conversation)
+            log.info("a streamed turn was refused: %s", exc.reason)
+            self._queue.put_nowait(Failed(exc.reason))
         except Exception:
             log.exception("a streamed turn failed")
             self._queue.put_nowait(Failed("the turn failed inside agentd; the daemon's log says why"))
