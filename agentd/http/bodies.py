@@ -206,7 +206,9 @@ def epoch_seconds(value: float | str, *, numeric_text: bool = False) -> float:
     leap second and any number of fraction digits allowed); with `numeric_text`, also a number written
     as text (a query parameter) or a day alone. ValueError otherwise."""
     if isinstance(value, str):
-        seconds = _text_time(value, numeric_text)
+        # a date-time's own fields are years 1-9999 (the parser allows no other), but its offset may carry
+        # it up to a day past them in UTC: the nearest bound, so every date-time the document allows is taken
+        seconds = min(max(_text_time(value, numeric_text), EARLIEST_S), LATEST_S)
     elif isinstance(value, int | float) and not isinstance(value, bool):
         seconds = float(value)
     else:
