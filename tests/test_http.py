@@ -249,3 +249,9 @@ def test_non_loopback_host_needs_a_token(tmp_path: Path) -> None:
 async def test_bad_conversation_keys_are_400(api: httpx.AsyncClient, path: str) -> None:
     r = await api.get(path)
     assert r.status_code == 400 and "not a conversation key" in r.json()["error"]
+
+
+async def test_a_number_past_the_years_1_to_9999_is_refused_as_since_too(api: httpx.AsyncClient) -> None:
+    """The document bounds a number (written as text in a query too): past the bound it is a 400."""
+    r = await api.get("/audit", params={"since": "253402300800.0"})
+    assert r.status_code == 400, r.text

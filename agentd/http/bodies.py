@@ -206,9 +206,7 @@ def epoch_seconds(value: float | str, *, numeric_text: bool = False) -> float:
     leap second and any number of fraction digits allowed); with `numeric_text`, also a number written
     as text (a query parameter) or a day alone. ValueError otherwise."""
     if isinstance(value, str):
-        # a date-time's own fields are years 1-9999 (the parser allows no other), but its offset may carry
-        # it up to a day past them in UTC: the nearest bound, so every date-time the document allows is taken
-        seconds = min(max(_text_time(value, numeric_text), EARLIEST_S), LATEST_S)
+        seconds = _text_time(value, numeric_text)
     elif isinstance(value, int | float) and not isinstance(value, bool):
         seconds = float(value)
     else:
@@ -235,7 +233,10 @@ def _text_time(text: str, numeric_text: bool) -> float:
     if fraction:
         normalized += "." + fraction[:6].ljust(6, "0")
     offset = "+00:00" if offset in (None, "Z", "z") else offset
-    return datetime.fromisoformat(normalized + offset).timestamp()
+    # a date-time's own fields are years 1-9999 (the parser allows no other), but its offset may carry
+    # it up to a day past them in UTC: the nearest bound, so every date-time the document allows is taken
+    # (a number, which the document bounds, is refused past them instead)
+    return min(max(datetime.fromisoformat(normalized + offset).timestamp(), EARLIEST_S), LATEST_S)
 
 
 def parse_since(value: str | None) -> float | None:
