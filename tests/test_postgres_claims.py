@@ -348,6 +348,9 @@ async def test_a_daemon_of_the_version_before_still_claims_in_turn_during_a_roll
     new = await daemon("new")
     async with new.claim(KEY):
         pass  # (the agent's row exists now)
+    # a claim's ticket is given back without waiting: the old daemon's claim below must find it gone
+    releasing = new._backend.claims._releasing  # type: ignore[attr-defined]
+    await wait_until(lambda: not releasing, "the new daemon's ticket to be given back", 10)
     agent_id = new._require()  # type: ignore[attr-defined]
     old_version_claim = (
         "SELECT ticket_id, is_granted FROM agentd_claim(%s, %s, 'turn', 'old', 15, NULL, NULL)"
