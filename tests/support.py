@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -233,3 +235,15 @@ async def sse_events(response: httpx.Response) -> AsyncIterator[ServerSentEvent]
     async for line in response.aiter_lines():
         if (event := decoder.feed(line)) is not None:
             yield event
+
+
+def agentd_cli(root: Path, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    """`agentd ARGS` as a new user runs it, in `root`, with this Python; what it printed and its exit."""
+    return subprocess.run(
+        [sys.executable, "-m", "agentd.cli", *args],
+        cwd=root,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )

@@ -4,25 +4,13 @@ daemon does not serve is refused before anything else, and a daemon serving anot
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from tests.daemon_process import DaemonProcess
-
-
-def agentd(root: Path, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "agentd.cli", *args],
-        cwd=root,
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+from tests.support import agentd_cli as agentd
 
 
 @pytest.fixture

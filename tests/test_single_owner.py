@@ -16,6 +16,7 @@ import pytest
 from agentd.store.folder_lock import probe
 from testkit.waiting import wait_until
 from tests.daemon_process import DaemonProcess, free_port
+from tests.support import agentd_cli as agentd
 
 ASSISTANT = "purpose: You help.\nmemory: {scope: thread, persistent: true}\nchannels: {webhook: {}}\n"
 
@@ -25,17 +26,6 @@ def root(tmp_path: Path) -> Path:
     (tmp_path / "agents").mkdir()
     (tmp_path / "agents" / "assistant.yaml").write_text(ASSISTANT)
     return tmp_path
-
-
-def agentd(root: Path, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "agentd.cli", *args],
-        input=stdin,
-        cwd=root,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
 
 
 def snapshot(folder: Path) -> dict[str, tuple[int, int]]:
