@@ -8,7 +8,7 @@ Channels know only this module: they turn a platform message into an
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Protocol
@@ -59,6 +59,47 @@ COMMANDS: Mapping[str, str] = MappingProxyType(
 )
 
 
+class MediaTooLarge(Exception):
+    """An attachment's download went past the byte limit it was given (the limit is `limit`)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"larger than {limit} bytes")
+        self.limit = limit
+
+
+@dataclass(frozen=True, slots=True)
+class Attachment:
+    """A file that came with a person's message (a photo, a document, a voice note), as the channel got
+    it. The bytes are `data` when the channel already holds them (a webhook upload, a data URL), else
+    `download(max_bytes)` fetches them the platform's way (a bot token, Telegram's getFile) and raises
+    MediaTooLarge past `max_bytes`: the engine decides the limits, the channel knows the wire.
+    `kind` is the channel's reading (image | audio | document | file); `size` what the platform
+    declared, when it did (checked before downloading)."""
+
+    kind: str
+    mime_type: str | None = None
+    filename: str | None = None
+    size: int | None = None
+    data: bytes | None = None
+    download: Callable[[int], Awaitable[bytes]] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class OutgoingFile:
+    """A file a reply carries (an image a tool made, a document), sent as an attachment where the
+    channel can."""
+
+    filename: str
+    mime_type: str
+    data: bytes
+
+
+def account_of(channel: str, user_id: str | None) -> str | None:
+    """The account a user id names, "<channel>:<user id>" (e.g. "telegram:42"), the unit a person's
+    linked accounts are made of."""
+    return None if user_id is None else f"{channel}:{user_id}"
+
+
 @dataclass(frozen=True, slots=True)
 class InboundEvent:
     """One message from a person, on its way to an agent.
@@ -78,6 +119,19 @@ class InboundEvent:
     event_id: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
     sent_at: float | None = None
+    attachments: tuple[Attachment, ...] = ()
+    # the person behind the account when the daemon knows one (linked accounts); None: the account is
+    # the person. Read `who`, not this.
+    person: str | None = None
+
+    @property
+    def account(self) -> str | None:
+        return account_of(self.channel, self.user_id)
+
+    @property
+    def who(self) -> str | None:
+        """Whom the event is from, for what is owned per person (jobs, budgets, per-person memory)."""
+        return self.person or self.account
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +146,7 @@ class Reply:
     error: str | None = None
     approval: str | None = None
     cut_short: bool = False  # the model stopped at its output limit (max tokens), not at its end
+    files: tuple[OutgoingFile, ...] = ()
 
 
 class ReplySink(Protocol):
