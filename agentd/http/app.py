@@ -47,6 +47,7 @@ from agentd.http.lookup import running_agent
 from agentd.http.openai_api import add_openai_routes, is_openai_path, openai_error
 from agentd.http.people import add_people_routes
 from agentd.http.reads import add_read_routes
+from agentd.http.responses_api import add_responses_routes
 from agentd.http.streaming import TurnStream, reply_events
 from agentd.http.tools_routes import add_tool_routes
 from agentd.http.ui import add_ui_routes
@@ -208,6 +209,7 @@ def create_app(directory: AgentDirectory) -> FastAPI:
     app.add_api_route("/slack/{agent}/events", platform, methods=["POST"], include_in_schema=False)
     app.add_api_route("/telegram/{agent}", platform, methods=["POST"], include_in_schema=False)
     add_openai_routes(app, directory, require_token, turns, once)
+    add_responses_routes(app, directory, require_token, turns, once)
     add_tool_routes(app, directory, protected)
     add_ui_routes(app, directory)
     add_docs_routes(app, directory, require_token)

@@ -162,6 +162,21 @@ def conversation_header(key: str) -> str:
     return quote(key, safe=_HEADER_SAFE)
 
 
+def openai_agent(directory: AgentDirectory, name: str) -> Agent:
+    """The agent a /v1 request names as its `model`: one open to HTTP (with the webhook channel), running."""
+    agent = directory.agent(name)
+    if agent is None or not directory.has_webhook(name):
+        raise ApiError(
+            404,
+            f"The model {name!r} does not exist: it names no agent open to HTTP (GET /v1/models lists them)",
+            code="model_not_found",
+            param="model",
+        )
+    if agent.status != "running":
+        raise ApiError(503, f"agent {name!r} is {agent.status}")
+    return agent
+
+
 def add_openai_routes(
     app: FastAPI,
     directory: AgentDirectory,
@@ -170,17 +185,7 @@ def add_openai_routes(
     once: Idempotency,
 ) -> None:
     def agent_of(name: str) -> Agent:
-        agent = directory.agent(name)
-        if agent is None or not directory.has_webhook(name):
-            raise ApiError(
-                404,
-                f"The model {name!r} does not exist: it names no agent open to HTTP (GET /v1/models lists them)",
-                code="model_not_found",
-                param="model",
-            )
-        if agent.status != "running":
-            raise ApiError(503, f"agent {name!r} is {agent.status}")
-        return agent
+        return openai_agent(directory, name)
 
     def served() -> list[str]:
         names = sorted(a["name"] for a in directory.describe_agents())

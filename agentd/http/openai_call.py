@@ -89,10 +89,10 @@ class Call:
             raise ApiError(
                 413, f"the last user message is {len(self.text)} characters; the limit is {MAX_TEXT}"
             )
-        self.user = _name(body.user, "user")
+        self.user = name_of(body.user, "user")
         if self.user is not None and not is_user_id(self.user):  # the speaker too: the people routes' rule
             raise ApiError(400, f"user: not a user id ({USER_ID_FORM})", param="user")
-        named = _name(header, CONVERSATION_HEADER) or self.user
+        named = name_of(header, CONVERSATION_HEADER) or self.user
         self.key = f"{CHANNEL}:{named}" if named else STATELESS_KEY
         # Stateless: the caller's conversation so far, without its system messages (they are instructions).
         self.earlier: list[Message] | None = None
@@ -125,7 +125,7 @@ def _text(message: ChatMessageIn, index: int) -> str:
             )
         raise ApiError(400, f"messages[{index}]: content is missing", param="messages")
     if isinstance(content, str):
-        return _encodable(content, f"messages[{index}]")
+        return encodable(content, f"messages[{index}]")
     texts = []
     for part in content:
         if part.type != "text" or part.text is None:
@@ -135,7 +135,7 @@ def _text(message: ChatMessageIn, index: int) -> str:
                 param="messages",
             )
         texts.append(part.text)
-    return _encodable("".join(texts), f"messages[{index}]")
+    return encodable("".join(texts), f"messages[{index}]")
 
 
 def _message(message: ChatMessageIn, index: int) -> Message:
@@ -148,15 +148,15 @@ def _message(message: ChatMessageIn, index: int) -> Message:
     return Message.user(text) if message.role == "user" else Message.assistant(text)
 
 
-def _name(value: str | None, what: str) -> str | None:
+def name_of(value: str | None, what: str) -> str | None:
     if value is None or value == "":
         return None
     if len(value) > NAME_CHARS or any(c.isspace() for c in value):
         raise ApiError(400, f"{what}: 1-{NAME_CHARS} characters without spaces (it names the conversation)")
-    return _encodable(value, what, param="user" if what == "user" else None)
+    return encodable(value, what, param="user" if what == "user" else None)
 
 
-def _encodable(text: str, what: str, param: str | None = "messages") -> str:
+def encodable(text: str, what: str, param: str | None = "messages") -> str:
     """Text that is Unicode: a lone surrogate (JSON's `\\ud800`) can be neither stored nor sent on, so
     it is refused here, before anything runs, rather than failing half-way."""
     try:
