@@ -152,7 +152,7 @@ async def _status(conv: Conversation, event: InboundEvent) -> CommandResult:
         f"out {totals['output_tokens']}",
     ]
     if spec.memory.persistent:
-        keys = conv.agent.memory_keys(spec, event.conversation_key, event.user_id)
+        keys = conv.agent.memory_keys(spec, event.conversation_key, event.user_id, event.linked_user_ids)
         lines.append(f"Persistent memory keys: {len(keys)}")
     if len(facts["model_chain"]) > 1:
         lines.insert(2, "Fallbacks: " + ", ".join(link["model"] for link in facts["model_chain"][1:]))
