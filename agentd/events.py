@@ -54,6 +54,9 @@ COMMANDS: Mapping[str, str] = MappingProxyType(
         "status": "show the agent, model, context size, totals and approvals waiting",
         "approve": "/approve <id>: let a tool call that waits for approval run",
         "deny": "/deny <id>: refuse a tool call that waits for approval",
+        "link": "/link: a one-time code; /link <code> from your other account makes the two one person",
+        "unlink": "take this account out of the person it is linked into",
+        "whoami": "show the accounts linked into you",
         "help": "list these commands",
     }
 )

@@ -61,7 +61,9 @@ async def pause_run(
         )
         or {},
         requested_by=requester,
-        approvers=list(spec.tools.approvers) or [requester],
+        # "the person who asked": from any of their linked accounts
+        approvers=list(spec.tools.approvers)
+        or [requester, *sorted(set(event.person_accounts) - {requester})],
         created_at=now,
         expires_at=now + spec.tools.approval_timeout_s,
     )
