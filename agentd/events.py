@@ -54,6 +54,9 @@ COMMANDS: Mapping[str, str] = MappingProxyType(
         "status": "show the agent, model, context size, totals and approvals waiting",
         "approve": "/approve <id>: let a tool call that waits for approval run",
         "deny": "/deny <id>: refuse a tool call that waits for approval",
+        "link": "/link: a one-time code; /link <code> from your other account makes the two one person",
+        "unlink": "take this account out of the person it is linked into",
+        "whoami": "show the accounts linked into you",
         "help": "list these commands",
     }
 )
@@ -123,6 +126,8 @@ class InboundEvent:
     # the person behind the account when the daemon knows one (linked accounts); None: the account is
     # the person. Read `who`, not this.
     person: str | None = None
+    # every account of `person` (this one too), set with it: whose memories the speaker also reads
+    person_accounts: tuple[str, ...] = ()
 
     @property
     def account(self) -> str | None:
@@ -132,6 +137,12 @@ class InboundEvent:
     def who(self) -> str | None:
         """Whom the event is from, for what is owned per person (jobs, budgets, per-person memory)."""
         return self.person or self.account
+
+    @property
+    def linked_user_ids(self) -> tuple[str, ...]:
+        """The user ids of the person's other accounts ("telegram:42" -> "42"), whose memories are theirs."""
+        own = self.user_id
+        return tuple(sorted({a.split(":", 1)[1] for a in self.person_accounts} - {own}))  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True, slots=True)

@@ -127,6 +127,10 @@ DAEMONS: list[tuple[str, str, bool]] = [
     ("defaults", "defaults: {model: offline}\nmemory_extractor_model: openai/gpt-4.1-mini\n", True),
     ("postgres", "store: {url: 'postgresql://u:p@h:5432/d', lease_s: 15}\n", True),
     ("empty store url", "store: {url: ''}\n", True),
+    ("people", "people: {ana: [slack:U012AB, telegram:42], bo.b: [webhook:bob]}\n", True),
+    ("person name with a colon", "people: {'a:b': [telegram:42]}\n", False),
+    ("account without a channel", "people: {ana: ['42']}\n", False),
+    ("person with no account", "people: {ana: []}\n", False),
     ("beyond loopback without a token", "http: {host: 0.0.0.0}\n", False),
     ("beyond loopback with an empty token", "http: {host: example.com, token: ''}\n", False),
     ("provider name with a blank", "providers: {'my groq': {kind: openai}}\n", False),
@@ -152,6 +156,7 @@ LOADER_ONLY: list[tuple[str, str, str]] = [
         "memory: {strategy: {kind: state, spec: s, fields: [{name: a, description: d}, {name: a, description: e}]}}\n",
     ),
     ("daemon", "embedder of an undeclared provider", "embedder: nowhere/model\n"),
+    ("daemon", "an account declared for two people", "people: {ana: [telegram:42], bo: [telegram:42]}\n"),
 ]
 
 

@@ -37,6 +37,9 @@ FILE_ONLY_TABLES: Mapping[str, str] = {
     "episodes_fts_data": "the keyword index",
     "episodes_fts_docsize": "the keyword index",
     "episodes_fts_idx": "the keyword index",
+    "person_links": "accounts linked into people: daemon-wide (the _daemon file), not an agent's rows",
+    "link_codes": "one-time /link codes, valid for minutes",
+    "people_version": "a counter that moves with every link (a cache's check)",
 }
 DATABASE_ONLY_TABLES: Mapping[str, str] = {
     "schema_migrations": "the database's own migrations",
@@ -47,6 +50,9 @@ DATABASE_ONLY_TABLES: Mapping[str, str] = {
     "copied_rows": "what `store copy` copied, to copy again without duplicates",
     "episode_partitions": "change counters of the vector indexes' catch-up",
     "episode_deletions": "deleted episode ids listed for the vector indexes' catch-up",
+    "person_links": "accounts linked into people: daemon-wide, not an agent's rows",
+    "link_codes": "one-time /link codes, valid for minutes",
+    "people_version": "a counter that moves with every link (a cache's check)",
 }
 # Columns one side holds and the copy does not, and why.
 FILE_ONLY_COLUMNS: Mapping[tuple[str, str], str] = {

@@ -50,6 +50,10 @@ EXEMPT: Mapping[str, str] = {
     "PruneEpisodes": "deletes; its audit row holds counts",
     "DeletePartitionEpisodes": "deletes; its audit row holds counts and who asked",
     "ErasePerson": "erases; its audit row holds counts and a salted hash of the person",
+    "LinkAccounts": "a person's name, account ids and how they were linked",
+    "UnlinkAccounts": "account ids",
+    "IssueLinkCode": "a digest of a one-time code and the account it was issued to",
+    "RedeemLinkCode": "a digest of a one-time code",
 }
 
 

@@ -12,6 +12,7 @@ from pydantic.json_schema import JsonDict
 
 from agentd.config.base import Spec
 from agentd.config.discord import DiscordSpec
+from agentd.config.people import DeclaredPeople, check_people
 from agentd.config.refs import (
     EMBEDDER_CHECK,
     MODEL_REF_SCHEMA,
@@ -343,6 +344,12 @@ class DaemonSpec(Spec):
     http: HttpSpec = HttpSpec()
     store: StoreSpec = StoreSpec()
     defaults: DefaultsSpec = DefaultsSpec()
+    people: DeclaredPeople = {}  # accounts that are one person (agentd/config/people.py)
+
+    @field_validator("people")
+    @classmethod
+    def _people(cls, v: dict[str, list[str]]) -> dict[str, list[str]]:
+        return check_people(v)
 
     @field_validator("embedder")
     @classmethod

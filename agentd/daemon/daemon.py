@@ -28,7 +28,7 @@ from agentd.config.models import DaemonSpec, is_loopback
 from agentd.daemon.fleet import DRAIN_TIMEOUT, Fleet, log_startup
 from agentd.daemon.metrics import Metrics
 from agentd.daemon.observe import DaemonObserver
-from agentd.daemon.people import erase_person, export_person
+from agentd.daemon.people import attach_people, erase_linked, export_linked
 from agentd.daemon.periodic import (
     CLOSE_IDLE_FILES_EVERY,
     GC_FREEZE_EVERY,
@@ -150,6 +150,7 @@ class Daemon:
             self.daemon_store = self.resources.store(DAEMON_STORE)
             await self.daemon_store.open()
             stack.push_async_callback(self.daemon_store.close)
+            await attach_people(self.resources.people, self.daemon_store, self.settings.people, self.fleet)
             stack.push_async_callback(self.auth_failures.flush_all)  # before the store closes
             self._group = await stack.enter_async_context(asyncio.TaskGroup())
             stack.push_async_callback(self._cancel_tasks)
@@ -346,11 +347,15 @@ class Daemon:
 
     async def export_person(self, user_id: str) -> dict[str, Any]:
         """Everything held about one person, across every agent (agentd.daemon.people)."""
-        return await export_person(self.resources, self.fleet.agent, self.daemon_store, user_id)
+        return await export_linked(
+            self.resources, self.fleet.agent, self.daemon_store, self.resources.people, user_id
+        )
 
     async def erase_person(self, user_id: str, by: str) -> dict[str, Any]:
         """Erase one person everywhere, hot caches included (agentd.daemon.people)."""
-        return await erase_person(self.resources, self.fleet.agent, self.daemon_store, user_id, by)
+        return await erase_linked(
+            self.resources, self.fleet.agent, self.daemon_store, self.resources.people, user_id, by
+        )
 
     def note_auth_failure(self, path: str, reason: str, client: str | None) -> None:
         self.auth_failures.note(path, reason, client)

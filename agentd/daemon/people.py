@@ -10,17 +10,23 @@ one event records the whole erasure. `agentd person …`, `GET /people/{user_id}
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
+from agentd.config.people import is_account, is_person_name
 from agentd.daemon.resources import DAEMON_STORE, Resources
 from agentd.engine.agent import Agent
+from agentd.engine.linking import People
 from agentd.errors import AgentdError
 from agentd.memory.erasure import layer_erasure
 from agentd.store.base import Store, write_one
 from agentd.store.people import subject_of
 from agentd.store.queries import PersonData
+from agentd.store.records import Linked
 from agentd.store.writes import ErasePerson
+
+if TYPE_CHECKING:
+    from agentd.daemon.fleet import Fleet
 
 DAEMON_AGENT = "daemon"  # the agent column of the daemon's own events (agentd.daemon.Daemon.daemon_audit)
 Running = Callable[[str], Agent | None]
@@ -117,3 +123,91 @@ async def _with_store(resources: Resources, name: str, job: Callable[[Store], An
         return await job(store)
     finally:
         await store.close()
+
+
+# -- linked accounts: one person ---------------------------------------------------------------------
+
+
+async def attach_people(
+    people: People, store: Store, declared: Mapping[str, list[str]], running: Fleet
+) -> None:
+    """Keep links in the daemon's store, link what agentd.yaml declares, and after each link audit in
+    every running agent the persistent keys the linked accounts both held."""
+    people.attach(store)
+
+    async def merged(linked: Linked) -> None:
+        for name in list(running.entries):
+            agent = running.agent(name)
+            if agent is not None:
+                await agent.audit_merged_memories(linked)
+
+    people.on_link.append(merged)
+    await people.declare(declared)
+
+
+async def ids_of(people: People, name: str) -> tuple[list[str], Linked | None]:
+    """The ids a data-subject request for `name` covers: a linked person's every account's user id
+    and the person's name (what their audit events of links hold), or `name` alone."""
+    linked = await people.show(name) if is_person_name(name) or is_account(name) else None
+    if linked is None:
+        for candidate in await people.everyone():  # a bare user id of a linked account
+            if any(account.split(":", 1)[1] == name for account in candidate.accounts):
+                linked = candidate
+                break
+    if linked is None:
+        return [name], None
+    ids = sorted({account.split(":", 1)[1] for account in linked.accounts})
+    return [*ids, linked.person], linked
+
+
+async def export_linked(
+    resources: Resources, running: Running, own: Store | None, people: People, name: str
+) -> dict[str, Any]:
+    """export_person for a person with linked accounts: every account's data, per agent one document
+    (the lists of each account's part joined), with the person and their accounts; else as before."""
+    ids, linked = await ids_of(people, name)
+    documents = [await export_person(resources, running, own, user_id) for user_id in ids]
+    if linked is None:
+        return documents[0]
+    agents: dict[str, dict[str, Any]] = {}
+    for document in documents:
+        for agent, data in document["agents"].items():
+            joined = agents.setdefault(agent, {key: [] for key in data})
+            for key, items in data.items():
+                joined.setdefault(key, []).extend(items)
+    failed = {k: v for document in documents for k, v in document["failed"].items()}
+    return {
+        "user_id": name,
+        "person": linked.person,
+        "accounts": list(linked.accounts),
+        "exported_at": time.time(),
+        "agents": agents,
+        "failed": failed,
+    }
+
+
+async def erase_linked(
+    resources: Resources, running: Running, own: Store | None, people: People, name: str, by: str
+) -> dict[str, Any]:
+    """erase_person for a person with linked accounts: their links and codes go first (so the erasure
+    that follows finds the audit events of those links too), then every account's user id and the
+    person's name are erased everywhere; counts are summed per agent and kind."""
+    ids, linked = await ids_of(people, name)
+    if linked is None:
+        return await erase_person(resources, running, own, name, by)
+    await people.drop(linked)
+    results = [await erase_person(resources, running, own, user_id, by) for user_id in ids]
+    erased: dict[str, dict[str, int]] = {}
+    for result in results:
+        for agent, counts in result["erased"].items():
+            total = erased.setdefault(agent, {})
+            for kind, n in counts.items():
+                total[kind] = total.get(kind, 0) + n
+    return {
+        "user_id": name,
+        "accounts": len(linked.accounts),
+        "subject": results[0]["subject"],
+        "subjects": [result["subject"] for result in results],
+        "erased": erased,
+        "failed": {k: v for result in results for k, v in result["failed"].items()},
+    }

@@ -28,6 +28,7 @@ from agentd.daemon.observe import ObservedStore, Observer
 from agentd.engine.agent import Agent
 from agentd.engine.breakers import Breakers
 from agentd.engine.hot_cache import HotBudget
+from agentd.engine.linking import People
 from agentd.engine.outbox import NoOutbox, Outbox
 from agentd.engine.peers import NoPeers, Peers
 from agentd.engine.resources import AgentResources
@@ -80,6 +81,7 @@ class Resources:
         self.observer = observer
         # where a run resumed after an approval posts its answer: the daemon sets its fleet here
         self.outbox: Outbox = NoOutbox()
+        self.people = People()  # accounts linked into people; the daemon keeps them in its own store
         self.executor: StoreExecutor | None = None
         self.postgres: PostgresBackend | None = None
         self.providers: ProviderRegistry | None = None
@@ -176,6 +178,7 @@ class Resources:
             peers=peers if peers is not None else NoPeers(),
             breakers=self.breakers,
             outbox=self.outbox,
+            people=self.people,
         )
 
     async def store_problem(self, timeout_s: float) -> str | None:

@@ -21,7 +21,7 @@ from agentd.engine.deletions import delete_conversation, forget_memory
 from agentd.engine.handling import EventHandler
 from agentd.engine.inspect import inspect_conversation, next_prompt
 from agentd.engine.lifecycle import Lifecycle
-from agentd.engine.people import erase_person, person_data
+from agentd.engine.people import audit_merged_memories, erase_person, person_data
 from agentd.engine.resources import AgentResources
 from agentd.engine.state import AgentState
 from agentd.engine.stateless import run_stateless
@@ -34,7 +34,7 @@ from agentd.memory.persistent import persistent_scope
 from agentd.messages import MESSAGE_ADAPTER, Message
 from agentd.store.base import KnowsIfAbsent, Store, write_one
 from agentd.store.queries import ActiveThread, AuditEvents, Conversations, DeliveredReply, MemoryValue, Runs
-from agentd.store.records import Delivered
+from agentd.store.records import Delivered, Linked
 from agentd.store.writes import EnsureIdentity, PruneDeliveries
 from agentd.tools.mcp_servers import McpServers
 
@@ -190,6 +190,7 @@ class Agent:
         `instructions` are added to the system prompt of this turn only (never stored); `limits`: a
         caller's stop sequences and output tokens for this turn."""
         await self.ready()
+        event = await self.state.resources.people.resolve(event)  # the person behind a linked account
         return await self._handler.handle(
             event, TurnOptions(sink, instructions, limits=limits), parent_run_id
         )
@@ -206,6 +207,7 @@ class Agent:
         """Answer `event` after `earlier`, the whole conversation as the caller sent it: no thread is
         read or written, only the run is recorded (see stateless.py)."""
         await self.ready()
+        event = await self.state.resources.people.resolve(event)
         options = TurnOptions(sink, instructions, limits=limits)
         return await run_stateless(self.state, self.lifecycle, event, earlier, options)
 
@@ -324,6 +326,14 @@ class Agent:
             return None
         await self.ready()
         return await person_data(self.state, user_id)
+
+    async def audit_merged_memories(self, linked: Linked) -> list[str]:
+        """After accounts were linked: audit the persistent keys more than one of them held (the newer
+        value is the person's now); returns those keys."""
+        if self._nothing_to_read():
+            return []
+        await self.ready()
+        return await audit_merged_memories(self.state, linked)
 
     async def erase_person(self, user_id: str, subject: Mapping[str, Any], by: str) -> dict[str, int]:
         """Erase one person from this agent, hot copies included (agentd.engine.people); the counts of

@@ -9,10 +9,10 @@ from __future__ import annotations
 import re
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
+from agentd.engine import link_commands
+from agentd.engine.command_result import Command, CommandResult
 from agentd.engine.conversation import Conversation
 from agentd.engine.status import status_facts
 from agentd.events import COMMANDS, InboundEvent, Reply
@@ -38,20 +38,6 @@ def command_name(text: str) -> str | None:
     """The command's name, lower case (`/Status@bot` -> status), or None when `text` is no command."""
     match = _COMMAND_RE.match(text.strip()) if text.startswith("/") else None
     return match.group(1).lower() if match else None
-
-
-@dataclass
-class CommandResult:
-    text: str
-    action: str
-    data: dict[str, Any] = field(default_factory=dict)
-    effects: Sequence[Write[Any]] = ()  # committed with the run and audit rows
-    after: Callable[[], None] | None = None  # hot-state change once committed
-    run_id: str | None = None  # when the command produced its own run (compaction)
-
-
-# a command acts on the conversation (the agent, its definition, its memory and thread) for the event
-Command = Callable[[Conversation, InboundEvent], Awaitable[CommandResult]]
 
 
 async def _help(conv: Conversation, event: InboundEvent) -> CommandResult:
@@ -152,7 +138,7 @@ async def _status(conv: Conversation, event: InboundEvent) -> CommandResult:
         f"out {totals['output_tokens']}",
     ]
     if spec.memory.persistent:
-        keys = conv.agent.memory_keys(spec, event.conversation_key, event.user_id)
+        keys = conv.agent.memory_keys(spec, event.conversation_key, event.user_id, event.linked_user_ids)
         lines.append(f"Persistent memory keys: {len(keys)}")
     if len(facts["model_chain"]) > 1:
         lines.insert(2, "Fallbacks: " + ", ".join(link["model"] for link in facts["model_chain"][1:]))
@@ -196,6 +182,9 @@ HANDLERS: dict[str, Command] = {
     "reset": _reset,
     "status": _status,
     "help": _help,
+    "link": link_commands.link,
+    "unlink": link_commands.unlink,
+    "whoami": link_commands.whoami,
 }
 
 

@@ -61,14 +61,16 @@ async def pause_run(
         )
         or {},
         requested_by=requester,
-        approvers=list(spec.tools.approvers) or [requester],
+        # "the person who asked": from any of their linked accounts
+        approvers=list(spec.tools.approvers)
+        or [requester, *sorted(set(event.person_accounts) - {requester})],
         created_at=now,
         expires_at=now + spec.tools.approval_timeout_s,
     )
     # from here on the run's progress is the saved one: the delivery below is its only record
     progress.event = replace(event, event_id=None)
     record.state = progress.to_state()
-    caller = ToolCall(event.conversation_key, run.id, event.user_id, event.sent_at)
+    caller = ToolCall(event.conversation_key, run.id, event.user_id, event.sent_at, event.linked_user_ids)
     requested = tool_audit(
         "approval_requested",
         needed.call,

@@ -21,10 +21,37 @@ from agentd.memory.erasure import layer_erasure
 from agentd.memory.vectors import index_cache
 from agentd.store.base import write_one
 from agentd.store.people import names, partition_of
-from agentd.store.queries import PersonConversations, PersonData
-from agentd.store.writes import ErasePerson
+from agentd.store.queries import Memories, PersonConversations, PersonData
+from agentd.store.records import AuditRecord, Linked
+from agentd.store.writes import AppendAudit, ErasePerson
 
 APPROVAL_ROUNDS = 3  # a refused run may ask again: refused again, a few times over
+
+
+async def audit_merged_memories(state: AgentState, linked: Linked) -> list[str]:
+    """Accounts just linked that held the same persistent key: the person now reads the newer value
+    (agentd/memory/persistent.py); each such key is audited, with the scope kept and those it is over."""
+    memory = state.spec.memory
+    if not memory.persistent or memory.persistent_scope != "user":
+        return []
+    scopes = sorted({partition_of(account.split(":", 1)[1]) for account in linked.accounts})
+    held: dict[str, list[str]] = {}
+    for scope in scopes:
+        for key in state.persistent.keys(scope):
+            held.setdefault(key, []).append(scope)
+    clashes = {key: found for key, found in held.items() if len(found) > 1}
+    if not clashes:
+        return []
+    rows = [m for scope in scopes for m in await state.store.read(Memories(scope)) if m["key"] in clashes]
+    audits = []
+    for key, found in sorted(clashes.items()):
+        newest = max((m for m in rows if m["key"] == key), key=lambda m: m["updated_at"])
+        over = [scope for scope in found if scope != newest["scope"]]
+        audits.append(
+            AuditRecord("memory", "merge", None, None, {"key": key, "scope": newest["scope"], "over": over})
+        )
+    await state.store.write(AppendAudit(state.name, audits, time.time()))
+    return sorted(clashes)
 
 
 async def person_data(state: AgentState, user_id: str) -> dict[str, Any]:

@@ -51,7 +51,7 @@ async def build_prompt(conv: Conversation, turn: TurnInput) -> Prompt:
     sections = list(view.system_sections)
     hints = view.hints
     if spec.memory.persistent:
-        keys = state.memory_keys(spec, turn.conversation_key, turn.user_id)
+        keys = state.memory_keys(spec, turn.conversation_key, turn.user_id, turn.linked)
         sections.append(memory_preamble(keys))
         hints = replace(hints, memory_keys=tuple(keys))
     await state.tool_servers.wait_started()  # servers still connecting: their tools belong in this prompt

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from agentd.engine.breakers import Breakers
 from agentd.engine.hot_cache import HotBudget
+from agentd.engine.linking import People
 from agentd.engine.outbox import NoOutbox, Outbox
 from agentd.engine.peers import NoPeers, Peers
 from agentd.providers.base import Embedder
@@ -31,3 +32,4 @@ class AgentResources:
     peers: Peers = field(default_factory=NoPeers)
     breakers: Breakers = field(default_factory=Breakers)  # per memory model, daemon-wide
     outbox: Outbox = field(default_factory=NoOutbox)  # posts into conversations outside a reply
+    people: People = field(default_factory=People)  # accounts linked into people, daemon-wide

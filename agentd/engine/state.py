@@ -18,7 +18,7 @@ from agentd.engine.resources import AgentResources
 from agentd.engine.subagents import slot_override, subagent_tools
 from agentd.engine.tools import memory_tools
 from agentd.memory.base import Memory
-from agentd.memory.persistent import PersistentMemory, persistent_scope
+from agentd.memory.persistent import PersistentMemory, linked_scopes, persistent_scope
 from agentd.memory.registry import memory_for
 from agentd.store.base import Store
 from agentd.store.claims import Claim
@@ -104,9 +104,13 @@ class AgentState:
             ctx = self.context
             await self.threads.trim(conversation_key, lambda t: memory.tail_from(ctx, t))
 
-    def memory_keys(self, spec: AgentSpec, conversation_key: str, user_id: str | None) -> list[str]:
-        """The persistent-memory keys a conversation's model sees (with persistent_scope user: the speaker's)."""
-        return self.persistent.keys(persistent_scope(spec.memory, conversation_key, user_id))
+    def memory_keys(
+        self, spec: AgentSpec, conversation_key: str, user_id: str | None, linked: tuple[str, ...] = ()
+    ) -> list[str]:
+        """The persistent-memory keys a conversation's model sees (with persistent_scope user: the
+        speaker's, and their linked accounts')."""
+        scope = persistent_scope(spec.memory, conversation_key, user_id)
+        return self.persistent.keys(scope, linked_scopes(spec.memory, linked))
 
     def tools(self, spec: AgentSpec) -> list[Tool]:
         """The tools every turn of this definition gets (memory tools, sub-agents, MCP servers'),
@@ -120,6 +124,7 @@ class AgentState:
                 built = memory_tools(
                     self.persistent,
                     lambda call: persistent_scope(memory_spec, call.conversation_key, call.user_id),
+                    lambda call: linked_scopes(memory_spec, call.linked),
                 )
             cached = self._tools = (spec, built)
         # Sub-agent tools describe peers, which reload on their own, and MCP servers' tools change

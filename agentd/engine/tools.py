@@ -17,8 +17,13 @@ def _string(description: str) -> dict[str, Any]:
     return {"type": "string", "description": description}
 
 
-def memory_tools(memory: PersistentMemory, scope_of: Callable[[ToolCall], str]) -> list[Tool]:
-    """remember / recall / list_memories / forget over the agent's memories table."""
+def memory_tools(
+    memory: PersistentMemory,
+    scope_of: Callable[[ToolCall], str],
+    linked_of: Callable[[ToolCall], tuple[str, ...]] = lambda call: (),
+) -> list[Tool]:
+    """remember / recall / list_memories / forget over the agent's memories table: written in the
+    caller's scope, read (and forgotten) in theirs and the linked accounts' (`linked_of`)."""
 
     async def remember(args: dict[str, Any], call: ToolCall) -> str:
         return await memory.remember(
@@ -30,14 +35,18 @@ def memory_tools(memory: PersistentMemory, scope_of: Callable[[ToolCall], str]) 
         )
 
     async def recall(args: dict[str, Any], call: ToolCall) -> str:
-        return await memory.recall(args.get("key"), scope=scope_of(call))
+        return await memory.recall(args.get("key"), scope=scope_of(call), linked=linked_of(call))
 
     async def list_memories(args: dict[str, Any], call: ToolCall) -> str:
-        return memory.list(scope=scope_of(call))
+        return memory.list(scope=scope_of(call), linked=linked_of(call))
 
     async def forget(args: dict[str, Any], call: ToolCall) -> str:
         return await memory.forget(
-            args.get("key"), scope=scope_of(call), conversation_key=call.conversation_key, run_id=call.run_id
+            args.get("key"),
+            scope=scope_of(call),
+            conversation_key=call.conversation_key,
+            run_id=call.run_id,
+            linked=linked_of(call),
         )
 
     key = _string("1-64 characters: letters, digits, '_', '.', ':' or '-'")

@@ -117,7 +117,7 @@ async def _drive(
     tool_specs, history = prompt.tool_specs, prompt.history
     step_sink = None if options.sink is None else StepSink(options.sink, f"agent {state.name} run {run.id}")
     fixed_chars, history_chars = prompt.fixed_chars(), prompt.history_chars
-    caller = ToolCall(event.conversation_key, run.id, event.user_id, event.sent_at)
+    caller = ToolCall(event.conversation_key, run.id, event.user_id, event.sent_at, event.linked_user_ids)
     gate = ToolGate(spec, prompt.known, caller, progress.audit, can_ask=options.can_ask)
 
     new_chars = sum(m.char_count() for m in new)
@@ -261,7 +261,8 @@ async def _drive(
 async def _prompt(conv: Conversation, event: InboundEvent, options: TurnOptions) -> Prompt:
     """The turn's prompt as the memory gives it now (again after a compaction)."""
     prompt = await build_prompt(
-        conv, TurnInput(event.conversation_key, event.text, event.user_id, event.sent_at)
+        conv,
+        TurnInput(event.conversation_key, event.text, event.user_id, event.sent_at, event.linked_user_ids),
     )
     if options.instructions:
         prompt = replace(prompt, system=build_system(prompt.system, [options.instructions]))

@@ -38,6 +38,7 @@ class TurnInput:
     text: str
     user_id: str | None
     sent_at: float | None = None  # when the person sent it, if the channel said
+    linked: tuple[str, ...] = ()  # the user ids of the speaker's other accounts (one person, linked)
 
 
 def speaker_partition(conversation_key: str, user_id: str | None) -> str:
@@ -47,6 +48,12 @@ def speaker_partition(conversation_key: str, user_id: str | None) -> str:
     its own conversation.
     """
     return f"user:{user_id}" if user_id else f"conversation:{conversation_key}"
+
+
+def linked_partitions(linked: Sequence[str]) -> tuple[str, ...]:
+    """The partitions of the speaker's other accounts: read with theirs (one person), never written to:
+    what a speaker writes goes to their own account's partition, so an unlink leaves it there."""
+    return tuple(f"user:{user_id}" for user_id in linked)
 
 
 @dataclass(frozen=True, slots=True)

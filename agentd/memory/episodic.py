@@ -29,11 +29,12 @@ from typing import Any, ClassVar
 from agentd.config.models import MemorySpec
 from agentd.config.strategies import EpisodicStrategy
 from agentd.errors import ToolError
-from agentd.memory.base import MemoryContext, MemoryView, TurnInput, speaker_partition
+from agentd.memory.base import MemoryContext, MemoryView, TurnInput, linked_partitions, speaker_partition
 from agentd.memory.cursor import after_cursor, cursor_behind, layer_state
 from agentd.memory.episode_writes import Retention, exchanges_of, store_episodes, sweep_retention
 from agentd.memory.erasure import Erasure
-from agentd.memory.recall import Recall, Weights, recall_by_keywords, recall_episodes
+from agentd.memory.person_recall import recall_partitions
+from agentd.memory.recall import Recall, Weights
 from agentd.memory.recall_section import shown_recall
 from agentd.memory.screening import SecretScreen
 from agentd.providers.base import PromptHints, ToolSpec
@@ -81,13 +82,13 @@ class EpisodicMemory:
         embedder_id = embedder.id if embedder is not None else None
         started = time.perf_counter()
         spare = 2 * self.spec.top_k if self.spec.neighbours else 0
-        if embedder is None:  # none configured: the episodes are stored unembedded, FTS5 still finds them
-            recall = await recall_by_keywords(ctx.store, partition, turn.text, self.weights, now, spare=spare)
+        # a person with linked accounts recalls from each account's partition (agentd/memory/person_recall.py)
+        partitions = [partition, *linked_partitions(turn.linked)] if turn.user_id else [partition]
+        recall = await recall_partitions(
+            ctx, partitions, turn.text, self.weights, now, top_k=self.spec.top_k, spare=spare
+        )
+        if embedder is None:
             recall.notes.append(NO_EMBEDDER)
-        else:
-            recall = await recall_episodes(
-                ctx.store, embedder, partition, turn.text, self.weights, now, spare=spare
-            )
         shown = await shown_recall(
             ctx.store,
             recall.episodes,

@@ -7,6 +7,11 @@ committed together with its audit event `{kind: memory, action, key}` (never
 the value); reads are not audited. A value is screened for secrets before it
 is written (`memory.secrets`, agentd/memory/screening.py).
 
+With `persistent_scope: user`, a person whose accounts are linked reads the memories of every one of
+them (`linked`): a key held by several is the newest value's; a write goes to the writing account's
+own scope, and a forget deletes the key from all of them. So an unlink leaves each account what it
+wrote (agentd/engine/linking.py).
+
 Keys are not quoted: they are names of at most 64 letters, digits and `_ . : -`,
 which can neither hold a sentence nor close a block.
 """
@@ -15,14 +20,15 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Sequence
 
 from agentd.config.models import MemorySpec
 from agentd.errors import ToolError
-from agentd.memory.base import speaker_partition
+from agentd.memory.base import linked_partitions, speaker_partition
 from agentd.memory.screening import REDACTED, SecretScreen
 from agentd.providers.remembered import remembered_block
 from agentd.store.base import Store
-from agentd.store.queries import MemoryKeys, MemoryValue
+from agentd.store.queries import Memories, MemoryKeys, MemoryValue
 from agentd.store.records import AuditRecord
 from agentd.store.writes import AppendAudit, DeleteMemory, RowMissing, UpsertMemory
 
@@ -40,6 +46,11 @@ def persistent_scope(memory: MemorySpec, conversation_key: str, user_id: str | N
     if memory.persistent_scope == "user":
         return speaker_partition(conversation_key, user_id)
     return AGENT_SCOPE
+
+
+def linked_scopes(memory: MemorySpec, linked: Sequence[str]) -> tuple[str, ...]:
+    """The scopes of the speaker's other accounts, read with their own (persistent_scope user only)."""
+    return linked_partitions(linked) if memory.persistent_scope == "user" else ()
 
 
 def memory_preamble(keys: list[str]) -> str:
@@ -68,8 +79,19 @@ class PersistentMemory:
             await self.load()
             self._version = version
 
-    def keys(self, scope: str = AGENT_SCOPE) -> list[str]:
-        return list(self._keys.get(scope, ()))
+    def keys(self, scope: str = AGENT_SCOPE, linked: Sequence[str] = ()) -> list[str]:
+        if not linked:
+            return list(self._keys.get(scope, ()))
+        return sorted({k for s in (scope, *linked) for k in self._keys.get(s, ())})
+
+    def holding(self, key: str, scope: str, linked: Sequence[str]) -> list[str]:
+        """The scopes among `scope` and `linked` that hold `key`."""
+        return [s for s in (scope, *linked) if key in self._keys.get(s, ())]
+
+    async def _newest(self, key: str, scopes: Sequence[str]) -> str | None:
+        """The value of `key` written last among these scopes (a key two linked accounts held)."""
+        found = [m for s in scopes for m in await self.store.read(Memories(s)) if m["key"] == key]
+        return max(found, key=lambda m: m["updated_at"])["value"] if found else None
 
     def _check_key(self, key: object) -> str:
         if not isinstance(key, str) or not KEY_RE.match(key):
@@ -114,16 +136,21 @@ class PersistentMemory:
             self._keys[scope].sort()
         return (f"Remembered {key}." if created else f"Updated {key}.") + screen.note()
 
-    async def recall(self, key: object, *, scope: str = AGENT_SCOPE) -> str:
+    async def recall(self, key: object, *, scope: str = AGENT_SCOPE, linked: Sequence[str] = ()) -> str:
         """What the model reads: the value quoted in a remembered block (data, not instructions)."""
         key = self._check_key(key)
-        value = await self.store.read(MemoryValue(scope, key))
+        holding = self.holding(key, scope, linked)
+        if len(holding) > 1:
+            value = await self._newest(key, holding)
+        else:
+            value = await self.store.read(MemoryValue(holding[0] if holding else scope, key))
         if value is None:
-            raise ToolError(f"no memory with key {key!r}; keys held: {', '.join(self.keys(scope)) or 'none'}")
+            held = ", ".join(self.keys(scope, linked)) or "none"
+            raise ToolError(f"no memory with key {key!r}; keys held: {held}")
         return remembered_block("persistent memory", f"The value remembered under the key {key}.", value)
 
-    def list(self, *, scope: str = AGENT_SCOPE) -> str:
-        keys = self.keys(scope)
+    def list(self, *, scope: str = AGENT_SCOPE, linked: Sequence[str] = ()) -> str:
+        keys = self.keys(scope, linked)
         return "Keys held: " + ", ".join(keys) if keys else "No memories held."
 
     async def forget(
@@ -134,21 +161,25 @@ class PersistentMemory:
         conversation_key: str | None,
         run_id: str | None,
         by: str | None = None,
+        linked: Sequence[str] = (),
     ) -> str:
-        """Delete a key (the `forget` tool, or `by` someone through the API); ToolError when none."""
+        """Delete a key (the `forget` tool, or `by` someone through the API) from the scope and the
+        linked scopes holding it; ToolError when none does."""
         key = self._check_key(key)
         now = time.time()
-        data = {"key": key} if not scope else {"key": key, "scope": scope}
-        if by is not None:
-            data["by"] = by
-        audit = AuditRecord("memory", "forget", conversation_key, run_id, data)
-
+        scopes = self.holding(key, scope, linked) or [scope]
+        audits = []
+        for held in scopes:
+            data = {"key": key} if not held else {"key": key, "scope": held}
+            if by is not None:
+                data["by"] = by
+            audits.append(AuditRecord("memory", "forget", conversation_key, run_id, data))
+        deletes = [DeleteMemory(held, key, must_exist=True) for held in scopes]
         try:
-            await self.store.write(
-                DeleteMemory(scope, key, must_exist=True), AppendAudit(self.agent, [audit], now)
-            )
+            await self.store.write(*deletes, AppendAudit(self.agent, audits, now))
         except RowMissing:
             raise ToolError(f"no memory with key {key!r}") from None
-        if key in self._keys.get(scope, []):
-            self._keys[scope].remove(key)
+        for held in scopes:
+            if key in self._keys.get(held, []):
+                self._keys[held].remove(key)
         return f"Forgot {key}."

@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 from agentd.config.models import MemorySpec
 from agentd.config.strategies import SemanticStrategy
 from agentd.errors import OperatorError, ProviderError
-from agentd.memory.base import MemoryContext, MemoryView, TurnInput, speaker_partition
+from agentd.memory.base import MemoryContext, MemoryView, TurnInput, linked_partitions, speaker_partition
 from agentd.memory.cursor import after_cursor, cursor_behind, layer_state
 from agentd.memory.erasure import Erasure
 from agentd.memory.patches import TOOL_RESULT_CHARS, AnswerRefused, parse_json_answer, rejected_request
@@ -141,6 +141,14 @@ def facts_section(facts: Sequence[Fact]) -> str:
     return remembered_block("facts", FACTS_HEADING, "\n".join(lines))
 
 
+def newest_per_key(facts: Sequence[Fact]) -> list[Fact]:
+    """One fact per key (the one updated last), the most recently updated first."""
+    newest: dict[str, Fact] = {}
+    for fact in sorted(facts, key=lambda f: f.updated_at, reverse=True):
+        newest.setdefault(fact.key, fact)
+    return list(newest.values())
+
+
 def speakers(messages: Sequence[StoredMessage], start: int, conversation_key: str) -> list[str]:
     """The partition of each message from `start`: the person whose message began its exchange."""
     user_id: str | None = None
@@ -187,6 +195,10 @@ class SemanticMemory:
     async def view(self, ctx: MemoryContext, thread: StoredThread, turn: TurnInput) -> MemoryView:
         partition = speaker_partition(turn.conversation_key, turn.user_id)
         facts = await ctx.store.read(Facts(partition, SHOWN_FACTS))
+        if turn.user_id and turn.linked:  # one person: their linked accounts' facts too, newest per key
+            for other in linked_partitions(turn.linked):
+                facts = [*facts, *await ctx.store.read(Facts(other, SHOWN_FACTS))]
+            facts = newest_per_key(facts)[:SHOWN_FACTS]
         notes = (NO_MODEL_NOTE,) if structured_model(ctx, self.spec.model) is None else ()
         return MemoryView(system_sections=[facts_section(facts)] if facts else [], notes=notes)
 

@@ -23,9 +23,24 @@ from agentd.store.records import AuditRecord
 from agentd.store.writes import ErasePerson
 
 TOMBSTONE = "[erased at the sender's request]"
-# audit data keys that hold a person: `user`, `user_id` (a user id), `by`, `requested_by`, `approvers`
-# (<channel>:<user id>), `scope` and `partition` (user:<user id>)
-PERSON_FIELDS = frozenset({"user", "user_id", "by", "requested_by", "approvers", "scope", "partition"})
+# audit data keys that hold a person: `user`, `user_id` (a user id), `by`, `requested_by`, `approvers`,
+# `account`, `accounts` (<channel>:<user id>), `scope`, `partition`, `over` (user:<user id>) and
+# `person` (a linked person's name)
+PERSON_FIELDS = frozenset(
+    {
+        "user",
+        "user_id",
+        "by",
+        "requested_by",
+        "approvers",
+        "scope",
+        "partition",
+        "account",
+        "accounts",
+        "over",
+        "person",
+    }
+)
 # the salted hash an erasure records instead of the id (scrypt: slow on purpose, so ids that can be
 # enumerated are not cheap to try against it)
 SCRYPT = {"n": 2**14, "r": 8, "p": 1, "dklen": 32}

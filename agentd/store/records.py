@@ -356,3 +356,20 @@ class Fact:
 
 
 FACT_ROW = RowShape(Fact)
+
+
+@dataclass(frozen=True, slots=True)
+class Linked:
+    """A person and every account linked into them ("telegram:42", "slack:U012AB"), sorted."""
+
+    person: str
+    accounts: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RedeemedCode:
+    """What redeeming a link code found: the account it was issued to (None: no such code, or used),
+    and whether it had expired (then it is gone as well, and links nothing)."""
+
+    account: str | None
+    expired: bool = False

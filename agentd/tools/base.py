@@ -24,6 +24,7 @@ class ToolCall:
     run_id: str
     user_id: str | None
     sent_at: float | None = None  # when the message being answered was sent, if the channel said
+    linked: tuple[str, ...] = ()  # the user ids of the caller's other accounts (one person, linked)
 
 
 Handler = Callable[[dict[str, Any], ToolCall], Awaitable[str]]

@@ -258,6 +258,27 @@ COPIED_ROWS: tuple[Step, ...] = (
     )""",
 )
 
+PERSON_LINKS: tuple[Step, ...] = (
+    # Accounts ("telegram:42") linked into one person (agentd/engine/linking.py): daemon-wide, so no
+    # agent column; every daemon of the database sees the same links.
+    f"""CREATE TABLE person_links (
+        account text {C} PRIMARY KEY,
+        person text {C} NOT NULL,
+        source text NOT NULL,
+        linked_at double precision NOT NULL
+    )""",
+    "CREATE INDEX person_links_by_person ON person_links (person, account)",
+    # one-time codes of /link: a digest of the code, never the code
+    f"""CREATE TABLE link_codes (
+        digest text {C} PRIMARY KEY,
+        account text {C} NOT NULL,
+        expires_at double precision NOT NULL
+    )""",
+    # moved by every link and unlink: a daemon's cache of links is current while it reads the same
+    "CREATE TABLE people_version (id integer PRIMARY KEY CHECK (id = 1), version bigint NOT NULL)",
+    "INSERT INTO people_version (id, version) VALUES (1, 0)",
+)
+
 MIGRATIONS: Migrations = [
     ("0001_initial", INITIAL),
     ("0002_claims", CLAIM_STATEMENTS),
@@ -266,6 +287,7 @@ MIGRATIONS: Migrations = [
     ("0005_copied_rows", COPIED_ROWS),
     ("0006_claim_tail", CLAIM_TAIL_STATEMENTS),
     ("0007_claim_fences", FENCE_STATEMENTS),
+    ("0009_person_links", PERSON_LINKS),
 ]
 
 

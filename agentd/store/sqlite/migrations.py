@@ -229,6 +229,28 @@ MIGRATIONS: Migrations = [
             "CREATE INDEX messages_by_user ON messages(user_id) WHERE user_id IS NOT NULL",
         ),
     ),
+    (
+        "0008_person_links",
+        (
+            # Accounts ("telegram:42") linked into one person (agentd/engine/linking.py): kept in the
+            # daemon's own file (_daemon.sqlite); an agent's file has the tables, empty.
+            """CREATE TABLE person_links (
+                account TEXT PRIMARY KEY,
+                person TEXT NOT NULL,
+                source TEXT NOT NULL,
+                linked_at REAL NOT NULL
+            )""",
+            "CREATE INDEX person_links_by_person ON person_links(person, account)",
+            # one-time codes of /link: a digest of the code, never the code
+            """CREATE TABLE link_codes (
+                digest TEXT PRIMARY KEY,
+                account TEXT NOT NULL,
+                expires_at REAL NOT NULL
+            )""",
+            "CREATE TABLE people_version (id INTEGER PRIMARY KEY CHECK (id = 1), version INTEGER NOT NULL)",
+            "INSERT INTO people_version (id, version) VALUES (1, 0)",
+        ),
+    ),
 ]
 
 
