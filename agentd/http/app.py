@@ -44,6 +44,7 @@ from agentd.http.idempotency import (
     replay_headers,
 )
 from agentd.http.lookup import running_agent
+from agentd.http.media_in import attachments_of
 from agentd.http.openai_api import add_openai_routes, is_openai_path, openai_error
 from agentd.http.people import add_people_routes
 from agentd.http.reads import add_read_routes
@@ -190,7 +191,10 @@ def create_app(directory: AgentDirectory) -> FastAPI:
     ) -> Any:
         """`agentd chat` beside a running daemon: the same repl:<session> conversation as in-process."""
         line = await read_json(request, ReplIn, directory.max_body_bytes)
-        event = InboundEvent(agent, f"repl:{line.session}", line.text, "repl", user_id="local")
+        files = attachments_of(line.attachments, ())  # /attach: the file's bytes, never a URL
+        event = InboundEvent(
+            agent, f"repl:{line.session}", line.text, "repl", user_id="local", attachments=files
+        )
         target = running_agent(directory, agent)
         if stream:
             return await streamed(target, event)

@@ -100,6 +100,7 @@ class ReplIn(BaseModel):
 
     session: str = Field(pattern=CONVERSATION_ID_RE.pattern, description="1-128 of [A-Za-z0-9_.:-]")
     text: str = Field(min_length=1, max_length=MAX_TEXT)
+    attachments: list[AttachmentIn] = Field(default=[], max_length=MAX_FILES, description="/attach's files")
 
 
 class MessageOut(BaseModel):
