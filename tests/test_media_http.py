@@ -201,3 +201,30 @@ async def test_the_openai_endpoint_takes_the_official_clients_image_and_audio_pa
                     }
                 ],
             )
+
+
+async def test_the_inspector_shows_a_thumbnail_beside_the_message(
+    served: tuple[Daemon, str], fake: FakeLLM
+) -> None:
+    daemon, url = served
+    photo = png(RED, (900, 600))
+    sha = hashlib.sha256(photo).hexdigest()
+    async with httpx.AsyncClient(trust_env=False, base_url=url) as http:
+        r = await http.post(
+            "/agents/eyes/messages",
+            headers=AUTH,
+            data={"conversation_id": "ui", "text": "look"},
+            files={"file": ("shot.png", photo, "image/png")},
+        )
+        assert r.status_code == 200
+        page = await http.get("/ui/agents/eyes/conversations/webhook:ui", headers=AUTH)
+        assert page.status_code == 200
+        src = f"/ui/agents/eyes/conversations/webhook:ui/media/{sha}"
+        assert f'<img class="thumb" src="{src}"' in page.text and "[image shot.png (image/png, " in page.text
+        assert "img-src 'self'" in page.headers["content-security-policy"]
+        thumb = await http.get(src, headers=AUTH)
+        assert thumb.status_code == 200 and thumb.headers["content-type"] == "image/jpeg"  # no transparency
+        with Image.open(io.BytesIO(thumb.content)) as image:
+            assert image.size == (240, 160)
+        assert (await http.get(src)).status_code == 401  # behind the token, as every page
+        assert (await http.get(src.replace(sha, "0" * 64), headers=AUTH)).status_code == 404
