@@ -206,7 +206,7 @@ async def test_the_openai_endpoint_takes_the_official_clients_image_and_audio_pa
 async def test_the_inspector_shows_a_thumbnail_beside_the_message(
     served: tuple[Daemon, str], fake: FakeLLM
 ) -> None:
-    daemon, url = served
+    _, url = served
     photo = png(RED, (900, 600))
     sha = hashlib.sha256(photo).hexdigest()
     async with httpx.AsyncClient(trust_env=False, base_url=url) as http:
