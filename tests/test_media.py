@@ -361,3 +361,14 @@ async def test_the_receipt_sent_on_tuesday_is_recalled_by_what_was_on_it(
     await send(a, "how much was the Cafe Uno receipt?", key="webhook:later")
     system = chats(fake)[-1]["messages"][0]
     assert system["role"] == "system" and "12.50 EUR" in system["content"]
+
+
+async def test_an_ollama_vision_model_gets_the_photo_through_its_openai_compatible_endpoint(
+    harness: Harness, fake: FakeLLM
+) -> None:
+    local = {"kind": "ollama", "base_url": fake.openai_base_url, "max_retries": 0}
+    spec = "model: local/llava:7b\nmemory: {scope: thread}\nchannels: {webhook: {}}\n"
+    a = await harness.agent(spec, settings=DaemonSpec.model_validate({"providers": {"local": local}}))
+    await send(a, "what is it?", photo(png(BLUE, (3000, 100))))
+    [chat] = chats(fake)
+    assert chat["model"] == "llava:7b" and len(images_in(chat)) == 1  # base64 image_url parts (Ollama's /v1)
