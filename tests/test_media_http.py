@@ -119,13 +119,15 @@ async def test_json_attachments_by_base64_and_by_an_allowed_url(
         assert r.status_code == 200, r.text
         assert len(images_in(fake.requests[-1].json)) == 2
         assert len(await stored_media(daemon, "webhook:js")) == 2
-        # a URL the operator did not allow is refused before anything runs, with the reason
+        # a URL the operator did not allow is never fetched: the item is refused, saying why
         r = await http.post(
             f"{url}/agents/eyes/messages",
             headers=AUTH,
             json={"conversation_id": "js", "text": "x", "attachments": [{"url": "http://example.com/a.png"}]},
         )
-        assert r.status_code == 422 and "media.allowed_urls" in r.text
+        assert r.status_code == 200 and r.json()["reply"].startswith(
+            "(a.png was not taken: agentd fetches only URLs the agent's media.allowed_urls allows"
+        )
         # a download past media.max_bytes is stopped and said; the text is still answered
         r = await http.post(
             f"{url}/agents/eyes/messages",
@@ -191,13 +193,23 @@ async def test_the_openai_endpoint_takes_the_official_clients_image_and_audio_pa
         said = fake.requests[-1].json["messages"][-1]["content"]
         assert [p["type"] for p in said] == ["image_url", "text"]
         assert "transcript: it is red" in said[1]["text"]
-        with pytest.raises(openai.BadRequestError, match=r"media\.allowed_urls"):
+        refused = await client.chat.completions.create(
+            model="eyes",
+            messages=[
+                {
+                    "role": "user",
+                    "content": [{"type": "image_url", "image_url": {"url": "https://x.test/a.png"}}],
+                }
+            ],
+        )
+        assert "media.allowed_urls" in (refused.choices[0].message.content or "")
+        with pytest.raises(openai.BadRequestError, match="expected a data URL or an http"):
             await client.chat.completions.create(
                 model="eyes",
                 messages=[
                     {
                         "role": "user",
-                        "content": [{"type": "image_url", "image_url": {"url": "https://x.test/a.png"}}],
+                        "content": [{"type": "image_url", "image_url": {"url": "file:///etc/passwd"}}],
                     }
                 ],
             )
