@@ -372,3 +372,23 @@ async def test_an_ollama_vision_model_gets_the_photo_through_its_openai_compatib
     await send(a, "what is it?", photo(png(BLUE, (3000, 100))))
     [chat] = chats(fake)
     assert chat["model"] == "llava:7b" and len(images_in(chat)) == 1  # base64 image_url parts (Ollama's /v1)
+
+
+async def test_a_kind_or_type_not_allowed_is_refused_naming_the_setting(
+    harness: Harness, fake: FakeLLM
+) -> None:
+    a = await agent(harness, fake, "gpt/gpt-4o", "{allowed: [image], allowed_types: ['image/png']}")
+    document = pdf("secret plans")
+    reply = await send(
+        a,
+        "files",
+        Attachment("document", "application/pdf", "plans.pdf", len(document), document),
+        photo(noisy_jpeg((32, 32)), "x.jpg", "image/jpeg"),
+        photo(png(RED), "ok.png"),
+    )
+    assert (
+        "(plans.pdf was not taken: this agent takes no document files (media.allowed: image).)" in reply.text
+    )
+    assert "(x.jpg was not taken: image/jpeg is not taken (media.allowed_types: image/png).)" in reply.text
+    [chat] = chats(fake)
+    assert len(images_in(chat)) == 1 and "secret plans" not in str(chat)

@@ -34,7 +34,7 @@ DESCRIBE = (
     "Describe this image for someone who cannot see it, so they can answer questions about it: what it"
     " shows, and every text, number and date in it, word for word. Say only the description."
 )
-CANNOT_SEE = "this agent cannot look at images (its model reads text only, and no media.image_model is set)"
+CANNOT_SEE = "this agent cannot look at images: its model reads text only, and no media.image_model is set"
 
 
 @dataclass
@@ -191,7 +191,7 @@ async def _understood(conv: Conversation, attachment: Attachment, data: bytes, i
     if part.media == "image" and not conv.spec.model.takes("image"):
         if spec.image_model is None:
             intake.notices.append(
-                f"({CANNOT_SEE[0].upper()}{CANNOT_SEE[1:]}: I got {name}, but not what is in it.)"
+                f"({CANNOT_SEE[0].upper()}{CANNOT_SEE[1:]}. I got {name}, but not what is in it.)"
             )
             return part.model_copy(update={"note": CANNOT_SEE})
         try:
