@@ -8,6 +8,7 @@ the image parts and transcription forms it receives as the real APIs do, and ass
 from __future__ import annotations
 
 import hashlib
+import json
 import io
 from typing import Any
 
@@ -392,3 +393,21 @@ async def test_a_kind_or_type_not_allowed_is_refused_naming_the_setting(
     assert "(x.jpg was not taken: image/jpeg is not taken (media.allowed_types: image/png).)" in reply.text
     [chat] = chats(fake)
     assert len(images_in(chat)) == 1 and "secret plans" not in str(chat)
+
+
+async def test_compaction_summarises_around_the_images_and_the_last_turns_keep_theirs(
+    harness: Harness, fake: FakeLLM
+) -> None:
+    a = await agent(harness, fake, "gpt/gpt-4o")
+    for n in range(4):
+        await send(a, f"photo {n}", photo(png((60 * n, 100, 100)), f"p{n}.png"))
+    fake.reply("Summary: the person sent four photos, p0 to p3.")
+    await send(a, "/compact")
+    summary_request = chats(fake)[-1]
+    assert images_in(summary_request) == []  # the summary reads the photos' stand-ins, never the bytes
+    assert "[image p0.png (image/png, " in json.dumps(summary_request)
+    await send(a, "which photos?")
+    after = chats(fake)[-1]
+    assert "Summary: the person sent four photos" in json.dumps(after)
+    # the last turns kept verbatim still show their image (the newest of them), older ones are summarised
+    assert len(images_in(after)) == 1 and near(colour_of(images_in(after)[0]), (180, 100, 100))
