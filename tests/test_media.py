@@ -7,9 +7,11 @@ the image parts and transcription forms it receives as the real APIs do, and ass
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
-import json
 import io
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -411,3 +413,38 @@ async def test_compaction_summarises_around_the_images_and_the_last_turns_keep_t
     assert "Summary: the person sent four photos" in json.dumps(after)
     # the last turns kept verbatim still show their image (the newest of them), older ones are summarised
     assert len(images_in(after)) == 1 and near(colour_of(images_in(after)[0]), (180, 100, 100))
+
+
+async def test_store_copy_brings_the_files_to_postgresql(
+    tmp_path: Path, fake: FakeLLM, postgres_url: str
+) -> None:
+    from agentd.cli import main
+
+    spec = "model: gpt/gpt-4o\nmemory: {scope: thread}\nchannels: {webhook: {}}\n"
+    on_files = Harness(tmp_path / "data")
+    a = await on_files.agent(spec, name="eyes", settings=settings(fake))
+    image = noisy_jpeg((64, 64))
+    await send(a, "keep", photo(image, "k.jpg", "image/jpeg"))
+    await on_files.close()
+    (tmp_path / "agents").mkdir()
+    (tmp_path / "agents" / "eyes.yaml").write_text(spec)
+    gpt = {"kind": "openai", "base_url": fake.openai_base_url, "api_key": "k"}
+    (tmp_path / "agentd.yaml").write_text(json.dumps({"providers": {"gpt": gpt}}))
+    argv = [
+        "store",
+        "copy",
+        "--to",
+        postgres_url,
+        "--agents",
+        str(tmp_path / "agents"),
+        "--data",
+        str(tmp_path / "data"),
+    ]
+    assert await asyncio.to_thread(main, argv) == 0
+    on_postgres = Harness(tmp_path / "unused", store_url=postgres_url)
+    try:
+        b = await on_postgres.agent(spec, name="eyes", settings=settings(fake))
+        sha = hashlib.sha256(image).hexdigest()
+        assert await b.state.store.read(MediaBlobs(KEY, [sha])) == {sha: image}
+    finally:
+        await on_postgres.close()
