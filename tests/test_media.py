@@ -195,10 +195,16 @@ async def test_a_voice_note_is_transcribed_and_echoed(harness: Harness, fake: Fa
     [form] = [r.json for r in fake.requests if r.path == "/v1/audio/transcriptions"]
     assert form["model"] == "whisper-1" and form["file"] == {"filename": "voice.ogg", "size": len(voice)}
     [chat] = chats(fake)
-    assert "transcript: remind me to buy milk tomorrow" in chat["messages"][-1]["content"]
+    said = chat["messages"][-1]["content"]
+    assert "transcript: remind me to buy milk tomorrow" in said
+    assert json.dumps(chat).count("remind me to buy milk tomorrow") == 1  # the model reads it once
     [message] = await stored_user_messages(a)
-    assert message.media[0].text_is == "transcript"
-    assert reply.text.count("remind me to buy milk tomorrow") == 2  # the echo, and the model's echo of it
+    assert [p.kind for p in message.parts] == ["media"] and message.media[0].text_is == "transcript"
+    assert str(message.model_dump()).count("remind me to buy milk tomorrow") == 1  # stored once
+    # the next turn replays it once too, and the person saw "heard:" once
+    await send(a, "and?")
+    assert json.dumps(chats(fake)[-1]).count("remind me to buy milk tomorrow") == 2  # (+ the fake's echo)
+    assert reply.text.count("heard: ") == 1
 
 
 async def test_a_failed_transcription_is_said_and_the_audio_kept(harness: Harness, fake: FakeLLM) -> None:
