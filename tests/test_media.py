@@ -454,3 +454,12 @@ async def test_store_copy_brings_the_files_to_postgresql(
         assert await b.state.store.read(MediaBlobs(KEY, [sha])) == {sha: image}
     finally:
         await on_postgres.close()
+
+
+async def test_files_sent_with_a_command_are_said_not_taken(harness: Harness, fake: FakeLLM) -> None:
+    a = await agent(harness, fake, "gpt/gpt-4o")
+    reply = await send(a, "/help", photo(png(RED)))
+    assert reply.text.endswith(
+        "\n(The files were not taken: a command takes none; send them with a message.)"
+    )
+    assert chats(fake) == []
