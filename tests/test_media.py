@@ -463,3 +463,20 @@ async def test_files_sent_with_a_command_are_said_not_taken(harness: Harness, fa
         "\n(The files were not taken: a command takes none; send them with a message.)"
     )
     assert chats(fake) == []
+
+
+async def test_a_vision_model_sees_the_photo_and_older_turns_read_its_description(
+    harness: Harness, fake: FakeLLM
+) -> None:
+    a = await agent(harness, fake, "gpt/gpt-4o", "{image_model: gpt/gpt-4o-mini, images_in_context: 1}")
+    fake.reply("A red square.")
+    await send(a, "look", photo(png(RED), "red.png"))
+    describe, chat = chats(fake)
+    assert describe["model"] == "gpt-4o-mini" and len(images_in(chat)) == 1  # the chat model sees it
+    await send(a, "and now?")
+    later = chats(fake)[-1]
+    assert images_in(later) == []  # past images_in_context: by its description
+    first = next(m for m in later["messages"] if m["role"] == "user")
+    assert (
+        "[image red.png (image/png, " in first["content"] and "description: A red square." in first["content"]
+    )
