@@ -480,3 +480,19 @@ async def test_a_vision_model_sees_the_photo_and_older_turns_read_its_descriptio
     assert (
         "[image red.png (image/png, " in first["content"] and "description: A red square." in first["content"]
     )
+
+
+async def test_the_message_limit_refuses_the_file_that_goes_past_it(harness: Harness, fake: FakeLLM) -> None:
+    a = await agent(harness, fake, "gpt/gpt-4o", "{max_bytes: 10000, max_message_bytes: 12000}")
+    one, two = b"a" * 8000, b"b" * 8000
+    reply = await send(
+        a,
+        "two files",
+        Attachment("document", "text/plain", "one.txt", len(one), one),
+        Attachment("document", "text/plain", "two.txt", len(two), two),
+    )
+    assert reply.text.startswith(
+        "(two.txt was not taken: the message's files are larger than media.max_message_bytes (11.7 KB).)"
+    )
+    [message] = await stored_user_messages(a)
+    assert [p.sha256 != "" for p in message.media] == [True, False]
