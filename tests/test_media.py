@@ -496,3 +496,32 @@ async def test_the_message_limit_refuses_the_file_that_goes_past_it(harness: Har
     )
     [message] = await stored_user_messages(a)
     assert [p.sha256 != "" for p in message.media] == [True, False]
+
+
+async def test_an_image_that_cannot_be_read_is_kept_as_a_file_and_said(
+    harness: Harness, fake: FakeLLM
+) -> None:
+    a = await agent(harness, fake, "gpt/gpt-4o")
+    broken = b"\xff\xd8\xff\xe0" + b"not a jpeg" * 50
+    reply = await send(a, "see?", photo(broken, "broken.jpg", "image/jpeg"))
+    assert reply.error is None
+    assert reply.text.startswith(
+        "(broken.jpg is an image agentd cannot read (image/jpeg): it is kept as a file.)"
+    )
+    [chat] = chats(fake)
+    assert images_in(chat) == [] and "[file broken.jpg (image/jpeg, " in chat["messages"][-1]["content"]
+
+
+async def test_without_a_transcript_kept_a_failed_voice_note_is_not_said_to_be_kept(
+    harness: Harness, fake: FakeLLM
+) -> None:
+    spec = (
+        "model: gpt/gpt-4o-mini\nchannels: {webhook: {}}\nmedia: {transcribe: gpt/whisper-1}\n"  # scope: none
+    )
+    a = await harness.agent(spec, settings=settings(fake))
+    fake.fail(500, endpoint="transcriptions")
+    voice = ogg_voice()
+    reply = await send(a, "", Attachment("audio", "audio/ogg", "n.ogg", len(voice), voice))
+    assert "Please send it again or type it." in reply.text and "It is kept" not in reply.text
+    [event] = await a.audit_events(kind="media")
+    assert event["action"] == "taken"
