@@ -525,3 +525,20 @@ async def test_without_a_transcript_kept_a_failed_voice_note_is_not_said_to_be_k
     assert "Please send it again or type it." in reply.text and "It is kept" not in reply.text
     [event] = await a.audit_events(kind="media")
     assert event["action"] == "taken"
+
+
+@pytest.mark.parametrize(
+    ("model", "sees"),
+    [
+        ("{name: gpt/gpt-4o, input: [text]}", False),
+        ("{name: gpt/my-finetune, input: [text, image]}", True),
+        ("gpt/my-finetune", False),
+    ],
+)
+async def test_model_input_says_what_a_model_takes(
+    harness: Harness, fake: FakeLLM, model: str, sees: bool
+) -> None:
+    a = await agent(harness, fake, model)
+    reply = await send(a, "look", photo(png(RED)))
+    assert len(images_in(chats(fake)[0])) == (1 if sees else 0)
+    assert ("cannot look at images" in reply.text) is not sees
