@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from agentd.engine.agent import Agent
+from agentd.engine.upkeep import prune_deliveries
 from agentd.events import InboundEvent
 from agentd.messages import Message
 from agentd.providers.base import Completion, CompletionRequest
@@ -177,5 +178,5 @@ async def test_old_delivery_ids_are_pruned(harness: Harness) -> None:
 
     agent = await harness.agent(THREAD, providers={"scripted": ScriptedProvider()})
     await say(agent)("hello", event_id="m1", channel="telegram")
-    assert await agent.prune_deliveries(0) == 0  # nothing that old
-    assert await agent.prune_deliveries(2**40) == 1
+    assert await prune_deliveries(agent, 0) == 0  # nothing that old
+    assert await prune_deliveries(agent, 2**40) == 1

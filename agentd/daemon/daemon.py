@@ -44,6 +44,7 @@ from agentd.daemon.watcher import FolderWatcher
 from agentd.engine.agent import Agent
 from agentd.engine.breakers import Breakers
 from agentd.engine.collector import collector_paused
+from agentd.engine.upkeep import prune_deliveries, prune_media
 from agentd.errors import OperatorError
 from agentd.http.app import create_app
 from agentd.http.auth_failures import FLUSH_EVERY as AUTH_FLUSH_EVERY
@@ -273,10 +274,11 @@ class Daemon:
                 await self.daemon_store.write(*batch)
 
     async def _prune(self) -> None:
-        """Hourly: platform delivery ids past a week, and episodes past their agent's retention."""
+        """Hourly: platform delivery ids past a week, episodes and files past their agent's retention."""
         now = time.time()
         for agent in self.fleet.running_agents():
-            await agent.prune_deliveries(delivery_cutoff())
+            await prune_deliveries(agent, delivery_cutoff())
+            await prune_media(agent, now)
             await agent.sweep_episodes(now)
 
     async def daemon_audit(self, kind: str, action: str, agent: str | None, data: dict[str, Any]) -> None:

@@ -32,10 +32,18 @@ from agentd.events import InboundEvent, Reply, ReplySink
 from agentd.memory.episode_writes import forget_partition
 from agentd.memory.persistent import persistent_scope
 from agentd.messages import MESSAGE_ADAPTER, Message
-from agentd.store.base import KnowsIfAbsent, Store, write_one
-from agentd.store.queries import ActiveThread, AuditEvents, Conversations, DeliveredReply, MemoryValue, Runs
+from agentd.store.base import KnowsIfAbsent, Store
+from agentd.store.queries import (
+    ActiveThread,
+    AuditEvents,
+    Conversations,
+    DeliveredReply,
+    MediaBlobs,
+    MemoryValue,
+    Runs,
+)
 from agentd.store.records import Delivered, Linked
-from agentd.store.writes import EnsureIdentity, PruneDeliveries
+from agentd.store.writes import EnsureIdentity
 from agentd.tools.mcp_servers import McpServers
 
 
@@ -266,6 +274,12 @@ class Agent:
             MESSAGE_ADAPTER.dump_python(m.message, mode="json", exclude_none=True) for m in thread.messages
         ]
 
+    async def media_file(self, conversation_key: str, sha256: str) -> bytes | None:
+        """A file sent in the conversation, by its hash (the inspector's thumbnails); None: not kept."""
+        await self.ready()
+        found: dict[str, bytes] = await self.state.store.read(MediaBlobs(conversation_key, [sha256]))
+        return found.get(sha256)
+
     def memory_keys(self, conversation_key: str, user_id: str | None) -> list[str]:
         """The persistent-memory keys the prompt of `user_id` in this conversation lists."""
         return self.state.memory_keys(self.spec, conversation_key, user_id)
@@ -367,13 +381,3 @@ class Agent:
         except NewerSchema as e:
             await self._failed(e)
             return 0
-
-    async def prune_deliveries(self, older_than: float) -> int:
-        """Forget platform delivery ids received before `older_than`; returns how many.
-
-        Only for an agent used since start: an idle agent's file is left closed (its old ids are
-        pruned once it is used again)."""
-        if self._data != "ready":
-            return 0
-        pruned = await write_one(self.state.store, PruneDeliveries(older_than))
-        return int(pruned)

@@ -17,7 +17,15 @@ from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
-from agentd.messages import Message, TextPart, ToolCallPart, ToolResultPart, dump_message, load_message
+from agentd.messages import (
+    MediaPart,
+    Message,
+    TextPart,
+    ToolCallPart,
+    ToolResultPart,
+    dump_message,
+    load_message,
+)
 from agentd.store.audit_chain import DATA_PREFIX, KEY_FIELD, Erased, erase_fields
 from agentd.store.records import AuditRecord
 from agentd.store.writes import ErasePerson
@@ -57,7 +65,7 @@ def tombstone(message: Message) -> Message:
     it and when removed; its role and parts stay, so the thread still reads as a conversation."""
     parts: list[TextPart | ToolCallPart | ToolResultPart] = []
     for part in message.parts:
-        if isinstance(part, TextPart):
+        if isinstance(part, TextPart | MediaPart):  # a file's reference (its hash) goes with its text
             parts.append(TextPart(text=TOMBSTONE))
         elif isinstance(part, ToolCallPart):
             parts.append(part.model_copy(update={"arguments": {}}))
@@ -129,47 +137,6 @@ def counts_of(found: Mapping[str, int]) -> dict[str, int]:
 # -- shaping what a backend read into the export, the same on every backend --------------------------
 
 
-def message_item(seq: int, body: str, run_id: str | None, created_at: float) -> dict[str, Any]:
-    shown = load_message(body).model_dump(mode="json", exclude_none=True)
-    return {"seq": seq, "created_at": created_at, "run_id": run_id, **shown}
-
-
-def thread_item(
-    thread_id: int,
-    status: str,
-    created_at: float,
-    ended_at: float | None,
-    messages: list[dict[str, Any]],
-    summaries: Iterable[tuple[int, str, float]],
-    layers: Iterable[tuple[str, str, int]],
-) -> dict[str, Any]:
-    """One thread of a conversation of theirs: messages, compaction summaries, memory layer states."""
-    return {
-        "thread_id": thread_id,
-        "status": status,
-        "created_at": created_at,
-        "ended_at": ended_at,
-        "messages": messages,
-        "summaries": [{"upto_seq": u, "text": t, "created_at": c} for u, t, c in summaries],
-        "memory_state": {layer: {"data": json.loads(data), "upto_seq": upto} for layer, data, upto in layers},
-    }
-
-
-def shared_conversations(rows: Iterable[tuple[Any, ...]]) -> list[dict[str, Any]]:
-    """Their exchanges in shared conversations, from rows (thread_id, conversation_key, status, seq,
-    body, run_id, created_at) in conversation, thread and seq order."""
-    by_key: dict[str, dict[int, dict[str, Any]]] = {}
-    for thread_id, key, status, seq, body, run_id, created_at in rows:
-        thread = by_key.setdefault(key, {}).setdefault(
-            thread_id, {"thread_id": thread_id, "status": status, "messages": []}
-        )
-        thread["messages"].append(message_item(seq, body, run_id, created_at))
-    return [
-        {"conversation_key": key, "shared": True, "threads": list(threads.values())}
-        for key, threads in by_key.items()
-    ]
-
-
 def their_approvals(
     rows: Iterable[tuple[str, str, str, str, str, str, float]], user_id: str, theirs: Collection[str]
 ) -> list[dict[str, Any]]:
@@ -188,54 +155,6 @@ def their_approvals(
         for id_, key, tool, args, requested_by, status, created_at in rows
         if key in theirs or names(requested_by, user_id)
     ]
-
-
-def events_naming(
-    events: Iterable[dict[str, Any]], user_id: str, theirs: Collection[str]
-) -> list[dict[str, Any]]:
-    """The stored audit events (agentd.store.audit_chain.stored_event) concerning the person, each with
-    the fields to erase for them under `erase`."""
-    found = []
-    for event in events:
-        fields = audit_fields(event, user_id, theirs)
-        if fields:
-            found.append({**event, "erase": fields})
-    return found
-
-
-def document(
-    conversations: list[dict[str, Any]],
-    memories: Iterable[tuple[str, str, float, float]],
-    facts: Iterable[tuple[str, str, float, str | None, float, float]],
-    episodes: Iterable[tuple[int, str | None, str, float, float, str | None]],
-    runs: list[dict[str, Any]],
-    approvals: list[dict[str, Any]],
-    events: list[dict[str, Any]],
-    user_id: str,
-) -> dict[str, Any]:
-    """One agent's part of a person's export (agentd.store.queries.PersonData)."""
-    scope = partition_of(user_id)
-    return {
-        "conversations": conversations,
-        "memories": [
-            {"scope": scope, "key": k, "value": v, "created_at": c, "updated_at": u}
-            for k, v, c, u in memories
-        ],
-        "facts": [
-            {"key": k, "value": v, "confidence": c, "source": s, "created_at": ca, "updated_at": u}
-            for k, v, c, s, ca, u in facts
-        ],
-        "episodes": [
-            {"id": i, "conversation_key": k, "text": t, "created_at": c, "importance": imp, "embedder": e}
-            for i, k, t, c, imp, e in episodes
-        ],
-        "runs": runs,
-        "approvals": approvals,
-        "audit_events": [
-            {k: e[k] for k in ("seq", "ts", "kind", "action", "conversation_key", "run_id", "data")}
-            for e in events
-        ],
-    }
 
 
 def layer_after_erasure(data: str, rebuild: Collection[str], drop: Collection[str]) -> str | None:
@@ -325,6 +244,10 @@ class ErasureSteps(Protocol):
         """Delete the person's persistent memories, facts and episodes (their indexes with them)."""
         ...
 
+    def drop_media(self, user_id: str, theirs: Sequence[str]) -> int:
+        """Delete the files they sent anywhere, and every file of their conversations."""
+        ...
+
     def events_naming(self, user_id: str, theirs: Sequence[str]) -> list[dict[str, Any]]:
         """As `events_naming` gives them, from this store's trail."""
         ...
@@ -347,6 +270,7 @@ def erase(steps: ErasureSteps, op: ErasePerson) -> dict[str, int]:
     steps.drop_approvals([a["id"] for a in approvals])
     counts["approvals"] = len(approvals)
     counts.update(steps.drop_partition(partition_of(user)))
+    counts["media"] = steps.drop_media(user, theirs)
     events = steps.events_naming(user, theirs)
     for event in events:
         steps.rewrite_event(event["seq"], erase_fields(event, event["erase"]))

@@ -108,12 +108,30 @@ AUDIT_KINDS = (
     "conversation",
     "extraction",
     "fold",
+    "media",
     "memory",
     "permission",
     "person",
     "summary",
     "tool",
 )
+
+
+@dataclass(frozen=True, slots=True)
+class MediaItem:
+    """A file a person sent, stored content-addressed per conversation and sender: the same bytes sent
+    again there are one row (its `created_at` moves to the latest sending). `sender` is '' when the
+    channel named nobody."""
+
+    conversation_key: str
+    sender: str
+    sha256: str
+    kind: str
+    mime_type: str
+    filename: str | None
+    size: int
+    data: bytes
+    created_at: float
 
 
 @dataclass(frozen=True, slots=True)

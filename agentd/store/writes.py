@@ -20,6 +20,7 @@ from agentd.store.records import (
     AuditRecord,
     Fact,
     LayerState,
+    MediaItem,
     NewEpisode,
     Pruned,
     RedeemedCode,
@@ -116,6 +117,24 @@ class PruneDeliveries(Write[int]):
     older_than: float
 
 
+# -- media ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class StoreMedia(Write[None]):
+    """Keep the files of a message (agentd.engine.media), before its turn runs: a turn that fails
+    still has them for a retry."""
+
+    items: Sequence[MediaItem]
+
+
+@dataclass(frozen=True, slots=True)
+class PruneMedia(Write[int]):
+    """Delete the files sent before `older_than` (media.keep_days); the result is how many."""
+
+    older_than: float
+
+
 # -- approvals -----------------------------------------------------------------------------
 
 
@@ -162,8 +181,8 @@ class DeleteTranscript(Write[int]):
 
 @dataclass(frozen=True, slots=True)
 class DeleteConversation(Write[dict[str, int]]):
-    """Delete every thread of a conversation (archived ones too) with their messages, summaries and
-    layer states, with one audit row of `agent` saying how many and who asked (`conversation/delete`;
+    """Delete every thread of a conversation (archived ones too) with their messages, summaries,
+    layer states and files (media), with one audit row of `agent` saying how many and who asked (`conversation/delete`;
     none when there was nothing to delete); the result is `{"threads": n, "messages": n}`. Runs and
     audit rows stay: they are the trail."""
 

@@ -17,6 +17,7 @@ from agentd.store.postgres import (
     facts,
     identity,
     links,
+    media,
     memories,
     memory_state,
     people,
@@ -28,6 +29,7 @@ from agentd.store.postgres.handlers import HANDLERS, READS_MIDWAY, SEVERAL_STATE
 MODULES = (
     identity,
     deliveries,
+    media,
     transcripts,
     runs,
     audit,

@@ -19,6 +19,7 @@ from dataclasses import asdict
 from typing import Any
 
 from agentd.store import people as person
+from agentd.store import person_export as export
 from agentd.store.audit_chain import TRAIL_COLUMNS, Erased, stored_event
 from agentd.store.postgres.audit import insert_audit
 from agentd.store.postgres.episodes import erase_partition
@@ -74,7 +75,7 @@ def _events_naming(cx: Cx, user_id: str, theirs: Sequence[str]) -> list[dict[str
         " OR strpos(data, %s) > 0 OR strpos(conversation_key, %s) > 0) ORDER BY seq",
         (cx.agent_id, list(theirs), _in_json(user_id), user_id),
     ).fetchall()
-    return person.events_naming((stored_event(row) for row in rows), user_id, set(theirs))
+    return export.events_naming((stored_event(row) for row in rows), user_id, set(theirs))
 
 
 def _in_json(text: str) -> str:
@@ -104,12 +105,12 @@ def _threads(cx: Cx, key: str) -> list[dict[str, Any]]:
             "SELECT layer, data, upto_seq FROM memory_state WHERE thread_id = %s AND agent_id = %s ORDER BY layer",
             scope,
         ).fetchall()
-        items = [person.message_item(*row) for row in messages]
-        out.append(person.thread_item(thread_id, status, created_at, ended_at, items, summaries, layers))
+        items = [export.message_item(*row) for row in messages]
+        out.append(export.thread_item(thread_id, status, created_at, ended_at, items, summaries, layers))
     return out
 
 
-@handles(PersonData, statements=9)
+@handles(PersonData, statements=10)
 def person_data(cx: Cx, q: PersonData) -> dict[str, Any]:
     user, partition = q.user_id, person.partition_of(q.user_id)
     parts = person_conversations(cx, PersonConversations(user))
@@ -123,8 +124,8 @@ def person_data(cx: Cx, q: PersonData) -> dict[str, Any]:
         (cx.agent_id, theirs, runs),
     ).fetchall()
     scope = (cx.agent_id, partition)
-    return person.document(
-        conversations + person.shared_conversations(exchanges),
+    return export.document(
+        conversations + export.shared_conversations(exchanges),
         cx.run(
             "SELECT key, value, created_at, updated_at FROM memories WHERE agent_id = %s AND scope = %s ORDER BY key",
             scope,
@@ -147,6 +148,12 @@ def person_data(cx: Cx, q: PersonData) -> dict[str, Any]:
         ),
         _events_naming(cx, user, theirs),
         user,
+        cx.run(
+            "SELECT conversation_key, sha256, kind, mime_type, filename, size, created_at FROM media"
+            " WHERE agent_id = %s AND (sender = %s OR conversation_key = ANY(%s))"
+            " ORDER BY created_at, conversation_key, sha256",
+            (cx.agent_id, user, theirs),
+        ).fetchall(),
     )
 
 
@@ -275,6 +282,13 @@ class PostgresErasure:
                 "UPDATE agents SET memories_version = memories_version + 1 WHERE id = %s", (self.agent,)
             )
         return counts
+
+    def drop_media(self, user_id: str, theirs: Sequence[str]) -> int:
+        return self._count(
+            "DELETE FROM media WHERE agent_id = %s AND (sender = %s OR conversation_key = ANY(%s))",
+            user_id,
+            list(theirs),
+        )
 
     def events_naming(self, user_id: str, theirs: Sequence[str]) -> list[dict[str, Any]]:
         return _events_naming(self.cx, user_id, theirs)

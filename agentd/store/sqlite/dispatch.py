@@ -16,6 +16,7 @@ from agentd.store.sqlite import (
     facts,
     identity,
     links,
+    media,
     memories,
     memory_state,
     people,
@@ -27,6 +28,7 @@ from agentd.store.sqlite.handlers import HANDLERS
 MODULES = (
     identity,
     deliveries,
+    media,
     transcripts,
     runs,
     audit,

@@ -15,6 +15,7 @@ from dataclasses import asdict
 from typing import Any
 
 from agentd.store import people as person
+from agentd.store import person_export as export
 from agentd.store.audit_chain import TRAIL_COLUMNS, Erased, stored_event
 from agentd.store.queries import PersonConversations, PersonData
 from agentd.store.records import RUN_ROW, AuditRecord
@@ -82,7 +83,7 @@ def _events_naming(conn: sqlite3.Connection, user_id: str, theirs: Sequence[str]
         " OR instr(data, ?) > 0 OR instr(conversation_key, ?) > 0 ORDER BY seq",
         (_as_list(theirs), needle, user_id),
     )
-    return person.events_naming((stored_event(row) for row in rows), user_id, set(theirs))
+    return export.events_naming((stored_event(row) for row in rows), user_id, set(theirs))
 
 
 # -- export ------------------------------------------------------------------------------------------
@@ -103,8 +104,8 @@ def _threads(conn: sqlite3.Connection, key: str) -> list[dict[str, Any]]:
         layers = conn.execute(
             "SELECT layer, data, upto_seq FROM memory_state WHERE thread_id = ? ORDER BY layer", (thread_id,)
         ).fetchall()
-        items = [person.message_item(*row) for row in messages]
-        out.append(person.thread_item(thread_id, status, created_at, ended_at, items, summaries, layers))
+        items = [export.message_item(*row) for row in messages]
+        out.append(export.thread_item(thread_id, status, created_at, ended_at, items, summaries, layers))
     return out
 
 
@@ -121,8 +122,8 @@ def person_data(conn: sqlite3.Connection, q: PersonData) -> dict[str, Any]:
         " ORDER BY started_at, rowid",
         (_as_list(theirs), _as_list(runs)),
     ).fetchall()
-    return person.document(
-        conversations + person.shared_conversations(exchanges),
+    return export.document(
+        conversations + export.shared_conversations(exchanges),
         conn.execute(
             "SELECT key, value, created_at, updated_at FROM memories WHERE scope = ? ORDER BY key",
             (partition,),
@@ -141,6 +142,11 @@ def person_data(conn: sqlite3.Connection, q: PersonData) -> dict[str, Any]:
         person.their_approvals(conn.execute(_APPROVALS + " ORDER BY created_at"), user, set(theirs)),
         _events_naming(conn, user, theirs),
         user,
+        conn.execute(
+            "SELECT conversation_key, sha256, kind, mime_type, filename, size, created_at FROM media"
+            f" WHERE sender = ? OR conversation_key IN {_IN} ORDER BY created_at, conversation_key, sha256",
+            (user, _as_list(theirs)),
+        ),
     )
 
 
@@ -241,6 +247,11 @@ class SqliteErasure:
             # the keyword index keeps a deleted row's terms until its segments are merged: merge them now
             self.conn.execute("INSERT INTO episodes_fts(episodes_fts) VALUES ('optimize')")
         return counts
+
+    def drop_media(self, user_id: str, theirs: Sequence[str]) -> int:
+        return self._count(
+            f"DELETE FROM media WHERE sender = ? OR conversation_key IN {_IN}", user_id, _as_list(theirs)
+        )
 
     def events_naming(self, user_id: str, theirs: Sequence[str]) -> list[dict[str, Any]]:
         return _events_naming(self.conn, user_id, theirs)
