@@ -34,23 +34,28 @@ import contextlib
 import logging
 import math
 import time
+import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, cast
 
 import anyio
 import mcp_types as types
 from mcp import Client
 from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
-from mcp.shared.exceptions import MCPError
+from mcp.shared.dispatcher import ProgressFnT
+from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from agentd.backoff import backoff_delays
 from agentd.config.tools import McpServerSpec
 from agentd.errors import ToolError
+from agentd.tools.mcp_callbacks import ServerCallbacks
+from agentd.tools.mcp_logs import LOG_LEVEL
+from agentd.tools.mcp_remote import RemoteTool, remote_tool
 from agentd.tools.mcp_results import result_text
 from agentd.tools.mcp_stderr import ServerStderr
 from agentd.tools.mcp_transport import transport_of, watched
+from agentd.tools.mcp_words import describe_failure, progress_text
 
 log = logging.getLogger(__name__)
 CLIENT_INFO = types.Implementation(name="agentd", version="0.1.0")
@@ -60,15 +65,7 @@ MAX_LIST_PAGES = 100
 # (0.5 s flush, 2 s for the server to exit once its stdin closes, SIGTERM, 2 s, SIGKILL, 2 s to reap);
 # past this the supervisor is left to finish on its own rather than hang the caller (a reload, a stop).
 STOP_BOUND_S = 10.0
-
-
-@dataclass(frozen=True, slots=True)
-class RemoteTool:
-    """A tool as its server lists it."""
-
-    name: str
-    description: str
-    input_schema: dict[str, Any]
+Progress = Callable[[str], None]  # hears a call's progress, in words
 
 
 class McpServer:
@@ -84,6 +81,7 @@ class McpServer:
         self.listed = False  # whether the server has listed its tools at least once
         self._on_tools = on_tools
         self._stderr = ServerStderr(agent, name) if spec.command is not None else None
+        self._callbacks = ServerCallbacks(agent, name, spec)
         self._client: Client | None = None
         self._ready = asyncio.Event()
         self._started = asyncio.Event()  # the first connection was made or failed: no longer "starting"
@@ -105,9 +103,11 @@ class McpServer:
             "restarts": self.restarts,
             "protocol": self.protocol,
             "tools": [t.name for t in self.tools],
+            "not_offered": {t.name: t.not_offered for t in self.tools if t.not_offered},
             # a stdio server's last lines on stderr (why it crashed, most often)
             "stderr": list(self._stderr.tail) if self._stderr is not None else [],
             "exit_status": self._stderr.returncode() if self._stderr is not None else None,
+            "log": list(self._callbacks.log.recent),  # its last `notifications/message`
         }
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -176,7 +176,7 @@ class McpServer:
             except asyncio.CancelledError:
                 raise
             except Exception as e:
-                error = _describe(e)
+                error = describe_failure(e)
             self._ready.clear()
             self._client = None
             if self._stopping.is_set():
@@ -221,6 +221,7 @@ class McpServer:
             client_info=CLIENT_INFO,
             message_handler=self._on_message,
             cache=None,  # the tool list is ours to cache: refreshed when the server says it changed
+            **self._callbacks.client_options(),
         )
         connected = False
         with anyio.CancelScope(deadline=anyio.current_time() + self.spec.connect_timeout_s) as scope:
@@ -231,6 +232,10 @@ class McpServer:
                 async with contextlib.AsyncExitStack() as stack:
                     await stack.enter_async_context(client)
                     self.protocol = client.protocol_version
+                    if self.protocol not in MODERN_PROTOCOL_VERSIONS and client.server_capabilities.logging:
+                        with warnings.catch_warnings():  # deprecated in 2026-07-28, what 2025 servers read
+                            warnings.simplefilter("ignore", MCPDeprecationWarning)
+                            await client.set_logging_level(LOG_LEVEL)
                     await self._list_tools(client)
                     scope.deadline, connected = math.inf, True
                     self._client = client
@@ -294,9 +299,7 @@ class McpServer:
         cursor: str | None = None
         for _ in range(MAX_LIST_PAGES):
             page = await client.list_tools(cursor=cursor)
-            listed += [
-                RemoteTool(t.name, t.description or t.title or "", dict(t.input_schema)) for t in page.tools
-            ]
+            listed += [remote_tool(t) for t in page.tools]
             cursor = page.next_cursor
             if cursor is None:
                 break
@@ -305,30 +308,45 @@ class McpServer:
 
     # -- calls -------------------------------------------------------------------------------
 
-    async def call(self, tool: str, arguments: dict[str, Any], meta: dict[str, Any]) -> str:
-        """The tool's result as text for the model; ToolError when it failed or could not be called."""
-        timeout = self.spec.timeout_s
-        deadline = time.monotonic() + timeout
-        if not self._ready.is_set() and not await self.wait_ready(min(timeout, 5.0)):
+    async def call(
+        self, tool: str, arguments: dict[str, Any], meta: dict[str, Any], on_progress: Progress | None = None
+    ) -> str:
+        """The tool's result as text for the model; ToolError when it failed or could not be called.
+
+        The call may be silent at most `timeout_s`; each progress notification from the server
+        (the call carries a progressToken) restarts that wait, never past `max_s` from the start.
+        `on_progress` hears each one in words (the streamed reply shows it).
+        """
+        silence, whole = self.spec.timeout_s, self.spec.whole_call_s
+        if not self._ready.is_set() and not await self.wait_ready(min(silence, 5.0)):
             why = f" ({self.error})" if self.error else ""
             raise ToolError(
                 f"the tool server {self.name} is not running{why}; try again later or answer without it"
             )
         client, expired = self._client, self._expired
         assert client is not None
+        loop = asyncio.get_running_loop()
+        hard = loop.time() + whole
+        limit = asyncio.timeout(min(silence, whole))
+
+        async def progressed(progress: float, total: float | None, message: str | None) -> None:
+            limit.reschedule(min(loop.time() + silence, hard))
+            if on_progress is not None:
+                on_progress(progress_text(tool, progress, total, message))
+
         try:
-            async with asyncio.timeout(timeout):
+            async with limit:
                 try:
-                    result = await self._call(client, tool, arguments, meta, deadline)
+                    result = await self._call(client, tool, arguments, meta, hard, progressed)
                 except MCPError:
                     if not expired.is_set():
                         raise
                     # the server forgot the session (it restarted): the call never ran; once a new
                     # session is open, make it there, within the same timeout
                     client = await self._renewed(client)
-                    result = await self._call(client, tool, arguments, meta, deadline)
+                    result = await self._call(client, tool, arguments, meta, hard, progressed)
         except TimeoutError:
-            raise ToolError(f"{tool} on {self.name} did not answer within {timeout:g} s") from None
+            raise ToolError(self._late(tool, loop.time() >= hard - 0.01)) from None
         except MCPError as e:
             if e.code == types.CONNECTION_CLOSED:
                 self._lost.set()
@@ -336,20 +354,36 @@ class McpServer:
                     f"the tool server {self.name} stopped during the call; it is being restarted"
                 ) from None
             if e.code == types.REQUEST_TIMEOUT:
-                raise ToolError(f"{tool} on {self.name} did not answer within {timeout:g} s") from None
+                raise ToolError(self._late(tool, True)) from None
             raise ToolError(f"{self.name} refused the call to {tool}: {e.message}") from None
         text = result_text(result, self.spec.max_result_chars)
         if result.is_error:
             raise ToolError(text or f"{tool} failed")
         return text
 
+    def _late(self, tool: str, past_max: bool) -> str:
+        if past_max:
+            return f"{tool} on {self.name} did not finish within {self.spec.whole_call_s:g} s (max_s)"
+        return f"{tool} on {self.name} did not answer within {self.spec.timeout_s:g} s"
+
     async def _call(
-        self, client: Client, tool: str, arguments: dict[str, Any], meta: dict[str, Any], deadline: float
+        self,
+        client: Client,
+        tool: str,
+        arguments: dict[str, Any],
+        meta: dict[str, Any],
+        hard: float,
+        progressed: ProgressFnT,
     ) -> types.CallToolResult:
         async with self._slots:
-            left = max(deadline - time.monotonic(), 0.001)
+            left = max(hard - asyncio.get_running_loop().time(), 0.001)
+            # a progress callback is what makes the SDK send a progressToken
             return await client.call_tool(
-                tool, arguments, read_timeout_seconds=left, meta=cast(types.RequestParamsMeta, meta)
+                tool,
+                arguments,
+                read_timeout_seconds=left,
+                progress_callback=progressed,
+                meta=cast(types.RequestParamsMeta, meta),
             )
 
     async def _renewed(self, old: Client) -> Client:
@@ -357,13 +391,3 @@ class McpServer:
         while self._client is None or self._client is old:
             await self._new_connection.wait()
         return self._client
-
-
-def _describe(e: BaseException) -> str:
-    if isinstance(e, BaseExceptionGroup):
-        inner = e.exceptions[0] if e.exceptions else e
-        return _describe(inner)
-    if isinstance(e, TimeoutError):
-        return "no answer while connecting"
-    text = str(e) or type(e).__name__
-    return f"{type(e).__name__}: {text}" if not isinstance(e, MCPError) else text

@@ -25,7 +25,8 @@ from typing import Any
 from agentd.config.tools import McpServerSpec, ToolsSpec
 from agentd.providers.base import ToolSpec
 from agentd.tools.base import Tool, ToolCall
-from agentd.tools.mcp_server import McpServer, RemoteTool
+from agentd.tools.mcp_remote import RemoteTool
+from agentd.tools.mcp_server import McpServer
 from agentd.tools.naming import model_tool_name
 from agentd.tools.policy import Policy
 
@@ -72,7 +73,8 @@ class McpServers:
         server = self.servers.get(name)
         if server is None:
             return
-        self._tools[name] = [self._tool(server, remote) for remote in server.tools]
+        # a tool the engine could not call is not offered (why is in `describe`)
+        self._tools[name] = [self._tool(server, remote) for remote in server.tools if not remote.not_offered]
         if not server.listed:
             return  # whether a pattern matches is known once the server has said its tools
         problems = Policy(self.spec).unmatched(name, [t.name for t in server.tools])
@@ -95,11 +97,13 @@ class McpServers:
                 f"{META_PREFIX}user_id": caller.user_id,
                 f"{META_PREFIX}run_id": caller.run_id,
             }
-            return await server.call(name, args, meta)
+            return await server.call(name, args, meta, caller.on_progress)
 
         schema = remote.input_schema or {"type": "object", "properties": {}}
         spec = ToolSpec(model_tool_name(server.name, name), remote.description, schema)
-        return Tool(spec, call, source=server.name, origin=name)
+        return Tool(
+            spec, call, source=server.name, origin=name, hints=remote.hints, destructive=remote.destructive
+        )
 
     async def wait_started(self, timeout: float = math.inf) -> None:
         """Wait for the servers still making their first connection (right after a start or a
