@@ -1,6 +1,7 @@
-"""Tool annotations: a tool its server marks destructive is asked for unless the file allows it by name,
-and `agentd tools` shows each tool's hints (the reference server-filesystem marks write_file, edit_file
-and move_file `destructiveHint: true`, its readers `readOnlyHint: true`)."""
+"""The MCP client against the reference server-filesystem (npm). Tool annotations: a tool its server
+marks destructive is asked for unless the file allows it by name, and `agentd tools` shows each tool's
+hints (server-filesystem marks write_file, edit_file and move_file `destructiveHint: true`, its readers
+`readOnlyHint: true`). Roots: started with no folder, it works in the `roots:` the file gives."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from agentd.tools.policy import DESTRUCTIVE_RULE, Policy
 from testkit.fake_llm import FakeLLM
 from tests.support import Harness, say
 from tests.tools.reference import filesystem, needs_node
-from tests.tools.support import agent_yaml, openai, tool_agent, tool_events
+from tests.tools.support import agent_yaml, openai, tool_agent, tool_events, tool_results
 
 
 def test_destructive_is_asked_unless_allowed_by_name_and_deny_still_wins() -> None:
@@ -56,3 +57,17 @@ async def test_server_filesystems_hints_decide_and_show(
     assert reply.approval is not None and not target.exists()
     [(action, data)] = await tool_events(agent)
     assert action == "approval_requested" and data["rule"] == DESTRUCTIVE_RULE
+
+
+@needs_node
+async def test_server_filesystem_started_without_folders_works_in_the_files_roots(
+    harness: Harness, fake: FakeLLM, client: httpx.AsyncClient, root: Path
+) -> None:
+    agent = await tool_agent(harness, openai(fake, client), agent_yaml({"fs": filesystem(roots=[str(root)])}))
+    fake.reply(tool_calls=[("fs__list_allowed_directories", {})])
+    fake.reply(tool_calls=[("fs__read_text_file", {"path": str(root / "notes.txt")})])
+    fake.reply("You need milk.")
+    reply = await say(agent)("what is on my list?")
+    assert reply.text == "You need milk."
+    allowed, read = tool_results(fake.requests[2].json)
+    assert str(root.resolve()) in allowed and read == "buy milk"
