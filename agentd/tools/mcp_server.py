@@ -20,11 +20,8 @@ connect timeout) aborted it and left its reader draining a live server
 forever: the reload loop hung, the process leaked, SIGTERM no longer stopped
 agentd.
 
-Every call has limits: a timeout (the server's `timeout_s`), a cap on calls in
-flight at once (`max_concurrent_calls`; waiting for a slot counts toward the
-timeout), and a cap on the result's size (cut, with a note the model reads).
-A server that is down, slow or broken gives the model a tool error; the turn
-goes on.
+Every call has limits (agentd.tools.mcp_calls), and a cap on the result's size
+(cut, with a note the model reads).
 """
 
 from __future__ import annotations
@@ -50,12 +47,13 @@ from agentd.backoff import backoff_delays
 from agentd.config.tools import McpServerSpec
 from agentd.errors import ToolError
 from agentd.tools.mcp_callbacks import ServerCallbacks
+from agentd.tools.mcp_calls import Progress, limited
 from agentd.tools.mcp_logs import LOG_LEVEL
 from agentd.tools.mcp_remote import RemoteTool, remote_tool
 from agentd.tools.mcp_results import result_text
 from agentd.tools.mcp_stderr import ServerStderr
 from agentd.tools.mcp_transport import transport_of, watched
-from agentd.tools.mcp_words import describe_failure, progress_text
+from agentd.tools.mcp_words import describe_failure
 
 log = logging.getLogger(__name__)
 CLIENT_INFO = types.Implementation(name="agentd", version="0.1.0")
@@ -65,7 +63,6 @@ MAX_LIST_PAGES = 100
 # (0.5 s flush, 2 s for the server to exit once its stdin closes, SIGTERM, 2 s, SIGKILL, 2 s to reap);
 # past this the supervisor is left to finish on its own rather than hang the caller (a reload, a stop).
 STOP_BOUND_S = 10.0
-Progress = Callable[[str], None]  # hears a call's progress, in words
 
 
 class McpServer:
@@ -90,7 +87,7 @@ class McpServer:
         self._expired = asyncio.Event()  # the HTTP server no longer knows this connection's session
         self._new_connection = asyncio.Event()  # set (and replaced) at each connection made
         self._stopping = asyncio.Event()
-        self._slots = asyncio.Semaphore(spec.max_concurrent_calls)
+        self.slots = asyncio.Semaphore(spec.max_concurrent_calls)
         self._task: asyncio.Task[None] | None = None
         self._scope: anyio.CancelScope | None = None  # the connection being made or held
         self._refreshes: set[asyncio.Task[None]] = set()
@@ -311,72 +308,10 @@ class McpServer:
     async def call(
         self, tool: str, arguments: dict[str, Any], meta: dict[str, Any], on_progress: Progress | None = None
     ) -> str:
-        """The tool's result as text for the model; ToolError when it failed or could not be called.
+        """The tool's result as text for the model; ToolError when it failed or could not be called
+        (agentd.tools.mcp_calls: the limits); `on_progress` hears the server's progress in words."""
 
-        The call may be silent at most `timeout_s`; each progress notification from the server
-        (the call carries a progressToken) restarts that wait, never past `max_s` from the start.
-        `on_progress` hears each one in words (the streamed reply shows it).
-        """
-        silence, whole = self.spec.timeout_s, self.spec.whole_call_s
-        if not self._ready.is_set() and not await self.wait_ready(min(silence, 5.0)):
-            why = f" ({self.error})" if self.error else ""
-            raise ToolError(
-                f"the tool server {self.name} is not running{why}; try again later or answer without it"
-            )
-        client, expired = self._client, self._expired
-        assert client is not None
-        loop = asyncio.get_running_loop()
-        hard = loop.time() + whole
-        limit = asyncio.timeout(min(silence, whole))
-
-        async def progressed(progress: float, total: float | None, message: str | None) -> None:
-            limit.reschedule(min(loop.time() + silence, hard))
-            if on_progress is not None:
-                on_progress(progress_text(tool, progress, total, message))
-
-        try:
-            async with limit:
-                try:
-                    result = await self._call(client, tool, arguments, meta, hard, progressed)
-                except MCPError:
-                    if not expired.is_set():
-                        raise
-                    # the server forgot the session (it restarted): the call never ran; once a new
-                    # session is open, make it there, within the same timeout
-                    client = await self._renewed(client)
-                    result = await self._call(client, tool, arguments, meta, hard, progressed)
-        except TimeoutError:
-            raise ToolError(self._late(tool, loop.time() >= hard - 0.01)) from None
-        except MCPError as e:
-            if e.code == types.CONNECTION_CLOSED:
-                self._lost.set()
-                raise ToolError(
-                    f"the tool server {self.name} stopped during the call; it is being restarted"
-                ) from None
-            if e.code == types.REQUEST_TIMEOUT:
-                raise ToolError(self._late(tool, True)) from None
-            raise ToolError(f"{self.name} refused the call to {tool}: {e.message}") from None
-        text = result_text(result, self.spec.max_result_chars)
-        if result.is_error:
-            raise ToolError(text or f"{tool} failed")
-        return text
-
-    def _late(self, tool: str, past_max: bool) -> str:
-        if past_max:
-            return f"{tool} on {self.name} did not finish within {self.spec.whole_call_s:g} s (max_s)"
-        return f"{tool} on {self.name} did not answer within {self.spec.timeout_s:g} s"
-
-    async def _call(
-        self,
-        client: Client,
-        tool: str,
-        arguments: dict[str, Any],
-        meta: dict[str, Any],
-        hard: float,
-        progressed: ProgressFnT,
-    ) -> types.CallToolResult:
-        async with self._slots:
-            left = max(hard - asyncio.get_running_loop().time(), 0.001)
+        async def send(client: Client, left: float, progressed: ProgressFnT) -> types.CallToolResult:
             # a progress callback is what makes the SDK send a progressToken
             return await client.call_tool(
                 tool,
@@ -386,7 +321,28 @@ class McpServer:
                 meta=cast(types.RequestParamsMeta, meta),
             )
 
-    async def _renewed(self, old: Client) -> Client:
+        result = await limited(self, tool, send, on_progress)
+        text = result_text(result, self.spec.max_result_chars)
+        if result.is_error:
+            raise ToolError(text or f"{tool} failed")
+        return text
+
+    async def connection(self, wait: float) -> tuple[Client, asyncio.Event]:
+        """The connection to make a request on (waiting at most `wait` for one), and the event set
+        if its HTTP session expires; ToolError when the server is not running."""
+        if not self._ready.is_set() and not await self.wait_ready(wait):
+            why = f" ({self.error})" if self.error else ""
+            raise ToolError(
+                f"the tool server {self.name} is not running{why}; try again later or answer without it"
+            )
+        assert self._client is not None
+        return self._client, self._expired
+
+    def connection_lost(self) -> None:
+        """A request found the connection closed: reconnect now, not at the next request."""
+        self._lost.set()
+
+    async def renewed(self, old: Client) -> Client:
         """The connection that replaces `old`, once it is made (the caller bounds the wait)."""
         while self._client is None or self._client is old:
             await self._new_connection.wait()
