@@ -50,10 +50,12 @@ from agentd.tools.mcp_callbacks import ServerCallbacks
 from agentd.tools.mcp_calls import Progress, limited
 from agentd.tools.mcp_logs import LOG_LEVEL
 from agentd.tools.mcp_remote import RemoteTool, remote_tool
+from agentd.tools.mcp_resources import READ, has_resources
 from agentd.tools.mcp_results import result_text
 from agentd.tools.mcp_stderr import ServerStderr
 from agentd.tools.mcp_transport import transport_of, watched
 from agentd.tools.mcp_words import describe_failure
+from agentd.tools.naming import model_tool_name
 
 log = logging.getLogger(__name__)
 CLIENT_INFO = types.Implementation(name="agentd", version="0.1.0")
@@ -76,6 +78,7 @@ class McpServer:
         self.protocol: str | None = None
         self.tools: list[RemoteTool] = []
         self.listed = False  # whether the server has listed its tools at least once
+        self.resources = False  # whether it offers resources (then read as tools: mcp_resources)
         self._on_tools = on_tools
         self._stderr = ServerStderr(agent, name) if spec.command is not None else None
         self._callbacks = ServerCallbacks(agent, name, spec)
@@ -100,6 +103,7 @@ class McpServer:
             "restarts": self.restarts,
             "protocol": self.protocol,
             "tools": [t.name for t in self.tools],
+            "resources": self.resources,
             "not_offered": {t.name: t.not_offered for t in self.tools if t.not_offered},
             # a stdio server's last lines on stderr (why it crashed, most often)
             "stderr": list(self._stderr.tail) if self._stderr is not None else [],
@@ -229,6 +233,7 @@ class McpServer:
                 async with contextlib.AsyncExitStack() as stack:
                     await stack.enter_async_context(client)
                     self.protocol = client.protocol_version
+                    self.resources = await has_resources(client)
                     if self.protocol not in MODERN_PROTOCOL_VERSIONS and client.server_capabilities.logging:
                         with warnings.catch_warnings():  # deprecated in 2026-07-28, what 2025 servers read
                             warnings.simplefilter("ignore", MCPDeprecationWarning)
@@ -322,7 +327,8 @@ class McpServer:
             )
 
         result = await limited(self, tool, send, on_progress)
-        text = result_text(result, self.spec.max_result_chars)
+        reader = model_tool_name(self.name, READ) if self.resources else None
+        text = result_text(result, self.spec.max_result_chars, reader)
         if result.is_error:
             raise ToolError(text or f"{tool} failed")
         return text

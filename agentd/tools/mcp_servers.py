@@ -24,8 +24,9 @@ from typing import Any
 
 from agentd.config.tools import McpServerSpec, ToolsSpec
 from agentd.providers.base import ToolSpec
-from agentd.tools.base import Tool, ToolCall
+from agentd.tools.base import Handler, Tool, ToolCall
 from agentd.tools.mcp_remote import RemoteTool
+from agentd.tools.mcp_resources import call_resource_tool, resource_tools
 from agentd.tools.mcp_server import McpServer
 from agentd.tools.naming import model_tool_name
 from agentd.tools.policy import Policy
@@ -74,10 +75,13 @@ class McpServers:
         if server is None:
             return
         # a tool the engine could not call is not offered (why is in `describe`)
-        self._tools[name] = [self._tool(server, remote) for remote in server.tools if not remote.not_offered]
+        tools = [self._tool(server, remote) for remote in server.tools if not remote.not_offered]
+        readers = resource_tools(server.tools) if server.resources else []
+        self._tools[name] = tools + [self._resource_tool(server, remote) for remote in readers]
         if not server.listed:
             return  # whether a pattern matches is known once the server has said its tools
-        problems = Policy(self.spec).unmatched(name, [t.name for t in server.tools])
+        listed = [t.name for t in (*server.tools, *readers)]
+        problems = Policy(self.spec).unmatched(name, listed)
         if problems and problems != self._problems.get(name):
             log.error(
                 "agent %s: MCP server %s: its tools are not offered: %s",
@@ -99,6 +103,16 @@ class McpServers:
             }
             return await server.call(name, args, meta, caller.on_progress)
 
+        return self._offered(server, remote, call)
+
+    def _resource_tool(self, server: McpServer, remote: RemoteTool) -> Tool:
+        async def call(args: dict[str, Any], caller: ToolCall) -> str:
+            return await call_resource_tool(server, remote.name, args)
+
+        return self._offered(server, remote, call)
+
+    def _offered(self, server: McpServer, remote: RemoteTool, call: Handler) -> Tool:
+        name = remote.name
         schema = remote.input_schema or {"type": "object", "properties": {}}
         spec = ToolSpec(model_tool_name(server.name, name), remote.description, schema)
         return Tool(

@@ -101,3 +101,45 @@ async def test_a_tool_that_only_runs_as_a_task_is_not_offered_and_agentd_tools_s
     assert described["not_offered"] == {"simulate-research-query": TASKS_REQUIRED}
     assert "simulate-research-query" in described["tools"]  # listed by the server, not offered
     assert f"not offered: simulate-research-query: {TASKS_REQUIRED}" in render_tools(report)
+
+
+async def test_its_resources_are_listed_and_read_as_tools_and_a_link_in_a_result_is_followed(
+    harness: Harness, fake: FakeLLM, client: httpx.AsyncClient
+) -> None:
+    servers = {"everything": everything()}
+    agent = await tool_agent(
+        harness, openai(fake, client), agent_yaml(servers, ask=["everything.read_resource"])
+    )
+    fake.reply(
+        tool_calls=[("everything__list_resources", {}), ("everything__get-resource-links", {"count": 2})]
+    )
+    fake.reply("listed")
+    await say(agent)("what documents are there?")
+    request = fake.requests[0].json
+    reader = next(
+        t["function"] for t in request["tools"] if t["function"]["name"] == "everything__read_resource"
+    )
+    assert reader["parameters"]["required"] == ["uri"]
+    listing, links = tool_results(fake.requests[1].json)
+    assert "demo://resource/static/document/" in listing
+    assert "template demo://resource/dynamic/text/{resourceId}" in listing
+    # the link says which tool reads it
+    assert (
+        "[resource demo://resource/dynamic/text/2 (Text Resource 2); read it with everything__read_resource]"
+        in links
+    )
+
+    # reading is under the policy like any tool: here it is asked for, then approved and run
+    fake.reply(tool_calls=[("everything__read_resource", {"uri": "demo://resource/dynamic/text/2"})])
+    fake.reply("read it")
+    asked = await say(agent)("read the second one")
+    assert asked.approval is not None
+    await agent.decide_approval(asked.approval, True)  # the operator; waits for the resumed run
+    [*_, read] = tool_results(fake.requests[3].json)
+    assert read.startswith("Resource 2: This is a plaintext resource created at")
+    actions = [(action, data["tool"]) for action, data in await tool_events(agent)]
+    assert actions[-3:] == [
+        ("approval_requested", "everything__read_resource"),
+        ("approved", "everything__read_resource"),
+        ("called", "everything__read_resource"),
+    ]
