@@ -8,9 +8,13 @@ hint the server states counts: the spec's default for an unannotated tool is
 "destructive", which would put every tool of every server under `ask`.
 
 A tool that declares `execution.taskSupport: "required"` can only be called as
-a task (create, poll, result). The SDK defines the task types but sends none of
-their requests (tasks left the core spec in 2026-07-28), so such a tool is not
-offered; `agentd tools` says why instead of the model meeting `-32601`.
+a task (create, poll, result, cancel). The SDK defines the task types but
+cannot receive a task: its session validates every `tools/call` answer as a
+CallToolResult, and a CreateTaskResult fails that (tried against
+server-everything's simulate-research-query: `content: Field required`,
+while the server's task goes on running). So such a tool is not offered, and
+`agentd tools` says why, instead of the model meeting `-32601 ... requires
+task augmentation`.
 """
 
 from __future__ import annotations
@@ -28,8 +32,8 @@ HINTS = {
     "open_world_hint": "openWorldHint",
 }
 TASKS_REQUIRED = (
-    'it declares execution.taskSupport: "required" (callable only as an MCP task), '
-    "and the MCP SDK agentd uses sends no task requests (tasks/get, tasks/result)"
+    'it declares execution.taskSupport: "required" (callable only as an MCP task), and the MCP SDK '
+    "agentd uses cannot receive a task (it takes a tools/call answer only as a CallToolResult)"
 )
 
 
