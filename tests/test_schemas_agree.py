@@ -105,6 +105,16 @@ AGENTS: list[tuple[str, str, bool]] = [
     ),
     ("server with a relative root", "tools: {mcp: {s: {command: [x], roots: [docs]}}}\n", False),
     ("server with an http root", "tools: {mcp: {s: {command: [x], roots: ['http://h/d']}}}\n", False),
+    (
+        "server with sampling",
+        "tools: {mcp: {s: {command: [x], sampling: true, sampling_model: openai/gpt-4.1-mini}}}\n",
+        True,
+    ),
+    (
+        "server with a bad sampling_model",
+        "tools: {mcp: {s: {command: [x], sampling: true, sampling_model: 'gpt 4'}}}\n",
+        False,
+    ),
     ("server with max_s 0", "tools: {mcp: {s: {command: [x], max_s: 0}}}\n", False),
     ("approver without channel", "tools: {approvers: [U777]}\n", False),
     ("compaction at zero", "memory: {compact_at_tokens: 0}\n", False),

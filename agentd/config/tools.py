@@ -30,6 +30,7 @@ from pydantic import AfterValidator, ConfigDict, Field, WithJsonSchema, field_va
 from pydantic.json_schema import JsonDict
 
 from agentd.config.base import Spec
+from agentd.config.refs import ModelRef
 
 # Where a tool comes from, when it is not an MCP server: the patterns and the audit name them so.
 MEMORY_SOURCE = "memory"
@@ -108,6 +109,8 @@ class McpServerSpec(Spec):
     max_concurrent_calls: int = Field(default=4, ge=1, le=256)
     max_result_chars: int = Field(default=20_000, ge=100, le=10_000_000)
     roots: list[Root] = []  # folders the server may work in (MCP roots): absolute paths or file:// URIs
+    sampling: bool = False  # answer its sampling/createMessage with the agent's model (a run, audited)
+    sampling_model: ModelRef | None = None  # the model that answers (None: model.small, else model.name)
 
     @field_validator("url")
     @classmethod

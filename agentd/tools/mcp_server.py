@@ -46,7 +46,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from agentd.backoff import backoff_delays
 from agentd.config.tools import McpServerSpec
 from agentd.errors import ToolError
-from agentd.tools.mcp_callbacks import ServerCallbacks
+from agentd.tools.mcp_callbacks import Sampler, ServerCallbacks
 from agentd.tools.mcp_calls import Progress, limited
 from agentd.tools.mcp_logs import LOG_LEVEL
 from agentd.tools.mcp_remote import RemoteTool, remote_tool
@@ -68,7 +68,14 @@ STOP_BOUND_S = 10.0
 
 
 class McpServer:
-    def __init__(self, agent: str, name: str, spec: McpServerSpec, on_tools: Callable[[], None]):
+    def __init__(
+        self,
+        agent: str,
+        name: str,
+        spec: McpServerSpec,
+        on_tools: Callable[[], None],
+        sampler: Callable[[], Sampler | None] = lambda: None,
+    ):
         self.agent = agent
         self.name = name
         self.spec = spec
@@ -81,7 +88,7 @@ class McpServer:
         self.resources = False  # whether it offers resources (then read as tools: mcp_resources)
         self._on_tools = on_tools
         self._stderr = ServerStderr(agent, name) if spec.command is not None else None
-        self._callbacks = ServerCallbacks(agent, name, spec)
+        self.callbacks = ServerCallbacks(agent, name, spec, sampler)
         self._client: Client | None = None
         self._ready = asyncio.Event()
         self._started = asyncio.Event()  # the first connection was made or failed: no longer "starting"
@@ -108,7 +115,7 @@ class McpServer:
             # a stdio server's last lines on stderr (why it crashed, most often)
             "stderr": list(self._stderr.tail) if self._stderr is not None else [],
             "exit_status": self._stderr.returncode() if self._stderr is not None else None,
-            "log": list(self._callbacks.log.recent),  # its last `notifications/message`
+            "log": list(self.callbacks.log.recent),  # its last `notifications/message`
         }
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -222,7 +229,7 @@ class McpServer:
             client_info=CLIENT_INFO,
             message_handler=self._on_message,
             cache=None,  # the tool list is ours to cache: refreshed when the server says it changed
-            **self._callbacks.client_options(),
+            **self.callbacks.client_options(),
         )
         connected = False
         with anyio.CancelScope(deadline=anyio.current_time() + self.spec.connect_timeout_s) as scope:

@@ -25,6 +25,7 @@ from typing import Any
 from agentd.config.tools import McpServerSpec, ToolsSpec
 from agentd.providers.base import ToolSpec
 from agentd.tools.base import Handler, Tool, ToolCall
+from agentd.tools.mcp_callbacks import Sampler
 from agentd.tools.mcp_remote import RemoteTool
 from agentd.tools.mcp_resources import call_resource_tool, resource_tools
 from agentd.tools.mcp_server import McpServer
@@ -42,6 +43,7 @@ class McpServers:
         self.servers: dict[str, McpServer] = {}
         self._tools: dict[str, list[Tool]] = {}  # per server, rebuilt when its tool list changes
         self._problems: dict[str, list[str]] = {}
+        self.sampler: Sampler | None = None  # the engine's, for servers with `sampling: true`
 
     async def apply(self, spec: ToolsSpec) -> None:
         """Run the servers `spec` lists: new ones start, changed ones restart, removed ones stop."""
@@ -56,7 +58,7 @@ class McpServers:
             self._recheck(name)  # the patterns may have changed with the file
 
     def _start(self, name: str, spec: McpServerSpec) -> None:
-        server = McpServer(self.agent, name, spec, lambda: self._recheck(name))
+        server = McpServer(self.agent, name, spec, lambda: self._recheck(name), lambda: self.sampler)
         self.servers[name] = server
         server.start()
 
@@ -101,7 +103,12 @@ class McpServers:
                 f"{META_PREFIX}user_id": caller.user_id,
                 f"{META_PREFIX}run_id": caller.run_id,
             }
-            return await server.call(name, args, meta, caller.on_progress)
+            asking = server.callbacks.asking
+            asking.append(caller)  # whom a request the server makes meanwhile is for
+            try:
+                return await server.call(name, args, meta, caller.on_progress)
+            finally:
+                asking.remove(caller)
 
         return self._offered(server, remote, call)
 

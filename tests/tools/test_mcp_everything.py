@@ -13,6 +13,7 @@ import pytest
 
 from agentd.cli.tools import render_tools
 from agentd.events import InboundEvent
+from agentd.store.queries import Runs
 from agentd.tools.mcp_remote import TASKS_REQUIRED
 from testkit.fake_llm import FakeLLM
 from testkit.sinks import Heard
@@ -143,3 +144,38 @@ async def test_its_resources_are_listed_and_read_as_tools_and_a_link_in_a_result
         ("approved", "everything__read_resource"),
         ("called", "everything__read_resource"),
     ]
+
+
+async def test_sampling_is_answered_by_the_named_model_as_a_run_of_its_own_only_when_on(
+    harness: Harness, fake: FakeLLM, client: httpx.AsyncClient
+) -> None:
+    servers = {
+        "plain": everything(),
+        "everything": everything(sampling=True, sampling_model="fake/gpt-small"),
+    }
+    agent = await tool_agent(harness, openai(fake, client), agent_yaml(servers))
+    # off by default: that client declares no sampling, and server-everything then lists no sampling tool
+    described = agent.state.tool_servers.describe()
+    assert "trigger-sampling-request" not in described["plain"]["tools"]
+    assert "trigger-sampling-request" in described["everything"]["tools"]
+    fake.reply(tool_calls=[("everything__trigger-sampling-request", {"prompt": "a haiku", "maxTokens": 50})])
+    fake.reply("Autumn moon rises")  # the sampling call
+    fake.reply("The server got its haiku.")
+    reply = await say(agent, user="ana")("have the server write a haiku")
+    assert reply.text == "The server got its haiku."
+    sampled = fake.requests[1].json
+    assert sampled["model"] == "gpt-small"
+    assert sampled["messages"][0] == {"role": "system", "content": "You are a helpful test server."}
+    assert "a haiku" in sampled["messages"][1]["content"]
+    assert sampled.get("max_tokens", sampled.get("max_completion_tokens")) == 50
+    assert "Autumn moon rises" in tool_results(fake.requests[2].json)[0]
+
+    runs = await agent.state.store.read(Runs("webhook:c1"))
+    turn = next(r for r in runs if r["trigger"] == "message")
+    [sampling] = [r for r in runs if r["trigger"] == "sampling"]
+    assert sampling["parent_run_id"] == turn["id"] and sampling["model"] == "fake/gpt-small"
+    assert sampling["status"] == "ok" and sampling["output_tokens"] > 0
+    events = await tool_events(agent)
+    [(_, data)] = [(a, d) for a, d in events if a == "sampled"]
+    assert data["server"] == "everything" and data["model"] == "fake/gpt-small" and data["user"] == "ana"
+    assert "Autumn" not in str(data), "what the model wrote is not audited"
