@@ -54,6 +54,8 @@ COMMANDS: Mapping[str, str] = MappingProxyType(
         "status": "show the agent, model, context size, totals and approvals waiting",
         "approve": "/approve <id>: let a tool call that waits for approval run",
         "deny": "/deny <id>: refuse a tool call that waits for approval",
+        "answer": "/answer <id> <text>: answer a tool server's question",
+        "decline": "/decline <id>: decline to answer a tool server's question",
         "help": "list these commands",
     }
 )

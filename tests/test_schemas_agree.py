@@ -115,6 +115,8 @@ AGENTS: list[tuple[str, str, bool]] = [
         "tools: {mcp: {s: {command: [x], sampling: true, sampling_model: 'gpt 4'}}}\n",
         False,
     ),
+    ("server without elicitation", "tools: {mcp: {s: {command: [x], elicitation: false}}}\n", True),
+    ("server with elicitation: maybe", "tools: {mcp: {s: {command: [x], elicitation: maybe}}}\n", False),
     ("server with max_s 0", "tools: {mcp: {s: {command: [x], max_s: 0}}}\n", False),
     ("approver without channel", "tools: {approvers: [U777]}\n", False),
     ("compaction at zero", "memory: {compact_at_tokens: 0}\n", False),

@@ -109,6 +109,7 @@ class McpServerSpec(Spec):
     max_concurrent_calls: int = Field(default=4, ge=1, le=256)
     max_result_chars: int = Field(default=20_000, ge=100, le=10_000_000)
     roots: list[Root] = []  # folders the server may work in (MCP roots): absolute paths or file:// URIs
+    elicitation: bool = True  # the server may ask the person for input mid-call (/answer, /decline)
     sampling: bool = False  # answer its sampling/createMessage with the agent's model (a run, audited)
     sampling_model: ModelRef | None = None  # the model that answers (None: model.small, else model.name)
 

@@ -15,6 +15,7 @@ when there is exactly one (`asking`), else to nobody in particular.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
@@ -40,12 +41,30 @@ def root_uri(root: str) -> str:
     return root if root.startswith("file://") else Path(root).resolve().as_uri()
 
 
+class Elicitor(Protocol):
+    """The engine's answer to a server's `elicitation/create` (agentd.engine.elicitations)."""
+
+    async def elicit(
+        self, server: str, asker: ToolCall | None, params: types.ElicitRequestParams
+    ) -> types.ElicitResult: ...
+
+
 class ServerCallbacks:
-    def __init__(self, agent: str, server: str, spec: McpServerSpec, sampler: Callable[[], Sampler | None]):
+    def __init__(
+        self,
+        agent: str,
+        server: str,
+        spec: McpServerSpec,
+        sampler: Callable[[], Sampler | None],
+        elicitor: Callable[[], Elicitor | None],
+    ):
         self.server = server
         self.spec = spec
         self.asking: list[ToolCall] = []  # the calls in flight on this server, oldest first
+        # each call in flight holds its silence timer open by this much while a person is asked
+        self.holds: list[Callable[[float], None]] = []
         self._sampler = sampler
+        self._elicitor = elicitor
         self.log = ServerLog(agent, server)
         self.roots = [
             types.Root.model_validate({"uri": root_uri(r), "name": Path(r).name or r}) for r in spec.roots
@@ -58,10 +77,26 @@ class ServerCallbacks:
             options["list_roots_callback"] = self._list_roots
         if self.spec.sampling:
             options["sampling_callback"] = self._sample
+        if self.spec.elicitation:
+            options["elicitation_callback"] = self._elicit
         return options
 
     def asker(self) -> ToolCall | None:
         return self.asking[0] if len(self.asking) == 1 else None
+
+    async def _elicit(
+        self, context: ClientRequestContext, params: types.ElicitRequestParams
+    ) -> types.ElicitResult | types.ErrorData:
+        elicitor = self._elicitor()
+        if elicitor is None:
+            return types.ElicitResult(action="cancel")
+        for hold in self.holds:
+            hold(math.inf)  # a person is being asked: the call is not silent (its max_s still holds)
+        try:
+            return await elicitor.elicit(self.server, self.asker(), params)
+        finally:
+            for hold in self.holds:
+                hold(self.spec.timeout_s)
 
     async def _sample(
         self, context: ClientRequestContext, params: types.CreateMessageRequestParams

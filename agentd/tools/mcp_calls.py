@@ -45,8 +45,15 @@ class McpServer(Protocol):
     def connection_lost(self) -> None: ...
 
 
-async def limited(server: McpServer, what: str, send: Send[T], on_progress: Progress | None = None) -> T:
-    """`send` on `server`'s connection within its limits; `what` names the request in errors."""
+async def limited(
+    server: McpServer,
+    what: str,
+    send: Send[T],
+    on_progress: Progress | None = None,
+    holds: list[Callable[[float], None]] | None = None,
+) -> T:
+    """`send` on `server`'s connection within its limits; `what` names the request in errors. While it
+    runs, `holds` has a function that allows the request that much silence from now (a person asked)."""
     spec = server.spec
     silence, whole = spec.timeout_s, spec.whole_call_s
     client, expired = await server.connection(min(silence, 5.0))
@@ -59,10 +66,15 @@ async def limited(server: McpServer, what: str, send: Send[T], on_progress: Prog
         if on_progress is not None:
             on_progress(progress_text(what, progress, total, message))
 
+    def hold(seconds: float) -> None:
+        limit.reschedule(min(loop.time() + seconds, hard))
+
     async def once(client: Client) -> T:
         async with server.slots:
             return await send(client, max(hard - loop.time(), 0.001), progressed)
 
+    if holds is not None:
+        holds.append(hold)
     try:
         async with limit:
             try:
@@ -82,6 +94,9 @@ async def limited(server: McpServer, what: str, send: Send[T], on_progress: Prog
         if e.code == types.REQUEST_TIMEOUT:
             raise ToolError(_late(server, what, True)) from None
         raise ToolError(f"{server.name} refused the call to {what}: {e.message}") from None
+    finally:
+        if holds is not None:
+            holds.remove(hold)
 
 
 def _late(server: McpServer, what: str, past_max: bool) -> str:

@@ -46,7 +46,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from agentd.backoff import backoff_delays
 from agentd.config.tools import McpServerSpec
 from agentd.errors import ToolError
-from agentd.tools.mcp_callbacks import Sampler, ServerCallbacks
+from agentd.tools.mcp_callbacks import Elicitor, Sampler, ServerCallbacks
 from agentd.tools.mcp_calls import Progress, limited
 from agentd.tools.mcp_logs import LOG_LEVEL
 from agentd.tools.mcp_remote import RemoteTool, remote_tool
@@ -75,6 +75,7 @@ class McpServer:
         spec: McpServerSpec,
         on_tools: Callable[[], None],
         sampler: Callable[[], Sampler | None] = lambda: None,
+        elicitor: Callable[[], Elicitor | None] = lambda: None,
     ):
         self.agent = agent
         self.name = name
@@ -88,7 +89,7 @@ class McpServer:
         self.resources = False  # whether it offers resources (then read as tools: mcp_resources)
         self._on_tools = on_tools
         self._stderr = ServerStderr(agent, name) if spec.command is not None else None
-        self.callbacks = ServerCallbacks(agent, name, spec, sampler)
+        self.callbacks = ServerCallbacks(agent, name, spec, sampler, elicitor)
         self._client: Client | None = None
         self._ready = asyncio.Event()
         self._started = asyncio.Event()  # the first connection was made or failed: no longer "starting"
@@ -333,7 +334,7 @@ class McpServer:
                 meta=cast(types.RequestParamsMeta, meta),
             )
 
-        result = await limited(self, tool, send, on_progress)
+        result = await limited(self, tool, send, on_progress, self.callbacks.holds)
         reader = model_tool_name(self.name, READ) if self.resources else None
         text = result_text(result, self.spec.max_result_chars, reader)
         if result.is_error:

@@ -25,7 +25,7 @@ from typing import Any
 from agentd.config.tools import McpServerSpec, ToolsSpec
 from agentd.providers.base import ToolSpec
 from agentd.tools.base import Handler, Tool, ToolCall
-from agentd.tools.mcp_callbacks import Sampler
+from agentd.tools.mcp_callbacks import Elicitor, Sampler
 from agentd.tools.mcp_remote import RemoteTool
 from agentd.tools.mcp_resources import call_resource_tool, resource_tools
 from agentd.tools.mcp_server import McpServer
@@ -44,6 +44,7 @@ class McpServers:
         self._tools: dict[str, list[Tool]] = {}  # per server, rebuilt when its tool list changes
         self._problems: dict[str, list[str]] = {}
         self.sampler: Sampler | None = None  # the engine's, for servers with `sampling: true`
+        self.elicitor: Elicitor | None = None  # the engine's: a server asking the person for input
 
     async def apply(self, spec: ToolsSpec) -> None:
         """Run the servers `spec` lists: new ones start, changed ones restart, removed ones stop."""
@@ -58,7 +59,9 @@ class McpServers:
             self._recheck(name)  # the patterns may have changed with the file
 
     def _start(self, name: str, spec: McpServerSpec) -> None:
-        server = McpServer(self.agent, name, spec, lambda: self._recheck(name), lambda: self.sampler)
+        server = McpServer(
+            self.agent, name, spec, lambda: self._recheck(name), lambda: self.sampler, lambda: self.elicitor
+        )
         self.servers[name] = server
         server.start()
 
