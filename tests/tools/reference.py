@@ -21,3 +21,11 @@ def filesystem(*folders: Path, **options: Any) -> dict[str, Any]:
 
 def everything(**options: Any) -> dict[str, Any]:
     return {"command": reference_mcp.everything_command(), "timeout_s": 20, **options}
+
+
+def time_server(**options: Any) -> dict[str, Any]:
+    return {"command": reference_mcp.time_command(), "timeout_s": 20, **options}
+
+
+def git_server(repo: Path, **options: Any) -> dict[str, Any]:
+    return {"command": reference_mcp.git_command(str(repo)), "timeout_s": 20, **options}
