@@ -1,8 +1,8 @@
 """An MCP server asking the person for input mid-call (`elicitation/create`), through the approval channel.
 
 The question goes to the person whose message the call serves, in their
-conversation: posted there when its channel can post (Slack, Telegram,
-Discord), and heard by a streamed reply as progress. They answer out of band,
+conversation: posted there when its channel can post (Slack, Telegram), else
+shown by the streamed reply (as its progress) when the reply is streamed. They answer out of band,
 as they answer an approval (never queued behind the run that waits):
 `/answer <id> <text or JSON>` or `/decline <id>`; only they can. A form's
 answer is one value when the form has one field, else a JSON object of its
@@ -76,8 +76,8 @@ class Elicitations:
         timeout = self.state.spec.tools.approval_timeout_s
         text = _question(asked, params, timeout)
         posted = await self.state.resources.outbox.post(self.state.name, asked.conversation_key, text)
-        if asker.on_progress is not None:
-            asker.on_progress(text)
+        if not posted and asker.on_progress is not None:
+            asker.on_progress(text)  # a streamed reply (the webhook's, a channel's) shows it instead
         elif not posted:
             await self._audit(
                 "elicitation_refused", key, {**base, "reason": "the conversation cannot be reached"}
