@@ -75,24 +75,25 @@ class Elicitations:
         asked = Asked(secrets.token_hex(3), server, asker.conversation_key, asker.user_id, fields)
         timeout = self.state.spec.tools.approval_timeout_s
         text = _question(asked, params, timeout)
-        posted = await self.state.resources.outbox.post(self.state.name, asked.conversation_key, text)
-        if not posted and asker.on_progress is not None:
-            asker.on_progress(text)  # a streamed reply (the webhook's, a channel's) shows it instead
-        elif not posted:
-            await self._audit(
-                "elicitation_refused", key, {**base, "reason": "the conversation cannot be reached"}
-            )
-            return types.ElicitResult(action="cancel")
         data = {**base, "id": asked.id, "fields": sorted(fields)}
-        await self._audit("elicitation_requested", key, data)
-        self.waiting[asked.id] = asked
-        expiry: asyncio.Future[Any] = asyncio.ensure_future(
-            self.clock.sleep_until(self.clock.time() + timeout)
-        )
+        self.waiting[asked.id] = asked  # before the question is out: the answer can come at once
         try:
-            await asyncio.wait({asked.answered, expiry}, return_when=asyncio.FIRST_COMPLETED)
+            posted = await self.state.resources.outbox.post(self.state.name, asked.conversation_key, text)
+            if not posted and asker.on_progress is not None:
+                asker.on_progress(text)  # a streamed reply (the webhook's, a channel's) shows it instead
+            elif not posted:
+                reason = "the conversation cannot be reached"
+                await self._audit("elicitation_refused", key, {**base, "reason": reason})
+                return types.ElicitResult(action="cancel")
+            await self._audit("elicitation_requested", key, data)
+            expiry: asyncio.Future[Any] = asyncio.ensure_future(
+                self.clock.sleep_until(self.clock.time() + timeout)
+            )
+            try:
+                await asyncio.wait({asked.answered, expiry}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                expiry.cancel()
         finally:
-            expiry.cancel()
             self.waiting.pop(asked.id, None)
         if not asked.answered.done():
             asked.answered.cancel()
@@ -110,7 +111,15 @@ class Elicitations:
         verb, asked_id, text = match.group(1), (match.group(2) or "").lower(), (match.group(3) or "").strip()
         key = event.conversation_key
         asked = self.waiting.get(asked_id)
-        if asked is None or asked.conversation_key != key or asked.user_id != event.user_id:
+        if (
+            asked is None
+            or asked.answered.done()
+            or (asked.conversation_key, asked.user_id)
+            != (
+                key,
+                event.user_id,
+            )
+        ):
             mine = [a.id for a in self.waiting.values() if a.conversation_key == key]
             listed = ", ".join(mine) or "none in this conversation"
             return Reply(
