@@ -111,15 +111,12 @@ class Elicitations:
         verb, asked_id, text = match.group(1), (match.group(2) or "").lower(), (match.group(3) or "").strip()
         key = event.conversation_key
         asked = self.waiting.get(asked_id)
-        if (
-            asked is None
-            or asked.answered.done()
-            or (asked.conversation_key, asked.user_id)
-            != (
-                key,
-                event.user_id,
-            )
-        ):
+        theirs = asked is not None and (asked.conversation_key, asked.user_id) == (key, event.user_id)
+        if asked is not None and not theirs:
+            who = {"question": asked.id, "server": asked.server, "by": event.user_id, "reason": "not asked"}
+            record = AuditRecord("permission", "denied", key, None, who)
+            await self.state.store.write(AppendAudit(self.state.name, [record], time.time()))
+        if asked is None or not theirs or asked.answered.done():
             mine = [a.id for a in self.waiting.values() if a.conversation_key == key]
             listed = ", ".join(mine) or "none in this conversation"
             return Reply(

@@ -50,6 +50,8 @@ async def test_the_persons_answer_reaches_the_server_and_only_they_can_answer(
     answer = json.dumps({"name": "Ana Lima", "check": "yes", "integer": "7"})
     refused = await say(agent, user="bob")(f"/answer {qid} {answer}")
     assert refused.text.startswith(f"No question [{qid}] waits for you") and not turn.done()
+    [denied] = await agent.audit_events(kind="permission")
+    assert (denied["action"], denied["data"]["by"], denied["data"]["question"]) == ("denied", "bob", qid)
     sent = await say(agent, user="ana")(f"/answer {qid} {answer}")
     assert sent.text == f"Sent your answer to everything [{qid}]."
     reply = await turn
