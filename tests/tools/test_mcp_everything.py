@@ -179,3 +179,20 @@ async def test_sampling_is_answered_by_the_named_model_as_a_run_of_its_own_only_
     [(_, data)] = [(a, d) for a, d in events if a == "sampled"]
     assert data["server"] == "everything" and data["model"] == "fake/gpt-small" and data["user"] == "ana"
     assert "Autumn" not in str(data), "what the model wrote is not audited"
+
+
+async def test_a_failed_sampling_call_is_the_servers_error_a_failed_run_and_audited(
+    harness: Harness, fake: FakeLLM, client: httpx.AsyncClient
+) -> None:
+    servers = {"everything": everything(sampling=True, sampling_model="fake/gpt-small")}
+    agent = await tool_agent(harness, openai(fake, client), agent_yaml(servers))
+    fake.reply(tool_calls=[("everything__trigger-sampling-request", {"prompt": "a haiku", "maxTokens": 50})])
+    fake.fail(503, message="overloaded")  # the sampling call: the model is down
+    fake.reply("The server could not get its haiku.")
+    await say(agent, user="ana")("have the server write a haiku")
+    [result] = tool_results(fake.requests[2].json)
+    assert "the model could not answer" in result
+    [sampling] = [r for r in await agent.state.store.read(Runs("webhook:c1")) if r["trigger"] == "sampling"]
+    assert sampling["status"] == "error" and "overloaded" in sampling["error"]
+    [(_, data)] = [(a, d) for a, d in await tool_events(agent) if a == "sampling_failed"]
+    assert data["server"] == "everything" and "overloaded" in data["error"]
