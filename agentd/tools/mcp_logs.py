@@ -15,10 +15,14 @@ from __future__ import annotations
 import json
 import logging
 import time
+import warnings
 from collections import deque
 from typing import Any
 
 import mcp_types as types
+from mcp import Client
+from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 log = logging.getLogger(__name__)
 LOG_LEVEL: types.LoggingLevel = "info"
@@ -41,6 +45,18 @@ class ServerLog:
         self.agent = agent
         self.server = server
         self.recent: deque[dict[str, Any]] = deque(maxlen=KEPT)
+
+    async def ask_for_messages(self, client: Client) -> None:
+        """On a 2025-era connection whose server offers logging, ask for LOG_LEVEL and above (a 2026
+        one is asked per request). A server that refuses still serves its tools."""
+        if client.protocol_version in MODERN_PROTOCOL_VERSIONS or not client.server_capabilities.logging:
+            return
+        try:
+            with warnings.catch_warnings():  # deprecated in 2026-07-28, and what 2025 servers read
+                warnings.simplefilter("ignore", MCPDeprecationWarning)
+                await client.set_logging_level(LOG_LEVEL)
+        except MCPError as e:
+            log.warning("agent %s: MCP server %s refused logging/setLevel: %s", self.agent, self.server, e)
 
     async def received(self, params: types.LoggingMessageNotificationParams) -> None:
         """The SDK's logging callback: one `notifications/message`."""

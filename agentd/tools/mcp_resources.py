@@ -17,6 +17,7 @@ import mcp_types as types
 from mcp import Client
 from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
+from pydantic import ValidationError
 
 from agentd.tools.mcp_calls import McpServer, limited
 from agentd.tools.mcp_remote import RemoteTool
@@ -55,8 +56,8 @@ async def has_resources(client: Client) -> bool:
         if listed.resources:
             return True
         return bool((await client.list_resource_templates(cache_mode="bypass")).resource_templates)
-    except MCPError:
-        return False  # a capability it does not really serve
+    except (MCPError, ValidationError):
+        return False  # a capability it does not really serve: its tools are still offered
 
 
 def resource_tools(listed: list[RemoteTool]) -> list[RemoteTool]:

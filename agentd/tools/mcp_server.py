@@ -31,7 +31,6 @@ import contextlib
 import logging
 import math
 import time
-import warnings
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -40,7 +39,7 @@ import mcp_types as types
 from mcp import Client
 from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
 from mcp.shared.dispatcher import ProgressFnT
-from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
+from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from agentd.backoff import backoff_delays
@@ -48,7 +47,6 @@ from agentd.config.tools import McpServerSpec
 from agentd.errors import ToolError
 from agentd.tools.mcp_callbacks import Elicitor, Sampler, ServerCallbacks
 from agentd.tools.mcp_calls import Progress, limited
-from agentd.tools.mcp_logs import LOG_LEVEL
 from agentd.tools.mcp_remote import RemoteTool, remote_tool
 from agentd.tools.mcp_resources import READ, has_resources
 from agentd.tools.mcp_results import result_text
@@ -242,10 +240,7 @@ class McpServer:
                     await stack.enter_async_context(client)
                     self.protocol = client.protocol_version
                     self.resources = await has_resources(client)
-                    if self.protocol not in MODERN_PROTOCOL_VERSIONS and client.server_capabilities.logging:
-                        with warnings.catch_warnings():  # deprecated in 2026-07-28, what 2025 servers read
-                            warnings.simplefilter("ignore", MCPDeprecationWarning)
-                            await client.set_logging_level(LOG_LEVEL)
+                    await self.callbacks.log.ask_for_messages(client)
                     await self._list_tools(client)
                     scope.deadline, connected = math.inf, True
                     self._client = client
