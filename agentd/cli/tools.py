@@ -64,9 +64,10 @@ def render_tools(report: dict[str, Any]) -> str:
         lines.append(f"server {name} ({server['transport']}): {state}, {len(server['tools'])} tools")
         lines += [f"  problem: {p}" for p in server["problems"]]
         lines += [f"  not offered: {tool}: {why}" for tool, why in server.get("not_offered", {}).items()]
-        if server.get("exit_status") is not None:
-            lines.append(f"  exit status: {server['exit_status']}")
-        lines += [f"  stderr: {line}" for line in server.get("stderr", [])[-5:]]
+        if server["status"] != "running":  # why it is down: how its last run ended, what it said
+            if server.get("exit_status") is not None:
+                lines.append(f"  exit status: {server['exit_status']}")
+            lines += [f"  stderr: {line}" for line in server.get("stderr", [])[-5:]]
         lines += [f"  log: {entry['level']}: {entry['message']}" for entry in server.get("log", [])[-5:]]
     if not report["servers"]:
         lines.append("no MCP servers (tools.mcp)")
