@@ -21,7 +21,6 @@ from agentd.engine.deletions import delete_conversation, forget_memory
 from agentd.engine.handling import EventHandler
 from agentd.engine.inspect import inspect_conversation, next_prompt
 from agentd.engine.lifecycle import Lifecycle
-from agentd.engine.mcp_sampling import McpSampling
 from agentd.engine.people import erase_person, person_data
 from agentd.engine.resources import AgentResources
 from agentd.engine.state import AgentState
@@ -46,7 +45,6 @@ class Agent:
     ):
         # `state` is open to the engine's own parts and to tests; everything else uses the methods.
         self.state = AgentState(spec, store, resources, tool_servers)
-        self.state.tool_servers.sampler = McpSampling(self.state)  # for servers with `sampling: true`
         self.lifecycle = Lifecycle()
         self._handler = EventHandler(self.state, self.lifecycle)
         self._readonly = False

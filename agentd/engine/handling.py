@@ -24,6 +24,7 @@ from agentd.engine.commands import command_name, is_command, run_command
 from agentd.engine.conversation import Conversation
 from agentd.engine.elicitations import Elicitations, is_elicitation_command
 from agentd.engine.lifecycle import Lifecycle
+from agentd.engine.mcp_sampling import McpSampling
 from agentd.engine.pausing import TurnResult
 from agentd.engine.progress import Decision, TurnProgress
 from agentd.engine.state import RECENT_EVENTS, AgentState
@@ -44,8 +45,10 @@ class EventHandler:
         self._lifecycle = lifecycle
         self._waiting: set[str] = set()  # conversations with after-run work queued beside them
         self.approvals = Approvals(state, lifecycle, self._resume)
-        self.elicitations = Elicitations(state)  # an MCP server's questions to the person
+        # what the agent's MCP servers may ask of it: the person's input, and its model
+        self.elicitations = Elicitations(state)
         state.tool_servers.elicitor = self.elicitations
+        state.tool_servers.sampler = McpSampling(state)
 
     async def handle(self, event: InboundEvent, options: TurnOptions, parent_run_id: str | None) -> Reply:
         """Answer one event with the current definition; a platform redelivery is answered once.
