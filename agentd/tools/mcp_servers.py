@@ -8,6 +8,13 @@ a running server's tools is a problem of that server, named in `GET /agents`
 and `agentd tools`; that server's tools are then not offered at all, since a
 misspelled `deny` would otherwise allow what it was meant to forbid.
 
+A server that lists resources also gets `<server>__list_resources` and
+`<server>__read_resource` (agentd.tools.mcp_resources); a tool the engine
+cannot call (task-only: agentd.tools.mcp_remote) is not offered, and
+`describe` says why. What a server asks of the agent mid-call (the person's
+input, the model) goes to the engine's `elicitor` and `sampler`, for the call
+in flight on that server.
+
 A turn that begins while a server is still making its first connection (the
 first messages after a start or a reload) waits for it, at most that server's
 connect timeout, so the model is not answered without its tools; a server
