@@ -228,7 +228,7 @@ async def test_a_pattern_that_matches_no_tool_withholds_the_servers_tools(
     problems = agent.state.tool_servers.describe()["files"]["problems"]
     assert problems == [
         "deny pattern 'files.delete_fil' matches no tool of files (its tools: big, crash, delete_file, echo, "
-        "grow, hang, list_files, read_file, whoami, write_file)"
+        "grow, hang, list_files, log, read_file, whoami, write_file)"
     ]
     fake.reply("no tools")
     await say(agent)("hi")
