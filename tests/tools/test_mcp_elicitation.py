@@ -99,3 +99,25 @@ async def test_an_unanswered_question_expires_as_cancelled(
         "elicitation_requested",
         "elicitation_expired",
     ]
+
+
+async def test_a_question_that_cannot_be_put_down_to_one_call_is_refused(
+    harness: Harness, fake: FakeLLM, client: httpx.AsyncClient
+) -> None:
+    agent = await tool_agent(harness, openai(fake, client), agent_yaml({"everything": everything()}))
+    server = agent.state.tool_servers.servers["everything"]
+    # one conversation's long call is in flight on the server when another's asks the person
+    fake.reply(tool_calls=[("everything__trigger-long-running-operation", {"duration": 3, "steps": 1})])
+    first = asyncio.create_task(say(agent, "webhook:a", user="ana")("run the long one"))
+    await wait_until(lambda: len(server.callbacks.asking) == 1, "the long call to be in flight")
+    fake.reply(tool_calls=[(ASK, {})])
+    fake.reply("Could not ask.")
+    heard = Heard()
+    event = InboundEvent(agent.name, "webhook:b", "sign me up", "webhook", user_id="bob")
+    assert (await agent.handle(event, sink=heard)).text == "Could not ask."
+    assert heard.progress_heard == []  # nobody was asked
+    assert "cancel" in tool_results(fake.requests[2].json)[0].lower()
+    fake.reply("Long one done.")
+    assert (await first).text == "Long one done."
+    [(_, refused)] = [(a, d) for a, d in await tool_events(agent) if a == "elicitation_refused"]
+    assert refused["reason"] == "not one call in flight" and refused["server"] == "everything"
