@@ -57,6 +57,8 @@ COMMANDS: Mapping[str, str] = MappingProxyType(
         "link": "/link: a one-time code; /link <code> from your other account makes the two one person",
         "unlink": "take this account out of the person it is linked into",
         "whoami": "show the accounts linked into you",
+        "answer": "/answer <id> <text>: answer a tool server's question",
+        "decline": "/decline <id>: decline to answer a tool server's question",
         "help": "list these commands",
     }
 )

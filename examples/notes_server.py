@@ -17,6 +17,7 @@ from pathlib import Path
 
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
+from mcp_types import ToolAnnotations
 
 NOTES = Path(os.environ.get("NOTES_DIR", "notes")).resolve()
 NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -34,20 +35,25 @@ def asker(ctx: Context) -> str:
     return str(meta.get("agentd/user_id") or "someone")
 
 
-@server.tool()
+# the spec's hints, which `agentd tools` shows (a destructive tool is asked for unless allowed by name)
+READ_ONLY = ToolAnnotations(read_only_hint=True)
+DESTRUCTIVE = ToolAnnotations(read_only_hint=False, destructive_hint=True)
+
+
+@server.tool(annotations=READ_ONLY)
 def list_notes() -> str:
     """List the names of the notes."""
     names = sorted(p.stem for p in NOTES.glob("*.txt"))
     return "\n".join(names) if names else "(no notes yet)"
 
 
-@server.tool()
+@server.tool(annotations=READ_ONLY)
 def read_note(name: str) -> str:
     """Read one note."""
     return note_path(name).read_text(encoding="utf-8")
 
 
-@server.tool()
+@server.tool(annotations=DESTRUCTIVE)
 def write_note(name: str, text: str, ctx: Context) -> str:
     """Write a note (created, or replaced)."""
     NOTES.mkdir(parents=True, exist_ok=True)
@@ -55,7 +61,7 @@ def write_note(name: str, text: str, ctx: Context) -> str:
     return f"saved note {name}"
 
 
-@server.tool()
+@server.tool(annotations=DESTRUCTIVE)
 def delete_note(name: str) -> str:
     """Delete a note."""
     note_path(name).unlink()

@@ -30,6 +30,7 @@ class RecordingHost:
         piece_delay: float = 0.0,
         piece_chars: int | None = None,
         preamble: str | None = None,
+        progress: str | None = None,
     ):
         self.agent = agent
         self.events: list[InboundEvent] = []
@@ -42,6 +43,7 @@ class RecordingHost:
         self.piece_delay = piece_delay
         self.piece_chars = piece_chars
         self.preamble = preamble
+        self.progress = progress  # a tool call's progress the sink hears before the reply (if it can)
         self.event_arrived = asyncio.Event()
 
     async def dispatch(self, event: InboundEvent, sink: ReplySink | None = None) -> Reply:
@@ -63,6 +65,9 @@ class RecordingHost:
             if self.preamble is not None:
                 await self._tell(sink, self.preamble)
                 sink.restart()
+            if self.progress is not None and hasattr(sink, "progress"):
+                sink.progress(self.progress)
+                await asyncio.sleep(self.piece_delay * 10)
             await self._tell(sink, text)
         return Reply(text=text, conversation_key=event.conversation_key, run_id=f"run{len(self.events)}")
 

@@ -10,6 +10,7 @@ with, plus a few that misbehave on purpose:
     hang                                             never answers (a hung call)
     crash                                            the process exits at once (stdio)
     grow                                             adds a tool `fresh` and says the list changed
+    log                                              sends a log message (`notifications/message`)
 
 Run it over stdio: `python -m testkit.fake_mcp` (ROOT from the environment),
 or over Streamable HTTP on loopback in the test's own loop with `serve_http`.
@@ -22,12 +23,14 @@ import contextlib
 import json
 import os
 import sys
+import warnings
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, cast
 
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
+from mcp.shared.exceptions import MCPDeprecationWarning
 
 from testkit.serving import serve_on_loopback
 
@@ -91,6 +94,14 @@ def build_server(root: Path) -> MCPServer:
     def crash() -> str:
         """Exit the process at once."""
         os._exit(3)
+
+    @server.tool()
+    async def log(level: str, data: dict[str, Any], ctx: Context) -> str:
+        """Send a log message to the client."""
+        with warnings.catch_warnings():  # deprecated in 2026-07-28, still what servers send
+            warnings.simplefilter("ignore", MCPDeprecationWarning)
+            await ctx.log(cast(Any, level), data, logger_name="fake")
+        return "logged"
 
     @server.tool()
     async def grow(ctx: Context) -> str:

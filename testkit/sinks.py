@@ -8,12 +8,16 @@ class Heard:
 
     def __init__(self) -> None:
         self.log: list[str] = []
+        self.progress_heard: list[str] = []  # how far tool calls were (not part of the reply's text)
 
     def delta(self, text: str) -> None:
         self.log.append(text)
 
     def restart(self) -> None:
         self.log.append("|")
+
+    def progress(self, text: str) -> None:
+        self.progress_heard.append(text)
 
     @property
     def showing(self) -> str:

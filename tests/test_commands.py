@@ -7,6 +7,7 @@ import pytest
 from agentd.engine.agent import Agent
 from agentd.engine.approval_commands import is_approval_command
 from agentd.engine.commands import HANDLERS, is_command
+from agentd.engine.elicitations import is_elicitation_command
 from agentd.events import COMMANDS
 from agentd.store.queries import ThreadHistory
 from testkit.scripted import ScriptedProvider
@@ -26,7 +27,9 @@ def test_the_engine_runs_exactly_the_commands_of_the_table_every_channel_offers(
     (a handler, or the approval commands), and the engine runs nothing the table does not name."""
     approvals = {name for name in COMMANDS if is_approval_command(f"/{name} abc123")}
     assert approvals == {"approve", "deny"}
-    assert set(HANDLERS) == set(COMMANDS) - approvals
+    questions = {name for name in COMMANDS if is_elicitation_command(f"/{name} abc123")}
+    assert questions == {"answer", "decline"}
+    assert set(HANDLERS) == set(COMMANDS) - approvals - questions
     assert all(is_command(f"/{name}") for name in COMMANDS)
 
 

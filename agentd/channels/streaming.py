@@ -74,6 +74,7 @@ class StreamedReply(Generic[TargetT]):
         self._target = target
         self._every = every
         self._text = ""  # the text of the current model call, so far
+        self._progress = ""  # how far a tool call is, shown until the model writes again
         self._shown: list[_Shown] = []  # the messages posted, in order
         self._changed = asyncio.Event()  # new text, or the turn is over
         self._stopping = asyncio.Event()
@@ -84,12 +85,20 @@ class StreamedReply(Generic[TargetT]):
 
     def delta(self, text: str) -> None:
         self._text += text
+        self._progress = ""
         self._changed.set()
         if self._task is None and not self._stopping.is_set():
             self._task = asyncio.create_task(self._keep_showing())
 
     def restart(self) -> None:
         self._text = ""  # what shows stays until the next call's text replaces it
+
+    def progress(self, text: str) -> None:
+        """A tool call's progress (an MCP server's), shown while no reply text is (settle replaces it)."""
+        self._progress = f"({text})"
+        self._changed.set()
+        if self._task is None and not self._stopping.is_set():
+            self._task = asyncio.create_task(self._keep_showing())
 
     # -- while the turn runs --------------------------------------------------------------------
 
@@ -102,9 +111,10 @@ class StreamedReply(Generic[TargetT]):
             hold = self._hold_until - time.monotonic()
             if hold > 0 and await self._sleep(hold):
                 return
-            if self._text.strip():
+            showing = self._text if self._text.strip() else self._progress
+            if showing.strip():
                 try:
-                    await self._show(self._pieces(self._text), final=False)
+                    await self._show(self._pieces(showing), final=False)
                 except Exception as exc:  # the next round (or settle) tries again
                     wait = self._platform.rate_limit_wait(exc)
                     if wait is not None:

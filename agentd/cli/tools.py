@@ -49,17 +49,31 @@ async def _in_process(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def render_tools(report: dict[str, Any]) -> str:
-    rows = [("TOOL", "SOURCE", "DECISION", "RULE")]
-    rows += [(t["name"], t["source"], t["decision"], t["rule"]) for t in report["tools"]]
-    widths = [max(len(str(r[i])) for r in rows) for i in range(3)]
+    rows = [("TOOL", "SOURCE", "DECISION", "HINTS", "RULE")]
+    rows += [
+        (t["name"], t["source"], t["decision"], _hints(t.get("hints") or {}), t["rule"])
+        for t in report["tools"]
+    ]
+    widths = [max(len(str(r[i])) for r in rows) for i in range(4)]
     lines = [f"agent {report['agent']}"]
     lines += [
-        "  ".join(str(c).ljust(w) for c, w in zip(r[:3], widths, strict=True)) + "  " + r[3] for r in rows
+        "  ".join(str(c).ljust(w) for c, w in zip(r[:4], widths, strict=True)) + "  " + r[4] for r in rows
     ]
     for name, server in report["servers"].items():
         state = server["status"] + (f" ({server['error']})" if server["error"] else "")
         lines.append(f"server {name} ({server['transport']}): {state}, {len(server['tools'])} tools")
         lines += [f"  problem: {p}" for p in server["problems"]]
+        lines += [f"  not offered: {tool}: {why}" for tool, why in server.get("not_offered", {}).items()]
+        if server["status"] != "running":  # why it is down: how its last run ended, what it said
+            if server.get("exit_status") is not None:
+                lines.append(f"  exit status: {server['exit_status']}")
+            lines += [f"  stderr: {line}" for line in server.get("stderr", [])[-5:]]
+        lines += [f"  log: {entry['level']}: {entry['message']}" for entry in server.get("log", [])[-5:]]
     if not report["servers"]:
         lines.append("no MCP servers (tools.mcp)")
     return "\n".join(lines)
+
+
+def _hints(hints: dict[str, bool]) -> str:
+    """`readOnly`, `destructive,idempotent`: the hints a server states true (--json has them all)."""
+    return ",".join(name.removesuffix("Hint") for name, value in hints.items() if value) or "-"

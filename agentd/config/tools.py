@@ -30,6 +30,7 @@ from pydantic import AfterValidator, ConfigDict, Field, WithJsonSchema, field_va
 from pydantic.json_schema import JsonDict
 
 from agentd.config.base import Spec
+from agentd.config.refs import ModelRef
 
 # Where a tool comes from, when it is not an MCP server: the patterns and the audit name them so.
 MEMORY_SOURCE = "memory"
@@ -80,6 +81,16 @@ _TRANSPORT_SCHEMA: JsonDict = {
     ]
 }
 _URL_RE = r"^https?://[^\s/]+"
+ROOT_RE = r"^(/|file:///)"
+
+
+def _root(value: str) -> str:
+    if not (value.startswith("/") or value.startswith("file:///")):
+        raise ValueError(f"expected an absolute path or a file:/// URI of a folder, got {value!r}")
+    return value
+
+
+Root = Annotated[str, AfterValidator(_root), WithJsonSchema({"type": "string", "pattern": ROOT_RE})]
 
 
 class McpServerSpec(Spec):
@@ -92,10 +103,15 @@ class McpServerSpec(Spec):
     cwd: str | None = None
     url: str | None = Field(default=None, json_schema_extra={"pattern": _URL_RE})
     headers: dict[str, str] = {}
-    timeout_s: float = Field(default=30.0, gt=0, le=3600)  # one call
+    timeout_s: float = Field(default=30.0, gt=0, le=3600)  # one call's silence: progress restarts it
+    max_s: float | None = Field(default=None, gt=0, le=24 * 3600)  # one call in all (None: 10 x timeout_s)
     connect_timeout_s: float = Field(default=30.0, gt=0, le=3600)  # starting and connecting
     max_concurrent_calls: int = Field(default=4, ge=1, le=256)
     max_result_chars: int = Field(default=20_000, ge=100, le=10_000_000)
+    roots: list[Root] = []  # folders the server may work in (MCP roots): absolute paths or file:// URIs
+    elicitation: bool = True  # the server may ask the person for input mid-call (/answer, /decline)
+    sampling: bool = False  # answer its sampling/createMessage with the agent's model (a run, audited)
+    sampling_model: ModelRef | None = None  # the model that answers (None: model.small, else model.name)
 
     @field_validator("url")
     @classmethod
@@ -119,6 +135,11 @@ class McpServerSpec(Spec):
     @property
     def transport(self) -> str:
         return "stdio" if self.command is not None else "http"
+
+    @property
+    def whole_call_s(self) -> float:
+        """How long one call may take in all, however often its server says it is progressing."""
+        return max(self.max_s, self.timeout_s) if self.max_s is not None else 10 * self.timeout_s
 
 
 def _pattern(value: str) -> str:

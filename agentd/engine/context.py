@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from agentd.config.models import AgentSpec
@@ -24,6 +25,15 @@ from agentd.run_context import current_run
 from agentd.store.base import Store
 from agentd.store.records import AuditRecord, RunRecord
 from agentd.store.writes import AppendAudit, InsertRun
+
+
+@dataclass(frozen=True, slots=True)
+class CompletionLimits:
+    """What a caller asks of a model call beyond its messages (an MCP server's sampling request)."""
+
+    temperature: float | None = None
+    max_output_tokens: int | None = None
+    stop: tuple[str, ...] = ()
 
 
 class AgentContext:
@@ -81,6 +91,7 @@ class AgentContext:
         thread_id: int | None = None,
         parent_run_id: str | None = None,
         purpose: str = "chat",
+        limits: CompletionLimits = CompletionLimits(),
     ) -> ModelCall:
         run = RunRecord(
             id=uuid.uuid4().hex,
@@ -99,7 +110,15 @@ class AgentContext:
             # the agent's small model (or main model) falls back along its chain
             completion, run.model = await call_chain(
                 self._chain_of(model_ref),
-                CompletionRequest(model=model_ref, system=system, messages=messages, purpose=purpose),
+                CompletionRequest(
+                    model=model_ref,
+                    system=system,
+                    messages=messages,
+                    purpose=purpose,
+                    temperature=limits.temperature,
+                    max_output_tokens=limits.max_output_tokens,
+                    stop=limits.stop,
+                ),
                 providers=self._resources.providers,
                 breakers=self._resources.breakers,
                 call=lambda provider, request: provider.complete(request),

@@ -23,7 +23,9 @@ from agentd.engine.approval_commands import answer_approval, is_approval_command
 from agentd.engine.approvals import Approvals
 from agentd.engine.commands import command_name, is_command, run_command
 from agentd.engine.conversation import Conversation
+from agentd.engine.elicitations import Elicitations, is_elicitation_command
 from agentd.engine.lifecycle import Lifecycle
+from agentd.engine.mcp_sampling import McpSampling
 from agentd.engine.pausing import TurnResult
 from agentd.engine.progress import Decision, TurnProgress
 from agentd.engine.state import RECENT_EVENTS, AgentState
@@ -44,6 +46,10 @@ class EventHandler:
         self._lifecycle = lifecycle
         self._waiting: set[str] = set()  # conversations with after-run work queued beside them
         self.approvals = Approvals(state, lifecycle, self._resume)
+        # what the agent's MCP servers may ask of it: the person's input, and its model
+        self.elicitations = Elicitations(state)
+        state.tool_servers.elicitor = self.elicitations
+        state.tool_servers.sampler = McpSampling(state)
 
     async def handle(self, event: InboundEvent, options: TurnOptions, parent_run_id: str | None) -> Reply:
         """Answer one event with the current definition; a platform redelivery is answered once.
@@ -54,6 +60,8 @@ class EventHandler:
                 return Reply(text="", conversation_key=event.conversation_key, duplicate=True)
             if is_approval_command(event.text):
                 return await answer_approval(self.approvals, event)
+            if is_elicitation_command(event.text):  # like an approval: never behind the waiting run
+                return await self.elicitations.answer(event)
             if command_name(event.text) == "status" and self.approvals.pending_in(event.conversation_key):
                 return await self._status_now(event, spec)
             return await self._run(event, spec, options, parent_run_id)

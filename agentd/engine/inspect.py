@@ -29,7 +29,7 @@ async def next_prompt(state: AgentState, conversation_key: str, user_id: str | N
     policy = Policy.of(spec)
 
     def decide(tool: Tool) -> Ruling:
-        return policy.decide(tool.source, tool.origin_name)
+        return policy.ruling(tool)
 
     return {
         "agent": spec.name,

@@ -60,7 +60,7 @@ async def build_prompt(conv: Conversation, turn: TurnInput) -> Prompt:
         for t in (*state.tools(spec), *(memory.tools.tools(ctx, thread, turn) if memory.tools else ()))
     }
     policy = Policy.of(spec)
-    offered = {name: t for name, t in known.items() if policy.decide(t.source, t.origin_name).offered}
+    offered = {name: t for name, t in known.items() if policy.ruling(t).offered}
     history = view.messages
     if not isinstance(history, MessageSequence):
         history = MessageSequence(list(history))

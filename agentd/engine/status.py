@@ -39,7 +39,7 @@ def tools_report(state: AgentState) -> dict[str, Any]:
     extra = memory.tools.tools(state.context, thread, TurnInput("", "", None)) if memory.tools else ()
     tools = []
     for tool in (*state.tools(spec), *extra):
-        ruling = policy.decide(tool.source, tool.origin_name)
+        ruling = policy.ruling(tool)
         tools.append(
             {
                 "name": tool.name,
@@ -49,6 +49,7 @@ def tools_report(state: AgentState) -> dict[str, Any]:
                 "decision": ruling.decision,
                 "rule": ruling.rule,
                 "offered": ruling.offered,
+                "hints": dict(tool.hints),  # what its MCP server's annotations state
                 "description": tool.spec.description,
             }
         )

@@ -34,6 +34,13 @@ class StepSink:
         if self._sink is not None:
             self._call(self._sink.delta, text)
 
+    def progress(self, text: str) -> None:
+        """How far a tool call is (an MCP server's progress), for a sink that can show it: one with a
+        `progress(text)` method (the HTTP event stream); the others hear nothing of it."""
+        shown = getattr(self._sink, "progress", None)
+        if shown is not None:
+            self._call(shown, text)
+
     def restart(self) -> None:
         """What is showing is not the reply (the model called tools, or the call failed)."""
         self.shown = ""

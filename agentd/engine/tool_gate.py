@@ -94,7 +94,7 @@ class ToolGate:
                 self._record("failed", call, None, error="no such tool")
                 _answer(batch, call, f"there is no tool named {call.name!r}; available: {available}", True)
                 continue
-            ruling = self._policy.decide(tool.source, tool.origin_name)
+            ruling = self._policy.ruling(tool)
             if ruling.decision == "allow":
                 await self._run(batch, call, tool, rule=ruling.rule)
             elif ruling.decision == "deny":
@@ -145,9 +145,7 @@ class ToolGate:
 
     def _offered(self) -> list[str]:
         """The tools the model was offered (not those the policy hides from it), for an unknown name."""
-        return sorted(
-            name for name, t in self._tools.items() if self._policy.decide(t.source, t.origin_name).offered
-        )
+        return sorted(name for name, t in self._tools.items() if self._policy.ruling(t).offered)
 
     def _record(self, action: str, call: ToolCallPart, tool: Tool | None, **more: Any) -> None:
         self._audit.append(tool_audit(action, call, tool, self._caller, self.shown_args(call, tool), **more))

@@ -127,7 +127,10 @@ async def _drive(
     tool_specs, history = prompt.tool_specs, prompt.history
     step_sink = None if options.sink is None else StepSink(options.sink, f"agent {state.name} run {run.id}")
     fixed_chars, history_chars = prompt.fixed_chars(), prompt.history_chars
-    caller = ToolCall(event.conversation_key, run.id, event.user_id, event.sent_at, event.linked_user_ids)
+    on_progress = step_sink.progress if step_sink is not None else None
+    caller = ToolCall(
+        event.conversation_key, run.id, event.user_id, event.sent_at, event.linked_user_ids, on_progress
+    )
     gate = ToolGate(spec, prompt.known, caller, progress.audit, can_ask=options.can_ask)
 
     new_chars = sum(m.char_count() for m in new)

@@ -231,11 +231,12 @@ REPLAYED = {
 }
 STREAM_DOC = (
     "true: answer as Server-Sent Events while the model writes: `delta` {text} pieces, `restart` {} when "
-    "the text so far was not the reply (the model went on to call a tool), then `reply` (the JSON below) "
+    "the text so far was not the reply (the model went on to call a tool), `progress` {text} when a tool's "
+    "MCP server says how far its call is, then `reply` (the JSON below) "
     "or `error` {error}. A client that disconnects loses nothing: the turn completes and is stored."
 )
 
 
 def streamable(model: type[MessageIn] | type[ReplIn]) -> dict[str, Any]:
     """The body schema, and the events a `?stream=true` call answers with."""
-    return body_schema(model, stream=sse_event_schema(["delta", "restart", "reply", "error"]))
+    return body_schema(model, stream=sse_event_schema(["delta", "restart", "progress", "reply", "error"]))

@@ -9,8 +9,9 @@ While the model is silent a keep-alive goes out every `PING_SECONDS`, so
 proxies do not close an idle connection.
 
 `POST /agents/{agent}/messages?stream=true` (and `/repl`) speak it as
-Server-Sent Events: `delta` {"text"}, `restart` {}, then `reply` {reply,
-run_id, conversation_key, error} or `error` {"error"}.
+Server-Sent Events: `delta` {"text"}, `restart` {}, `progress` {"text"} (how
+far a tool call is, as its MCP server says), then `reply` {reply, run_id,
+conversation_key, error} or `error` {"error"}.
 """
 
 from __future__ import annotations
@@ -47,11 +48,18 @@ class Failed:
 
 
 @dataclass(frozen=True, slots=True)
+class Progress:
+    """How far a tool call is, in words (not part of the reply)."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
 class Ping:
     """Nothing new for a while."""
 
 
-Heard = str | Restart | Reply | Failed | Ping
+Heard = str | Restart | Progress | Reply | Failed | Ping
 RESTART, PING = Restart(), Ping()
 
 
@@ -64,6 +72,9 @@ class _QueueSink:
 
     def restart(self) -> None:
         self._queue.put_nowait(RESTART)
+
+    def progress(self, text: str) -> None:
+        self._queue.put_nowait(Progress(text))
 
 
 class TurnStream:
@@ -115,6 +126,8 @@ def reply_events(stream: TurnStream, out: Callable[[Reply], dict[str, Any]]) -> 
                 yield sse("delta", {"text": item})
             elif isinstance(item, Restart):
                 yield sse("restart", {})
+            elif isinstance(item, Progress):
+                yield sse("progress", {"text": item.text})
             elif isinstance(item, Reply):
                 yield sse("reply", out(item))
             elif isinstance(item, Failed):

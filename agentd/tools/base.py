@@ -25,6 +25,8 @@ class ToolCall:
     user_id: str | None
     sent_at: float | None = None  # when the message being answered was sent, if the channel said
     linked: tuple[str, ...] = ()  # the user ids of the caller's other accounts (one person, linked)
+    # hears how far a long call is, in words (an MCP server's progress), to show in the streamed reply
+    on_progress: Callable[[str], None] | None = None
 
 
 Handler = Callable[[dict[str, Any], ToolCall], Awaitable[str]]
@@ -40,6 +42,9 @@ class Tool:
     private_args: frozenset[str] = frozenset()
     # arguments the tool knows are no secret whatever their name (a memory's `key`): not redacted by name
     plain_args: frozenset[str] = frozenset()
+    # what an MCP server's annotations state (readOnlyHint, destructiveHint, ...), as `agentd tools` shows
+    hints: tuple[tuple[str, bool], ...] = ()
+    destructive: bool = False  # its server says so (destructiveHint, not readOnlyHint): asked by default
 
     @property
     def name(self) -> str:

@@ -20,11 +20,8 @@ connect timeout) aborted it and left its reader draining a live server
 forever: the reload loop hung, the process leaked, SIGTERM no longer stopped
 agentd.
 
-Every call has limits: a timeout (the server's `timeout_s`), a cap on calls in
-flight at once (`max_concurrent_calls`; waiting for a slot counts toward the
-timeout), and a cap on the result's size (cut, with a note the model reads).
-A server that is down, slow or broken gives the model a tool error; the turn
-goes on.
+Every call has limits (agentd.tools.mcp_calls), and a cap on the result's size
+(cut, with a note the model reads).
 """
 
 from __future__ import annotations
@@ -35,22 +32,28 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, cast
 
 import anyio
 import mcp_types as types
 from mcp import Client
 from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
+from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from agentd.backoff import backoff_delays
 from agentd.config.tools import McpServerSpec
 from agentd.errors import ToolError
+from agentd.tools.mcp_callbacks import Elicitor, Sampler, ServerCallbacks
+from agentd.tools.mcp_calls import Progress, limited
+from agentd.tools.mcp_remote import RemoteTool, remote_tool
+from agentd.tools.mcp_resources import READ, has_resources
 from agentd.tools.mcp_results import result_text
 from agentd.tools.mcp_stderr import ServerStderr
 from agentd.tools.mcp_transport import transport_of, watched
+from agentd.tools.mcp_words import describe_failure
+from agentd.tools.naming import model_tool_name
 
 log = logging.getLogger(__name__)
 CLIENT_INFO = types.Implementation(name="agentd", version="0.1.0")
@@ -62,17 +65,16 @@ MAX_LIST_PAGES = 100
 STOP_BOUND_S = 10.0
 
 
-@dataclass(frozen=True, slots=True)
-class RemoteTool:
-    """A tool as its server lists it."""
-
-    name: str
-    description: str
-    input_schema: dict[str, Any]
-
-
 class McpServer:
-    def __init__(self, agent: str, name: str, spec: McpServerSpec, on_tools: Callable[[], None]):
+    def __init__(
+        self,
+        agent: str,
+        name: str,
+        spec: McpServerSpec,
+        on_tools: Callable[[], None],
+        sampler: Callable[[], Sampler | None] = lambda: None,
+        elicitor: Callable[[], Elicitor | None] = lambda: None,
+    ):
         self.agent = agent
         self.name = name
         self.spec = spec
@@ -82,8 +84,10 @@ class McpServer:
         self.protocol: str | None = None
         self.tools: list[RemoteTool] = []
         self.listed = False  # whether the server has listed its tools at least once
+        self.resources = False  # whether it offers resources (then read as tools: mcp_resources)
         self._on_tools = on_tools
         self._stderr = ServerStderr(agent, name) if spec.command is not None else None
+        self.callbacks = ServerCallbacks(agent, name, spec, sampler, elicitor)
         self._client: Client | None = None
         self._ready = asyncio.Event()
         self._started = asyncio.Event()  # the first connection was made or failed: no longer "starting"
@@ -92,7 +96,7 @@ class McpServer:
         self._expired = asyncio.Event()  # the HTTP server no longer knows this connection's session
         self._new_connection = asyncio.Event()  # set (and replaced) at each connection made
         self._stopping = asyncio.Event()
-        self._slots = asyncio.Semaphore(spec.max_concurrent_calls)
+        self.slots = asyncio.Semaphore(spec.max_concurrent_calls)
         self._task: asyncio.Task[None] | None = None
         self._scope: anyio.CancelScope | None = None  # the connection being made or held
         self._refreshes: set[asyncio.Task[None]] = set()
@@ -105,9 +109,12 @@ class McpServer:
             "restarts": self.restarts,
             "protocol": self.protocol,
             "tools": [t.name for t in self.tools],
+            "resources": self.resources,
+            "not_offered": {t.name: t.not_offered for t in self.tools if t.not_offered},
             # a stdio server's last lines on stderr (why it crashed, most often)
             "stderr": list(self._stderr.tail) if self._stderr is not None else [],
             "exit_status": self._stderr.returncode() if self._stderr is not None else None,
+            "log": list(self.callbacks.log.recent),  # its last `notifications/message`
         }
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -176,7 +183,7 @@ class McpServer:
             except asyncio.CancelledError:
                 raise
             except Exception as e:
-                error = _describe(e)
+                error = describe_failure(e)
             self._ready.clear()
             self._client = None
             if self._stopping.is_set():
@@ -221,6 +228,7 @@ class McpServer:
             client_info=CLIENT_INFO,
             message_handler=self._on_message,
             cache=None,  # the tool list is ours to cache: refreshed when the server says it changed
+            **self.callbacks.client_options(),
         )
         connected = False
         with anyio.CancelScope(deadline=anyio.current_time() + self.spec.connect_timeout_s) as scope:
@@ -231,6 +239,8 @@ class McpServer:
                 async with contextlib.AsyncExitStack() as stack:
                     await stack.enter_async_context(client)
                     self.protocol = client.protocol_version
+                    self.resources = await has_resources(client)
+                    await self.callbacks.log.ask_for_messages(client)
                     await self._list_tools(client)
                     scope.deadline, connected = math.inf, True
                     self._client = client
@@ -294,9 +304,7 @@ class McpServer:
         cursor: str | None = None
         for _ in range(MAX_LIST_PAGES):
             page = await client.list_tools(cursor=cursor)
-            listed += [
-                RemoteTool(t.name, t.description or t.title or "", dict(t.input_schema)) for t in page.tools
-            ]
+            listed += [remote_tool(t) for t in page.tools]
             cursor = page.next_cursor
             if cursor is None:
                 break
@@ -305,65 +313,46 @@ class McpServer:
 
     # -- calls -------------------------------------------------------------------------------
 
-    async def call(self, tool: str, arguments: dict[str, Any], meta: dict[str, Any]) -> str:
-        """The tool's result as text for the model; ToolError when it failed or could not be called."""
-        timeout = self.spec.timeout_s
-        deadline = time.monotonic() + timeout
-        if not self._ready.is_set() and not await self.wait_ready(min(timeout, 5.0)):
-            why = f" ({self.error})" if self.error else ""
-            raise ToolError(
-                f"the tool server {self.name} is not running{why}; try again later or answer without it"
+    async def call(
+        self, tool: str, arguments: dict[str, Any], meta: dict[str, Any], on_progress: Progress | None = None
+    ) -> str:
+        """The tool's result as text for the model; ToolError when it failed or could not be called
+        (agentd.tools.mcp_calls: the limits); `on_progress` hears the server's progress in words."""
+
+        async def send(client: Client, left: float, progressed: ProgressFnT) -> types.CallToolResult:
+            # a progress callback is what makes the SDK send a progressToken
+            return await client.call_tool(
+                tool,
+                arguments,
+                read_timeout_seconds=left,
+                progress_callback=progressed,
+                meta=cast(types.RequestParamsMeta, meta),
             )
-        client, expired = self._client, self._expired
-        assert client is not None
-        try:
-            async with asyncio.timeout(timeout):
-                try:
-                    result = await self._call(client, tool, arguments, meta, deadline)
-                except MCPError:
-                    if not expired.is_set():
-                        raise
-                    # the server forgot the session (it restarted): the call never ran; once a new
-                    # session is open, make it there, within the same timeout
-                    client = await self._renewed(client)
-                    result = await self._call(client, tool, arguments, meta, deadline)
-        except TimeoutError:
-            raise ToolError(f"{tool} on {self.name} did not answer within {timeout:g} s") from None
-        except MCPError as e:
-            if e.code == types.CONNECTION_CLOSED:
-                self._lost.set()
-                raise ToolError(
-                    f"the tool server {self.name} stopped during the call; it is being restarted"
-                ) from None
-            if e.code == types.REQUEST_TIMEOUT:
-                raise ToolError(f"{tool} on {self.name} did not answer within {timeout:g} s") from None
-            raise ToolError(f"{self.name} refused the call to {tool}: {e.message}") from None
-        text = result_text(result, self.spec.max_result_chars)
+
+        result = await limited(self, tool, send, on_progress, self.callbacks.holds)
+        reader = model_tool_name(self.name, READ) if self.resources else None
+        text = result_text(result, self.spec.max_result_chars, reader)
         if result.is_error:
             raise ToolError(text or f"{tool} failed")
         return text
 
-    async def _call(
-        self, client: Client, tool: str, arguments: dict[str, Any], meta: dict[str, Any], deadline: float
-    ) -> types.CallToolResult:
-        async with self._slots:
-            left = max(deadline - time.monotonic(), 0.001)
-            return await client.call_tool(
-                tool, arguments, read_timeout_seconds=left, meta=cast(types.RequestParamsMeta, meta)
+    async def connection(self, wait: float) -> tuple[Client, asyncio.Event]:
+        """The connection to make a request on (waiting at most `wait` for one), and the event set
+        if its HTTP session expires; ToolError when the server is not running."""
+        if not self._ready.is_set() and not await self.wait_ready(wait):
+            why = f" ({self.error})" if self.error else ""
+            raise ToolError(
+                f"the tool server {self.name} is not running{why}; try again later or answer without it"
             )
+        assert self._client is not None
+        return self._client, self._expired
 
-    async def _renewed(self, old: Client) -> Client:
+    def connection_lost(self) -> None:
+        """A request found the connection closed: reconnect now, not at the next request."""
+        self._lost.set()
+
+    async def renewed(self, old: Client) -> Client:
         """The connection that replaces `old`, once it is made (the caller bounds the wait)."""
         while self._client is None or self._client is old:
             await self._new_connection.wait()
         return self._client
-
-
-def _describe(e: BaseException) -> str:
-    if isinstance(e, BaseExceptionGroup):
-        inner = e.exceptions[0] if e.exceptions else e
-        return _describe(inner)
-    if isinstance(e, TimeoutError):
-        return "no answer while connecting"
-    text = str(e) or type(e).__name__
-    return f"{type(e).__name__}: {text}" if not isinstance(e, MCPError) else text

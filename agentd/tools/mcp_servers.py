@@ -8,6 +8,13 @@ a running server's tools is a problem of that server, named in `GET /agents`
 and `agentd tools`; that server's tools are then not offered at all, since a
 misspelled `deny` would otherwise allow what it was meant to forbid.
 
+A server that lists resources also gets `<server>__list_resources` and
+`<server>__read_resource` (agentd.tools.mcp_resources); a tool the engine
+cannot call (task-only: agentd.tools.mcp_remote) is not offered, and
+`describe` says why. What a server asks of the agent mid-call (the person's
+input, the model) goes to the engine's `elicitor` and `sampler`, for the call
+in flight on that server.
+
 A turn that begins while a server is still making its first connection (the
 first messages after a start or a reload) waits for it, at most that server's
 connect timeout, so the model is not answered without its tools; a server
@@ -24,8 +31,11 @@ from typing import Any
 
 from agentd.config.tools import McpServerSpec, ToolsSpec
 from agentd.providers.base import ToolSpec
-from agentd.tools.base import Tool, ToolCall
-from agentd.tools.mcp_server import McpServer, RemoteTool
+from agentd.tools.base import Handler, Tool, ToolCall
+from agentd.tools.mcp_callbacks import Elicitor, Sampler
+from agentd.tools.mcp_remote import RemoteTool
+from agentd.tools.mcp_resources import call_resource_tool, resource_tools
+from agentd.tools.mcp_server import McpServer
 from agentd.tools.naming import model_tool_name
 from agentd.tools.policy import Policy
 
@@ -40,6 +50,8 @@ class McpServers:
         self.servers: dict[str, McpServer] = {}
         self._tools: dict[str, list[Tool]] = {}  # per server, rebuilt when its tool list changes
         self._problems: dict[str, list[str]] = {}
+        self.sampler: Sampler | None = None  # the engine's, for servers with `sampling: true`
+        self.elicitor: Elicitor | None = None  # the engine's: a server asking the person for input
 
     async def apply(self, spec: ToolsSpec) -> None:
         """Run the servers `spec` lists: new ones start, changed ones restart, removed ones stop."""
@@ -54,7 +66,9 @@ class McpServers:
             self._recheck(name)  # the patterns may have changed with the file
 
     def _start(self, name: str, spec: McpServerSpec) -> None:
-        server = McpServer(self.agent, name, spec, lambda: self._recheck(name))
+        server = McpServer(
+            self.agent, name, spec, lambda: self._recheck(name), lambda: self.sampler, lambda: self.elicitor
+        )
         self.servers[name] = server
         server.start()
 
@@ -72,10 +86,14 @@ class McpServers:
         server = self.servers.get(name)
         if server is None:
             return
-        self._tools[name] = [self._tool(server, remote) for remote in server.tools]
+        # a tool the engine could not call is not offered (why is in `describe`)
+        tools = [self._tool(server, remote) for remote in server.tools if not remote.not_offered]
+        readers = resource_tools(server.tools) if server.resources else []
+        self._tools[name] = tools + [self._resource_tool(server, remote) for remote in readers]
         if not server.listed:
             return  # whether a pattern matches is known once the server has said its tools
-        problems = Policy(self.spec).unmatched(name, [t.name for t in server.tools])
+        listed = [t.name for t in (*server.tools, *readers)]
+        problems = Policy(self.spec).unmatched(name, listed)
         if problems and problems != self._problems.get(name):
             log.error(
                 "agent %s: MCP server %s: its tools are not offered: %s",
@@ -95,11 +113,28 @@ class McpServers:
                 f"{META_PREFIX}user_id": caller.user_id,
                 f"{META_PREFIX}run_id": caller.run_id,
             }
-            return await server.call(name, args, meta)
+            asking = server.callbacks.asking
+            asking.append(caller)  # whom a request the server makes meanwhile is for
+            try:
+                return await server.call(name, args, meta, caller.on_progress)
+            finally:
+                asking.remove(caller)
 
+        return self._offered(server, remote, call)
+
+    def _resource_tool(self, server: McpServer, remote: RemoteTool) -> Tool:
+        async def call(args: dict[str, Any], caller: ToolCall) -> str:
+            return await call_resource_tool(server, remote.name, args)
+
+        return self._offered(server, remote, call)
+
+    def _offered(self, server: McpServer, remote: RemoteTool, call: Handler) -> Tool:
+        name = remote.name
         schema = remote.input_schema or {"type": "object", "properties": {}}
         spec = ToolSpec(model_tool_name(server.name, name), remote.description, schema)
-        return Tool(spec, call, source=server.name, origin=name)
+        return Tool(
+            spec, call, source=server.name, origin=name, hints=remote.hints, destructive=remote.destructive
+        )
 
     async def wait_started(self, timeout: float = math.inf) -> None:
         """Wait for the servers still making their first connection (right after a start or a

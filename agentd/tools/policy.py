@@ -4,6 +4,12 @@ Deny beats ask beats allow. A tool that is not allowed is not offered to the
 model, and a call to it anyway gets a tool error. MCP tools are allowed when
 `allow` is absent or one of its patterns matches; built-in tools (memory,
 sub-agents) are the file's own choice and allowed unless denied or asked.
+
+A tool its server marks destructive (`destructiveHint: true`, not
+`readOnlyHint`) is asked for unless an `allow` pattern names it exactly: a
+wildcard such as `files.*` was written before anyone knew what the server
+would list, so it does not say the file meant to let a destructive call run
+unasked.
 """
 
 from __future__ import annotations
@@ -13,11 +19,13 @@ from typing import Literal
 
 from agentd.config.models import AgentSpec
 from agentd.config.tools import BUILTIN_SOURCES, MEMORY_SOURCE, PATTERN_RE, ToolsSpec, pattern_matches
+from agentd.tools.base import Tool
 
 # What `memory.writes: ask` puts under `ask`: every tool that writes to memory.
 MEMORY_WRITES = tuple(f"{MEMORY_SOURCE}.{tool}" for tool in ("remember", "forget", "save_episode"))
 
 Decision = Literal["allow", "ask", "deny"]
+DESTRUCTIVE_RULE = "destructiveHint: its server marks it destructive (name it in allow to run it unasked)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,15 +50,28 @@ class Policy:
             tools = tools.model_copy(update={"ask": [*tools.ask, *MEMORY_WRITES]})
         return cls(tools)
 
-    def decide(self, source: str, tool: str) -> Ruling:
+    def ruling(self, tool: Tool) -> Ruling:
+        """What the policy decides for `tool`, its server's destructive hint included."""
+        return self.decide(tool.source, tool.origin_name, destructive=tool.destructive)
+
+    def decide(self, source: str, tool: str, *, destructive: bool = False) -> Ruling:
         for which in ("deny", "ask"):
             for pattern in getattr(self.spec, which):
                 if pattern_matches(pattern, source, tool):
                     return Ruling("deny" if which == "deny" else "ask", f"{which}: {pattern}")
         if source in BUILTIN_SOURCES:
             return Ruling("allow", "built-in")
+        ruling = self._allowed(source, tool)
+        if destructive and ruling.decision == "allow" and ruling.rule != f"allow: {source}.{tool}":
+            return Ruling("ask", DESTRUCTIVE_RULE)
+        return ruling
+
+    def _allowed(self, source: str, tool: str) -> Ruling:
         if self.spec.allow is None:
             return Ruling("allow", "every tool of the listed servers")
+        exact = f"{source}.{tool}"
+        if exact in self.spec.allow:
+            return Ruling("allow", f"allow: {exact}")
         for pattern in self.spec.allow:
             if pattern_matches(pattern, source, tool):
                 return Ruling("allow", f"allow: {pattern}")

@@ -201,6 +201,18 @@ async def test_after_a_restart_the_messages_become_the_answer_and_leftovers_go(
     assert len(platform.first_posts()) == 2 and platform.deletes() == 1
 
 
+@pytest.mark.parametrize("name", PLATFORMS)
+async def test_a_tool_calls_progress_shows_until_the_reply_replaces_it(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    host = RecordingHost(reply_with=lambda _: "Done.", piece_delay=0.05, progress="fetch: 1/2 (reading)")
+    async with PLATFORMS[name](host, monkeypatch) as platform:
+        shown = await answered(platform, host, "Done.")
+
+    assert shown == ["Done."]
+    assert platform.first_posts() == ["(fetch: 1/2 (reading))"]  # posted while the tool ran, then edited
+
+
 # PTB 22 warns whenever it builds a RetryAfter (a 429) unless PTB_TIMEDELTA is set; the channel handles both types.
 @pytest.mark.filterwarnings(
     "ignore:Deprecated since version v22.2. In a future major version attribute .retry_after."

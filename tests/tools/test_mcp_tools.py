@@ -4,6 +4,7 @@ HTTP, a fake OpenAI/Anthropic model on loopback calling them, the policy, the li
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -227,7 +228,7 @@ async def test_a_pattern_that_matches_no_tool_withholds_the_servers_tools(
     problems = agent.state.tool_servers.describe()["files"]["problems"]
     assert problems == [
         "deny pattern 'files.delete_fil' matches no tool of files (its tools: big, crash, delete_file, echo, "
-        "grow, hang, list_files, read_file, whoami, write_file)"
+        "grow, hang, list_files, log, read_file, whoami, write_file)"
     ]
     fake.reply("no tools")
     await say(agent)("hi")
@@ -246,3 +247,25 @@ async def test_tool_calls_over_the_anthropic_wire(
     assert "files__read_file" in [t["name"] for t in fake.requests[0].json["tools"]]
     result = body["messages"][-1]["content"][0]
     assert result["type"] == "tool_result" and result["content"] == "buy milk"
+
+
+async def test_a_servers_log_message_reaches_agentds_log_at_its_level_and_agentd_tools(
+    harness: Harness,
+    fake: FakeLLM,
+    client: httpx.AsyncClient,
+    server: dict[str, object],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG, "agentd.tools.mcp_logs")
+    agent = await tool_agent(harness, openai(fake, client), agent_yaml({"files": server}))
+    fake.reply(tool_calls=[("files__log", {"level": "debug", "data": {"quiet": True}})])
+    fake.reply(tool_calls=[("files__log", {"level": "error", "data": {"disk": "full"}})])
+    fake.reply("logged")
+    await say(agent)("log something")
+    assert tool_results(fake.requests[2].json) == ["logged", "logged"]
+    # asked for at info and above: the debug one is not sent
+    [entry] = agent.state.tool_servers.servers["files"].describe()["log"]
+    assert (entry["level"], entry["logger"], entry["message"]) == ("error", "fake", '{"disk": "full"}')
+    [record] = [r for r in caplog.records if r.name == "agentd.tools.mcp_logs"]
+    assert record.levelno == logging.ERROR
+    assert record.getMessage() == 'agent bot: MCP server files (fake): {"disk": "full"}'
