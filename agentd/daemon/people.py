@@ -13,7 +13,6 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from agentd.config.people import is_account, is_person_name
 from agentd.daemon.resources import DAEMON_STORE, Resources
 from agentd.engine.agent import Agent
 from agentd.engine.linking import People
@@ -148,12 +147,7 @@ async def attach_people(
 async def ids_of(people: People, name: str) -> tuple[list[str], Linked | None]:
     """The ids a data-subject request for `name` covers: a linked person's every account's user id
     and the person's name (what their audit events of links hold), or `name` alone."""
-    linked = await people.show(name) if is_person_name(name) or is_account(name) else None
-    if linked is None:
-        for candidate in await people.everyone():  # a bare user id of a linked account
-            if any(account.split(":", 1)[1] == name for account in candidate.accounts):
-                linked = candidate
-                break
+    linked = await people.find(name)
     if linked is None:
         return [name], None
     ids = sorted({account.split(":", 1)[1] for account in linked.accounts})

@@ -47,6 +47,14 @@ class LinkRefused(ValueError):
     """A link or unlink that cannot be made; the message says why, fit to show the person."""
 
 
+class NoSuchLink(LinkRefused):
+    """The person, or the person's account, named is not linked (an HTTP 404)."""
+
+
+class AccountTaken(LinkRefused):
+    """The account is linked into another person already (an HTTP 409): unlink it there first."""
+
+
 def code_digest(code: str) -> str:
     """What is stored of a code: its SHA-256, after the forgiving reading a person types it with."""
     return hashlib.sha256(re.sub(r"[\s-]", "", code).upper().encode()).hexdigest()
@@ -121,6 +129,17 @@ class People:
             return await self.of(name)
         return await store.read(PersonAccounts(name))
 
+    async def find(self, name: str) -> Linked | None:
+        """A person by name, by one of their accounts, or by the bare user id of one ("42": a
+        data-subject request names a person as the channels gave them)."""
+        linked = await self.show(name) if is_person_name(name) or is_account(name) else None
+        if linked is not None:
+            return linked
+        for candidate in await self.everyone():
+            if any(account.split(":", 1)[1] == name for account in candidate.accounts):
+                return candidate
+        return None
+
     async def everyone(self) -> list[Linked]:
         return await self._held().read(AllPeople())
 
@@ -186,6 +205,29 @@ class People:
         for told in self.on_link:
             await told(linked)
         return linked
+
+    async def add_account(self, person: str, account: str, source: str, by: str) -> tuple[Linked, bool]:
+        """The operator links `account` into `person` (made here when new); an account of another
+        person is refused rather than moved. Returns the person and whether anything changed."""
+        _check(person, [account])
+        current = await self.of(account)
+        if current is not None and current.person != person:
+            raise AccountTaken(f"{account} is linked to {current.person} already: unlink it there first")
+        if current is not None:
+            return current, False
+        return await self.link(person, [account], source, by), True
+
+    async def remove_account(self, person: str, account: str, source: str, by: str) -> Linked | None:
+        """The operator takes `account` out of `person` (unlink's rule: a person left with one
+        account goes whole). Returns the person as they are now (None: no longer linked)."""
+        _check(person, [account])
+        linked = await self._held().read(PersonAccounts(person))
+        if linked is None:
+            raise NoSuchLink(f"no person named {person!r} has linked accounts")
+        if account not in linked.accounts:
+            raise NoSuchLink(f"{account} is not one of {person}'s accounts ({', '.join(linked.accounts)})")
+        await self.unlink(account, source, by)
+        return await self._held().read(PersonAccounts(person))
 
     async def unlink(self, account: str, source: str, by: str) -> Linked:
         """Take `account` out of its person (a person left with one account is no person any more:
