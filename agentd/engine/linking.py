@@ -24,8 +24,8 @@ from agentd.clock import SYSTEM_CLOCK, Clock
 from agentd.config.people import ACCOUNT_FORM, PERSON_NAME_FORM, is_account, is_person_name
 from agentd.events import InboundEvent
 from agentd.store.base import Store, write_one
+from agentd.store.queries import LinkedBy, PeopleVersion, PersonAccounts, PersonOf
 from agentd.store.queries import People as AllPeople
-from agentd.store.queries import PeopleVersion, PersonAccounts, PersonOf
 from agentd.store.records import AuditRecord, Linked
 from agentd.store.writes import (
     AppendAudit,
@@ -190,13 +190,19 @@ class People:
         return await self.link(person, sorted(accounts), source, by)
 
     async def link(self, person: str, accounts: Sequence[str], source: str, by: str) -> Linked:
-        """Link the accounts into `person` (moving any from another person); audited."""
+        """Link the accounts into `person` (moving any from another person); audited. Accounts the
+        person holds already are left as they were linked (their `source` stays: declare reads it)."""
         _check(person, accounts)
         store = self._held()
+        current = await store.read(PersonAccounts(person))
+        new = [a for a in accounts if current is None or a not in current.accounts]
+        if not new:
+            assert current is not None
+            return current
         now = self.clock.time()
         ops: list[Write[Any]] = [
-            LinkAccounts(person, tuple(accounts), source, now),
-            _audit("link", now, person=person, accounts=list(accounts), source=source, by=by),
+            LinkAccounts(person, tuple(new), source, now),
+            _audit("link", now, person=person, accounts=new, source=source, by=by),
         ]
         await store.write(*ops)
         self._forget()
@@ -251,12 +257,19 @@ class People:
         self._forget()
 
     async def declare(self, declared: Mapping[str, Iterable[str]]) -> None:
-        """agentd.yaml's `people:` at start: each account linked into its person unless it is already."""
-        for person, accounts in declared.items():
-            wanted = sorted(set(accounts))
-            current = await self._held().read(PersonAccounts(person))
-            if current is None or not set(wanted) <= set(current.accounts):
-                await self.link(person, wanted, "config", "config")
+        """agentd.yaml's `people:` at start: each account linked into its person unless it is already;
+        an account the file linked before and declares no more (for that person) is unlinked, by
+        unlink's rule. Links made otherwise (codes, HTTP, the CLI) are the file's to keep."""
+        wanted = {person: sorted(set(accounts)) for person, accounts in declared.items()}
+        for person, accounts in wanted.items():
+            await self.link(person, accounts, "config", "config")
+        for linked in await self._held().read(LinkedBy("config")):
+            for account in linked.accounts:
+                if account in wanted.get(linked.person, ()):
+                    continue
+                current = await self.of(account)  # (None: unlinked above, as the last of its person)
+                if current is not None and current.person == linked.person:
+                    await self.unlink(account, "config", "config")
 
 
 def _check(person: str, accounts: Sequence[str]) -> None:

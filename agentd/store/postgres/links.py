@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from agentd.store.postgres.handlers import Cx, Later, handles
-from agentd.store.queries import People, PeopleVersion, PersonAccounts, PersonOf
+from agentd.store.queries import LinkedBy, People, PeopleVersion, PersonAccounts, PersonOf
 from agentd.store.records import Linked, RedeemedCode
 from agentd.store.writes import IssueLinkCode, LinkAccounts, RedeemLinkCode, UnlinkAccounts
 
@@ -43,6 +43,14 @@ def person_accounts(cx: Cx, q: PersonAccounts) -> Later[Linked | None]:
 @handles(People)
 def people(cx: Cx, q: People) -> Later[list[Linked]]:
     cur = cx.run("SELECT person, account FROM person_links ORDER BY person, account")
+    return Later(lambda: _people(cur.fetchall()))
+
+
+@handles(LinkedBy)
+def linked_by(cx: Cx, q: LinkedBy) -> Later[list[Linked]]:
+    cur = cx.run(
+        "SELECT person, account FROM person_links WHERE source = %s ORDER BY person, account", (q.source,)
+    )
     return Later(lambda: _people(cur.fetchall()))
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterable
 
-from agentd.store.queries import People, PeopleVersion, PersonAccounts, PersonOf
+from agentd.store.queries import LinkedBy, People, PeopleVersion, PersonAccounts, PersonOf
 from agentd.store.records import Linked, RedeemedCode
 from agentd.store.sqlite.handlers import handles
 from agentd.store.writes import IssueLinkCode, LinkAccounts, RedeemLinkCode, UnlinkAccounts
@@ -41,6 +41,15 @@ def person_accounts(conn: sqlite3.Connection, q: PersonAccounts) -> Linked | Non
 @handles(People)
 def people(conn: sqlite3.Connection, q: People) -> list[Linked]:
     return _people(conn.execute("SELECT person, account FROM person_links ORDER BY person, account"))
+
+
+@handles(LinkedBy)
+def linked_by(conn: sqlite3.Connection, q: LinkedBy) -> list[Linked]:
+    return _people(
+        conn.execute(
+            "SELECT person, account FROM person_links WHERE source = ? ORDER BY person, account", (q.source,)
+        )
+    )
 
 
 @handles(PeopleVersion)
