@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from agentd.daemon import Daemon
 from agentd.store.queries import AuditEvents, People
 from tests.test_person_data import MemoryEcho, daemon_on
@@ -23,10 +25,14 @@ async def trail(daemon: Daemon) -> list[tuple[str, str, list[str], str]]:
     return [(e["action"], e["data"]["person"], e["data"]["accounts"], e["data"]["source"]) for e in events]
 
 
-async def test_a_person_taken_out_of_agentd_yaml_is_unlinked_at_the_next_start(tmp_path: Path) -> None:
+@pytest.mark.both_stores
+async def test_a_person_taken_out_of_agentd_yaml_is_unlinked_at_the_next_start(
+    tmp_path: Path, store_backend: str, request: pytest.FixtureRequest
+) -> None:
+    url = request.getfixturevalue("postgres_url") if store_backend == "postgres" else None
     model = MemoryEcho()
     write_folder(
-        tmp_path, None, "people: {ana: [slack:UA, telegram:42, discord:7], bob: [slack:UB, telegram:77]}\n"
+        tmp_path, url, "people: {ana: [slack:UA, telegram:42, discord:7], bob: [slack:UB, telegram:77]}\n"
     )
     async with daemon_on(tmp_path, model) as (daemon, _):
         await daemon.people.add_account("ana", "webhook:ana-web", "http", "http:127.0.0.1")
@@ -37,7 +43,7 @@ async def test_a_person_taken_out_of_agentd_yaml_is_unlinked_at_the_next_start(t
         before = len(await trail(daemon))
 
     # discord:7 and bob are out of the file; the account linked over HTTP is not the file's
-    write_folder(tmp_path, None, "people: {ana: [slack:UA, telegram:42]}\n")
+    write_folder(tmp_path, url, "people: {ana: [slack:UA, telegram:42]}\n")
     async with daemon_on(tmp_path, model) as (daemon, _):
         assert await people_of(daemon) == {"ana": ["slack:UA", "telegram:42", "webhook:ana-web"]}
         assert (await trail(daemon))[before:] == [
@@ -51,7 +57,7 @@ async def test_a_person_taken_out_of_agentd_yaml_is_unlinked_at_the_next_start(t
         assert len(await trail(daemon)) == before
 
     # no people at all: ana's declared accounts go, and with them the one she is left with
-    write_folder(tmp_path, None, "")
+    write_folder(tmp_path, url, "")
     async with daemon_on(tmp_path, model) as (daemon, _):
         assert await people_of(daemon) == {}
         assert (await trail(daemon))[before:] == [
