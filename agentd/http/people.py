@@ -22,6 +22,7 @@ from agentd.http.bodies import body_schema, documented_pattern, read_json
 from agentd.http.directory import AgentDirectory
 from agentd.http.errors import ApiError, routes
 from agentd.http.lookup import check_user
+from agentd.store.records import Linked
 
 
 def user_param() -> Any:
@@ -48,7 +49,7 @@ class AccountIn(BaseModel):
     )
 
 
-def _person(linked: Any, person: str) -> dict[str, Any]:
+def _person(linked: Linked | None, person: str) -> dict[str, Any]:
     return {"person": person, "accounts": [] if linked is None else list(linked.accounts)}
 
 
