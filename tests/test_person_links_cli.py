@@ -37,6 +37,8 @@ async def test_links_made_with_no_daemon_are_the_daemons_and_export_and_erase_fo
     async with daemon_on(tmp_path, model) as (daemon, _):
         await say(daemon, on_slack("remember seat: ANA-SECRET-1 window"))
         await say(daemon, on_telegram("remember meal: ANA-SECRET-2 vegetarian"))
+        await say(daemon, on_slack("remember city: ANA-SECRET-3 Porto"))
+        await say(daemon, on_telegram("remember city: ANA-SECRET-4 Lisbon"))  # the newer city
 
     linked = await asyncio.to_thread(person, tmp_path, "link", ANA, f"slack:{SLACK}", f"telegram:{TG}")
     assert ok(linked).splitlines() == [
@@ -58,6 +60,15 @@ async def test_links_made_with_no_daemon_are_the_daemons_and_export_and_erase_fo
     async with daemon_on(tmp_path, model) as (daemon, _):
         await say(daemon, on_telegram("what do you know"))
         assert "- seat" in model.requests[-1].system
+        # the key both accounts held is audited as merged in the agent's trail, as a daemon's link does
+        agent = daemon.agent("full")
+        assert agent is not None
+        merges = [
+            e for e in await agent.state.store.read(AuditEvents(kind="memory")) if e["action"] == "merge"
+        ]
+        assert [e["data"] for e in merges] == [
+            {"key": "city", "scope": f"user:{TG}", "over": [f"user:{SLACK}"]}
+        ]
         assert daemon.daemon_store is not None
         trail = await daemon.daemon_store.read(AuditEvents(kind="person"))
         assert [(e["action"], e["data"]["accounts"], e["data"]["by"]) for e in trail] == [

@@ -3,8 +3,9 @@ the operator's hand on the accounts linked into one person (agentd/engine/linkin
 
 Beside a running daemon they go through its API (POST /people/{person}/accounts, DELETE
 /people/{person}/accounts/{account}, GET /people/{name}): its cache of links must hear of the change.
-With none, they run here on the daemon's own store, audited there with `by: cli`. The keys two
-accounts both held are audited as merged by the daemon only (it has the agents' memories open).
+With none, they run here on the daemon's own store, audited there with `by: cli`; after a link, the
+persistent keys the person's accounts both held are audited as merged in each agent's store, as a
+daemon's link does.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import httpx
 
 from agentd.cli.people import held_here
 from agentd.cli.remote import answer, running_daemon
+from agentd.daemon.people import audit_merged_in_stores
+from agentd.daemon.resources import Resources
 from agentd.engine.linking import LinkRefused, People
 from agentd.errors import AgentdError
 from agentd.store.records import Linked
@@ -31,7 +34,7 @@ def _quoted(value: str) -> str:
 def _through(
     args: argparse.Namespace,
     remote: Callable[[httpx.Client], list[dict[str, Any]]],
-    here: Callable[[People], Awaitable[list[dict[str, Any]]]],
+    here: Callable[[Resources, People], Awaitable[list[dict[str, Any]]]],
 ) -> list[dict[str, Any]]:
     """The daemon's answers when one runs, else this process's (a refusal is an error saying why)."""
     with running_daemon(args) as client:
@@ -39,9 +42,9 @@ def _through(
             return remote(client)
 
     async def go() -> list[dict[str, Any]]:
-        async with held_here(args) as (_resources, _store, people):
+        async with held_here(args) as (resources, _store, people):
             try:
-                return await here(people)
+                return await here(resources, people)
             except LinkRefused as e:
                 raise AgentdError(str(e)) from None
 
@@ -65,11 +68,13 @@ def cmd_person_link(args: argparse.Namespace) -> int:
         path = f"/people/{_quoted(person)}/accounts"
         return [answer(client.post(path, json={"account": account})) for account in accounts]
 
-    async def here(people: People) -> list[dict[str, Any]]:
+    async def here(resources: Resources, people: People) -> list[dict[str, Any]]:
         done = []
         for account in accounts:
             linked, changed = await people.add_account(person, account, "cli", "cli")
             done.append({"person": person, "accounts": list(linked.accounts), "linked": changed})
+        if any(d["linked"] for d in done):
+            await audit_merged_in_stores(resources, linked)
         return done
 
     answers = _through(args, remote, here)
@@ -88,7 +93,7 @@ def cmd_person_unlink(args: argparse.Namespace) -> int:
             for account in accounts
         ]
 
-    async def here(people: People) -> list[dict[str, Any]]:
+    async def here(_resources: Resources, people: People) -> list[dict[str, Any]]:
         done = []
         for account in accounts:
             linked = await people.remove_account(person, account, "cli", "cli")
@@ -106,7 +111,7 @@ def cmd_person_show(args: argparse.Namespace) -> int:
     def remote(client: httpx.Client) -> list[dict[str, Any]]:
         return [answer(client.get(f"/people/{_quoted(name)}"))]
 
-    async def here(people: People) -> list[dict[str, Any]]:
+    async def here(_resources: Resources, people: People) -> list[dict[str, Any]]:
         linked: Linked | None = await people.find(name)
         if linked is None:
             raise AgentdError(f"{name!r} is no person with linked accounts")

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from agentd.daemon.resources import DAEMON_STORE, Resources
 from agentd.engine.agent import Agent
 from agentd.engine.linking import People
+from agentd.engine.people import audit_memory_clashes
 from agentd.errors import AgentdError
 from agentd.memory.erasure import layer_erasure
 from agentd.store.base import Store, write_one
@@ -142,6 +143,23 @@ async def attach_people(
 
     people.on_link.append(merged)
     await people.declare(declared)
+
+
+async def audit_merged_in_stores(resources: Resources, linked: Linked) -> dict[str, list[str]]:
+    """With no daemon running (`agentd person link`): audit in every agent's store the persistent keys
+    the linked accounts both held, as a daemon's link does in its running agents; the keys per agent."""
+    merged: dict[str, list[str]] = {}
+    for name in await resources.stored_names():
+        if name == DAEMON_STORE:
+            continue
+
+        async def audit(store: Store, agent: str = name) -> list[str]:
+            return await audit_memory_clashes(store, agent, linked)
+
+        keys = await _with_store(resources, name, audit)
+        if keys:
+            merged[name] = keys
+    return merged
 
 
 async def ids_of(people: People, name: str) -> tuple[list[str], Linked | None]:
