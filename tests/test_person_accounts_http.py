@@ -9,8 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from agentd.daemon import Daemon
+from agentd.engine.linking import AccountTaken
 from agentd.events import InboundEvent
 from agentd.store.queries import AuditEvents, PersonAccounts
 from tests.support import daemon_on_loopback
@@ -131,5 +133,8 @@ async def test_refusals_are_4xx_with_their_reason_and_change_nothing(tmp_path: P
             assert "post" in paths["/people/{person}/accounts"]
             assert "delete" in paths["/people/{person}/accounts/{account}"]
             assert "get" in paths["/people/{user_id}"] and "delete" in paths["/people/{user_id}"]
+        # the store decides too (in the transaction: a link made since the route looked is not moved)
+        with pytest.raises(AccountTaken, match="telegram:42 is linked to ana already"):
+            await daemon.people.link("bob", ["slack:UB", "telegram:42"], "http", "test", keep_others=True)
         assert await stored(daemon, "ana") == ["telegram:42"] and await stored(daemon, "bob") is None
         assert [action for action, _ in await person_trail(daemon)] == ["link"]

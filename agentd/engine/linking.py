@@ -28,6 +28,7 @@ from agentd.store.queries import LinkedBy, PeopleVersion, PersonAccounts, Person
 from agentd.store.queries import People as AllPeople
 from agentd.store.records import AuditRecord, Linked
 from agentd.store.writes import (
+    AlreadyLinked,
     AppendAudit,
     IssueLinkCode,
     LinkAccounts,
@@ -189,9 +190,12 @@ class People:
         accounts = {first, second, *(a.accounts if a else ()), *(b.accounts if b else ())}
         return await self.link(person, sorted(accounts), source, by)
 
-    async def link(self, person: str, accounts: Sequence[str], source: str, by: str) -> Linked:
-        """Link the accounts into `person` (moving any from another person); audited. Accounts the
-        person holds already are left as they were linked (their `source` stays: declare reads it)."""
+    async def link(
+        self, person: str, accounts: Sequence[str], source: str, by: str, *, keep_others: bool = False
+    ) -> Linked:
+        """Link the accounts into `person` (moving any from another person; with `keep_others`, one of
+        another person refuses the link: AccountTaken); audited. Accounts the person holds already are
+        left as they were linked (their `source` stays: declare reads it)."""
         _check(person, accounts)
         store = self._held()
         current = await store.read(PersonAccounts(person))
@@ -201,10 +205,13 @@ class People:
             return current
         now = self.clock.time()
         ops: list[Write[Any]] = [
-            LinkAccounts(person, tuple(new), source, now),
+            LinkAccounts(person, tuple(new), source, now, keep_others),
             _audit("link", now, person=person, accounts=new, source=source, by=by),
         ]
-        await store.write(*ops)
+        try:
+            await store.write(*ops)
+        except AlreadyLinked as e:  # (another daemon linked it since this one looked: nothing written)
+            raise AccountTaken(f"{e}: unlink it there first") from None
         self._forget()
         linked = await store.read(PersonAccounts(person))
         assert linked is not None
@@ -221,7 +228,7 @@ class People:
             raise AccountTaken(f"{account} is linked to {current.person} already: unlink it there first")
         if current is not None:
             return current, False
-        return await self.link(person, [account], source, by), True
+        return await self.link(person, [account], source, by, keep_others=True), True
 
     async def remove_account(self, person: str, account: str, source: str, by: str) -> Linked | None:
         """The operator takes `account` out of `person` (unlink's rule: a person left with one

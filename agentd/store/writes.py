@@ -340,15 +340,23 @@ class ErasePerson(Write[dict[str, int]]):
 # -- people: accounts linked into one person (the daemon's own store) --------------------------
 
 
+class AlreadyLinked(LookupError):
+    """A link that keeps others' accounts found one linked into another person; its batch was rolled
+    back (the message names the account and its person)."""
+
+
 @dataclass(frozen=True, slots=True)
 class LinkAccounts(Write[None]):
-    """Link each account into `person` (taking it from any person it was in); `source` says how
-    (code | config | http | cli). Moves the people version."""
+    """Link each account into `person` (taking it from any person it was in; with `keep_others`, an
+    account of another person refuses the batch instead: AlreadyLinked, decided in the transaction, so
+    two daemons linking one account at once cannot both succeed); `source` says how (code | config |
+    http | cli). Moves the people version."""
 
     person: str
     accounts: tuple[str, ...]
     source: str
     now: float
+    keep_others: bool = False
 
 
 @dataclass(frozen=True, slots=True)

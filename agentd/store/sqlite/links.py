@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from agentd.store.queries import LinkedBy, People, PeopleVersion, PersonAccounts, PersonOf
 from agentd.store.records import Linked, RedeemedCode
 from agentd.store.sqlite.handlers import handles
-from agentd.store.writes import IssueLinkCode, LinkAccounts, RedeemLinkCode, UnlinkAccounts
+from agentd.store.writes import AlreadyLinked, IssueLinkCode, LinkAccounts, RedeemLinkCode, UnlinkAccounts
 
 _BUMP = "UPDATE people_version SET version = version + 1 WHERE id = 1"
 
@@ -60,6 +60,14 @@ def people_version(conn: sqlite3.Connection, q: PeopleVersion) -> int:
 
 @handles(LinkAccounts)
 def link_accounts(conn: sqlite3.Connection, op: LinkAccounts) -> None:
+    if op.keep_others:  # (one writer at a time: nothing can link these between the check and the insert)
+        marks = ", ".join("?" * len(op.accounts))
+        taken = conn.execute(
+            f"SELECT account, person FROM person_links WHERE account IN ({marks}) AND person != ?",
+            (*op.accounts, op.person),
+        ).fetchone()
+        if taken is not None:
+            raise AlreadyLinked(f"{taken[0]} is linked to {taken[1]} already")
     conn.executemany(
         "INSERT INTO person_links (account, person, source, linked_at) VALUES (?, ?, ?, ?)"
         " ON CONFLICT (account) DO UPDATE SET person = excluded.person, source = excluded.source,"
