@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, get_args, get_type_hints
 
 from agentd.memory.screening import SecretScreen
-from agentd.store import writes
+from agentd.store import link_writes, writes
 from agentd.store.declarations import memory_text_fields
 from agentd.store.records import LayerState, NewEpisode, RunRecord
 from agentd.store.writes import (
@@ -61,7 +61,8 @@ EXEMPT: Mapping[str, str] = {
 def write_kinds() -> list[type]:
     return [
         obj
-        for obj in vars(writes).values()
+        for module in (writes, link_writes)
+        for obj in vars(module).values()
         if isinstance(obj, type)
         and issubclass(obj, Write)
         and obj is not Write

@@ -43,6 +43,9 @@ cmd_inspect = _lazy("agentd.cli.local:cmd_inspect")
 cmd_forget_episodes = _lazy("agentd.cli.local:cmd_forget_episodes")
 cmd_person_export = _lazy("agentd.cli.people:cmd_person_export")
 cmd_person_erase = _lazy("agentd.cli.people:cmd_person_erase")
+cmd_person_link = _lazy("agentd.cli.links:cmd_person_link")
+cmd_person_unlink = _lazy("agentd.cli.links:cmd_person_unlink")
+cmd_person_show = _lazy("agentd.cli.links:cmd_person_show")
 cmd_audit = _lazy("agentd.cli.reports:cmd_audit")
 cmd_runs = _lazy("agentd.cli.reports:cmd_runs")
 cmd_memories = _lazy("agentd.cli.reports:cmd_memories")
@@ -186,16 +189,27 @@ def build_parser() -> argparse.ArgumentParser:
 
     person = sub.add_parser(
         "person",
-        help="a data-subject request across every agent: export USER (one JSON document) or erase USER",
+        help="a data-subject request across every agent: export USER (one JSON document) or erase USER; "
+        "a person's linked accounts: link PERSON ACCOUNT..., unlink PERSON ACCOUNT..., show NAME",
     )
-    person.add_argument("action", choices=["export", "erase"])
-    person.add_argument("user_id", help="the person's user id, as the channels give it")
+    person_commands = {
+        "export": cmd_person_export,
+        "erase": cmd_person_erase,
+        "link": cmd_person_link,
+        "unlink": cmd_person_unlink,
+        "show": cmd_person_show,
+    }
+    person.add_argument("action", choices=list(person_commands))
+    person.add_argument(
+        "user_id", help="the person's user id as the channels give it, or a linked person's name"
+    )
+    person.add_argument("accounts", nargs="*", help="link, unlink: the accounts (telegram:42, slack:U012AB)")
     person.add_argument(
         "-o", "--output", type=Path, default=None, help="export: write here (default: stdout)"
     )
     common(person)
     person.add_argument("--config", type=Path, default=None)
-    person.set_defaults(func=lambda a: (cmd_person_export if a.action == "export" else cmd_person_erase)(a))
+    person.set_defaults(func=lambda a: person_commands[a.action](_one_name(a)))
 
     forget = sub.add_parser(
         "forget-episodes", help="delete every episode of one person (audited, for data-subject requests)"
@@ -207,6 +221,13 @@ def build_parser() -> argparse.ArgumentParser:
     forget.set_defaults(func=cmd_forget_episodes)
     add_store_parser(sub)
     return p
+
+
+def _one_name(args: argparse.Namespace) -> argparse.Namespace:
+    """export, erase and show take one name: a second would be silently left out otherwise."""
+    if args.accounts and args.action not in ("link", "unlink"):
+        raise AgentdError(f"person {args.action} takes one user id or name, not {' '.join(args.accounts)}")
+    return args
 
 
 def cmd_audit_any(args: argparse.Namespace) -> int:

@@ -104,9 +104,19 @@ def cmd_store_copy(args: argparse.Namespace) -> int:
             print(f"{r.agent}: nothing new: all {r.already} rows already there, verified{migrated}")
         if r.chain is not None:
             print(f"{r.agent}: {chain_note(r.chain)}")
+        if r.links is not None:
+            print(f"{r.agent}: {links_note(r.links)}")
     copied = sum(r.copied for r in results)
     print(f"{len(results) - refused} of {len(results)} agent(s) into {where}: {copied} rows copied")
     return 1 if refused else 0
+
+
+def links_note(links: Any) -> str:
+    """What became of the daemon's links (accounts linked into one person)."""
+    note = f"links: {links.in_file} in the file: {links.copied} copied, {links.already} already there"
+    for account, person, held in links.elsewhere:
+        note += f"; {account} (of {person} in the file) is {held}'s in the database: left so"
+    return note
 
 
 def recovery(agent: str, refused: str) -> str:

@@ -44,6 +44,7 @@ from agentd.daemon.watcher import FolderWatcher
 from agentd.engine.agent import Agent
 from agentd.engine.breakers import Breakers
 from agentd.engine.collector import collector_paused
+from agentd.engine.linking import People
 from agentd.engine.upkeep import prune_deliveries, prune_media
 from agentd.errors import OperatorError
 from agentd.http.app import create_app
@@ -358,6 +359,10 @@ class Daemon:
         return await erase_linked(
             self.resources, self.fleet.agent, self.daemon_store, self.resources.people, user_id, by
         )
+
+    @property
+    def people(self) -> People:
+        return self.resources.people
 
     def note_auth_failure(self, path: str, reason: str, client: str | None) -> None:
         self.auth_failures.note(path, reason, client)

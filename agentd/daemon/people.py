@@ -13,10 +13,10 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from agentd.config.people import is_account, is_person_name
 from agentd.daemon.resources import DAEMON_STORE, Resources
 from agentd.engine.agent import Agent
 from agentd.engine.linking import People
+from agentd.engine.people import audit_memory_clashes
 from agentd.errors import AgentdError
 from agentd.memory.erasure import layer_erasure
 from agentd.store.base import Store, write_one
@@ -145,15 +145,27 @@ async def attach_people(
     await people.declare(declared)
 
 
+async def audit_merged_in_stores(resources: Resources, linked: Linked) -> dict[str, list[str]]:
+    """With no daemon running (`agentd person link`): audit in every agent's store the persistent keys
+    the linked accounts both held, as a daemon's link does in its running agents; the keys per agent."""
+    merged: dict[str, list[str]] = {}
+    for name in await resources.stored_names():
+        if name == DAEMON_STORE:
+            continue
+
+        async def audit(store: Store, agent: str = name) -> list[str]:
+            return await audit_memory_clashes(store, agent, linked)
+
+        keys = await _with_store(resources, name, audit)
+        if keys:
+            merged[name] = keys
+    return merged
+
+
 async def ids_of(people: People, name: str) -> tuple[list[str], Linked | None]:
     """The ids a data-subject request for `name` covers: a linked person's every account's user id
     and the person's name (what their audit events of links hold), or `name` alone."""
-    linked = await people.show(name) if is_person_name(name) or is_account(name) else None
-    if linked is None:
-        for candidate in await people.everyone():  # a bare user id of a linked account
-            if any(account.split(":", 1)[1] == name for account in candidate.accounts):
-                linked = candidate
-                break
+    linked = await people.find(name)
     if linked is None:
         return [name], None
     ids = sorted({account.split(":", 1)[1] for account in linked.accounts})

@@ -162,6 +162,19 @@ class Approvals:
     async def store_write(self, *ops: Write[Any]) -> None:
         await self._state.store.write(*ops)
 
+    async def _may_answer(self, record: ApprovalRecord, approver: str) -> bool:
+        """The operator; a named approver (tools.approvers); else the person who asked, as they are
+        now: any account linked into them when they answer (one linked since the request too, one
+        unlinked since no more), or the account that asked."""
+        if approver == OPERATOR:
+            return True
+        if self._state.spec.tools.approvers:
+            return approver in record.approvers
+        if approver == record.requested_by:
+            return True
+        linked = await self._state.resources.people.of(approver)
+        return linked is not None and record.requested_by in linked.accounts
+
     async def decide(
         self,
         approval_id: str,
@@ -179,7 +192,7 @@ class Approvals:
         record, now = waiting.record, time.time()
         status = "approved" if approve else "refused"
         mode = self._state.spec.tools.audit_args
-        if approver != OPERATOR and approver not in record.approvers:
+        if not await self._may_answer(record, approver):
             audit = AuditRecord(
                 "permission",
                 "denied",
@@ -194,7 +207,12 @@ class Approvals:
                 },
             )
             await self._state.store.write(AppendAudit(self._state.name, [audit], now), *also)
-            text = f"You cannot answer approval [{record.id}]: only {', '.join(record.approvers)} can."
+            who = (
+                ", ".join(record.approvers)
+                if self._state.spec.tools.approvers
+                else f"the person who asked ({record.requested_by}, or an account linked to it)"
+            )
+            text = f"You cannot answer approval [{record.id}]: only {who} can."
             return Outcome("not_allowed", text, record)
         try:
             await self._state.store.write(

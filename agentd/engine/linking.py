@@ -24,17 +24,17 @@ from agentd.clock import SYSTEM_CLOCK, Clock
 from agentd.config.people import ACCOUNT_FORM, PERSON_NAME_FORM, is_account, is_person_name
 from agentd.events import InboundEvent
 from agentd.store.base import Store, write_one
-from agentd.store.queries import People as AllPeople
-from agentd.store.queries import PeopleVersion, PersonAccounts, PersonOf
-from agentd.store.records import AuditRecord, Linked
-from agentd.store.writes import (
-    AppendAudit,
+from agentd.store.link_writes import (
+    AlreadyLinked,
     IssueLinkCode,
     LinkAccounts,
     RedeemLinkCode,
     UnlinkAccounts,
-    Write,
 )
+from agentd.store.queries import LinkedBy, PeopleVersion, PersonAccounts, PersonOf
+from agentd.store.queries import People as AllPeople
+from agentd.store.records import AuditRecord, Linked
+from agentd.store.writes import AppendAudit, Write
 
 CODE_ALPHABET = "ABCDEFGHJKMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I/L: read off one screen, typed on another
 CODE_LENGTH = 8  # 31^8 ≈ 8.5e11 codes, each good for CODE_TTL_S
@@ -45,6 +45,14 @@ DAEMON_TRAIL = "daemon"  # the agent column of the daemon's own audit events
 
 class LinkRefused(ValueError):
     """A link or unlink that cannot be made; the message says why, fit to show the person."""
+
+
+class NoSuchLink(LinkRefused):
+    """The person, or the person's account, named is not linked (an HTTP 404)."""
+
+
+class AccountTaken(LinkRefused):
+    """The account is linked into another person already (an HTTP 409): unlink it there first."""
 
 
 def code_digest(code: str) -> str:
@@ -121,6 +129,17 @@ class People:
             return await self.of(name)
         return await store.read(PersonAccounts(name))
 
+    async def find(self, name: str) -> Linked | None:
+        """A person by name, by one of their accounts, or by the bare user id of one ("42": a
+        data-subject request names a person as the channels gave them)."""
+        linked = await self.show(name) if is_person_name(name) or is_account(name) else None
+        if linked is not None:
+            return linked
+        for candidate in await self.everyone():
+            if any(account.split(":", 1)[1] == name for account in candidate.accounts):
+                return candidate
+        return None
+
     async def everyone(self) -> list[Linked]:
         return await self._held().read(AllPeople())
 
@@ -170,22 +189,57 @@ class People:
         accounts = {first, second, *(a.accounts if a else ()), *(b.accounts if b else ())}
         return await self.link(person, sorted(accounts), source, by)
 
-    async def link(self, person: str, accounts: Sequence[str], source: str, by: str) -> Linked:
-        """Link the accounts into `person` (moving any from another person); audited."""
+    async def link(
+        self, person: str, accounts: Sequence[str], source: str, by: str, *, keep_others: bool = False
+    ) -> Linked:
+        """Link the accounts into `person` (moving any from another person; with `keep_others`, one of
+        another person refuses the link: AccountTaken); audited. Accounts the person holds already are
+        left as they were linked (their `source` stays: declare reads it)."""
         _check(person, accounts)
         store = self._held()
+        current = await store.read(PersonAccounts(person))
+        new = [a for a in accounts if current is None or a not in current.accounts]
+        if not new:
+            assert current is not None
+            return current
         now = self.clock.time()
         ops: list[Write[Any]] = [
-            LinkAccounts(person, tuple(accounts), source, now),
-            _audit("link", now, person=person, accounts=list(accounts), source=source, by=by),
+            LinkAccounts(person, tuple(new), source, now, keep_others),
+            _audit("link", now, person=person, accounts=new, source=source, by=by),
         ]
-        await store.write(*ops)
+        try:
+            await store.write(*ops)
+        except AlreadyLinked as e:  # (another daemon linked it since this one looked: nothing written)
+            raise AccountTaken(f"{e}: unlink it there first") from None
         self._forget()
         linked = await store.read(PersonAccounts(person))
         assert linked is not None
         for told in self.on_link:
             await told(linked)
         return linked
+
+    async def add_account(self, person: str, account: str, source: str, by: str) -> tuple[Linked, bool]:
+        """The operator links `account` into `person` (made here when new); an account of another
+        person is refused rather than moved. Returns the person and whether anything changed."""
+        _check(person, [account])
+        current = await self.of(account)
+        if current is not None and current.person != person:
+            raise AccountTaken(f"{account} is linked to {current.person} already: unlink it there first")
+        if current is not None:
+            return current, False
+        return await self.link(person, [account], source, by, keep_others=True), True
+
+    async def remove_account(self, person: str, account: str, source: str, by: str) -> Linked | None:
+        """The operator takes `account` out of `person` (unlink's rule: a person left with one
+        account goes whole). Returns the person as they are now (None: no longer linked)."""
+        _check(person, [account])
+        linked = await self._held().read(PersonAccounts(person))
+        if linked is None:
+            raise NoSuchLink(f"no person named {person!r} has linked accounts")
+        if account not in linked.accounts:
+            raise NoSuchLink(f"{account} is not one of {person}'s accounts ({', '.join(linked.accounts)})")
+        await self.unlink(account, source, by)
+        return await self._held().read(PersonAccounts(person))
 
     async def unlink(self, account: str, source: str, by: str) -> Linked:
         """Take `account` out of its person (a person left with one account is no person any more:
@@ -209,12 +263,19 @@ class People:
         self._forget()
 
     async def declare(self, declared: Mapping[str, Iterable[str]]) -> None:
-        """agentd.yaml's `people:` at start: each account linked into its person unless it is already."""
-        for person, accounts in declared.items():
-            wanted = sorted(set(accounts))
-            current = await self._held().read(PersonAccounts(person))
-            if current is None or not set(wanted) <= set(current.accounts):
-                await self.link(person, wanted, "config", "config")
+        """agentd.yaml's `people:` at start: each account linked into its person unless it is already;
+        an account the file linked before and declares no more (for that person) is unlinked, by
+        unlink's rule. Links made otherwise (codes, HTTP, the CLI) are the file's to keep."""
+        wanted = {person: sorted(set(accounts)) for person, accounts in declared.items()}
+        for person, accounts in wanted.items():
+            await self.link(person, accounts, "config", "config")
+        for linked in await self._held().read(LinkedBy("config")):
+            for account in linked.accounts:
+                if account in wanted.get(linked.person, ()):
+                    continue
+                current = await self.of(account)  # (None: unlinked above, as the last of its person)
+                if current is not None and current.person == linked.person:
+                    await self.unlink(account, "config", "config")
 
 
 def _check(person: str, accounts: Sequence[str]) -> None:

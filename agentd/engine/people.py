@@ -19,7 +19,7 @@ from agentd.engine.approvals import OPERATOR, Approvals
 from agentd.engine.state import AgentState
 from agentd.memory.erasure import layer_erasure
 from agentd.memory.vectors import index_cache
-from agentd.store.base import write_one
+from agentd.store.base import Store, write_one
 from agentd.store.people import names, partition_of
 from agentd.store.queries import Memories, PersonConversations, PersonData
 from agentd.store.records import AuditRecord, Linked
@@ -35,22 +35,35 @@ async def audit_merged_memories(state: AgentState, linked: Linked) -> list[str]:
     if not memory.persistent or memory.persistent_scope != "user":
         return []
     scopes = sorted({partition_of(account.split(":", 1)[1]) for account in linked.accounts})
-    held: dict[str, list[str]] = {}
-    for scope in scopes:
+    held: dict[str, int] = {}
+    for scope in scopes:  # (the hot copy first: a clash is rare, the store is read only for one)
         for key in state.persistent.keys(scope):
-            held.setdefault(key, []).append(scope)
-    clashes = {key: found for key, found in held.items() if len(found) > 1}
+            held[key] = held.get(key, 0) + 1
+    if all(n == 1 for n in held.values()):
+        return []
+    return await audit_memory_clashes(state.store, state.name, linked)
+
+
+async def audit_memory_clashes(store: Store, agent: str, linked: Linked) -> list[str]:
+    """Audit in `agent`'s trail each persistent key more than one of the linked accounts held (the
+    newest value is the person's: `{kind: memory, action: merge, data: {key, scope, over}}`); the keys.
+    Also what `agentd person link` runs on every agent's store when no daemon does."""
+    scopes = sorted({partition_of(account.split(":", 1)[1]) for account in linked.accounts})
+    rows = [m for scope in scopes for m in await store.read(Memories(scope))]
+    by_key: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        by_key.setdefault(row["key"], []).append(row)
+    clashes = {key: found for key, found in by_key.items() if len(found) > 1}
     if not clashes:
         return []
-    rows = [m for scope in scopes for m in await state.store.read(Memories(scope)) if m["key"] in clashes]
     audits = []
     for key, found in sorted(clashes.items()):
-        newest = max((m for m in rows if m["key"] == key), key=lambda m: m["updated_at"])
-        over = [scope for scope in found if scope != newest["scope"]]
+        newest = max(found, key=lambda m: m["updated_at"])
+        over = sorted(m["scope"] for m in found if m["scope"] != newest["scope"])
         audits.append(
             AuditRecord("memory", "merge", None, None, {"key": key, "scope": newest["scope"], "over": over})
         )
-    await state.store.write(AppendAudit(state.name, audits, time.time()))
+    await store.write(AppendAudit(agent, audits, time.time()))
     return sorted(clashes)
 
 

@@ -8,6 +8,7 @@ from typing import Any, Protocol
 from fastapi import Request
 
 from agentd.engine.agent import Agent
+from agentd.engine.linking import People
 
 
 class AgentDirectory(Protocol):
@@ -54,6 +55,11 @@ class AgentDirectory(Protocol):
 
     async def erase_person(self, user_id: str, by: str) -> dict[str, Any]:
         """Erase one person everywhere: {user_id, subject, erased (counts per agent), failed}."""
+        ...
+
+    @property
+    def people(self) -> People:
+        """The accounts linked into people (kept in the daemon's own store)."""
         ...
 
     def note_auth_failure(self, path: str, reason: str, client: str | None) -> None:

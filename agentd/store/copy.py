@@ -20,8 +20,10 @@ import psycopg
 from agentd.errors import AgentdError, OperatorError
 from agentd.store.copy_chain import ChainCopy
 from agentd.store.copy_plan import TableCopy
+from agentd.store.copy_tables import PERSON_LINKS
 from agentd.store.postgres.connection import as_store_error, connect, label_of
 from agentd.store.postgres.copy_in import copy_agent
+from agentd.store.postgres.copy_links import LinksCopy, copy_links
 from agentd.store.postgres.migrations import migrate
 from agentd.store.sqlite.copy_out import AgentFile
 
@@ -38,6 +40,7 @@ class AgentCopy:
     tables: list[TableCopy] = field(default_factory=list)
     migrated: list[str] = field(default_factory=list)  # the file's own migrations, applied first
     refused: str | None = None  # why nothing of it was copied
+    links: LinksCopy | None = None  # the daemon's links, when its file holds any
 
     @property
     def copied(self) -> int:
@@ -109,6 +112,14 @@ def _copy_one(
                 )
                 return result
             result.tables = copy_agent(conn, agent, source.rows, told)
+            links = source.rows(PERSON_LINKS)  # (only the daemon's own file holds any)
+            if links:
+                try:
+                    result.links = copy_links(conn, links)
+                except psycopg.Error as e:  # (its tables are in, verified: only the links are not)
+                    result.refused = (
+                        f"its links were not copied (its tables were): {as_store_error(label, e)}"
+                    )
     except psycopg.Error as e:
         result.refused = str(as_store_error(label, e))
     except AgentdError as e:

@@ -154,3 +154,5 @@ TABLES: tuple[Table, ...] = (
     Table("approvals", APPROVAL_ROW.names, rewrite=_paused_run_thread, order=("rowid",)),
     AUDIT,  # last: its chain head is the last lock a copy takes, as in a daemon's batch
 )
+# The daemon's links: daemon-wide in the database, so beside the agents' tables (postgres/copy_links.py).
+PERSON_LINKS = Table("person_links", ("account", "person", "source", "linked_at"), key=("account",))

@@ -363,5 +363,12 @@ class People(Query[list[Linked]]):
 
 
 @dataclass(frozen=True, slots=True)
+class LinkedBy(Query[list[Linked]]):
+    """Every person's accounts that were linked by `source` (config: agentd.yaml's `people:`), by name."""
+
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
 class PeopleVersion(Query[int]):
     """A number every link and unlink moves: a cache of links is current while it stays."""

@@ -23,7 +23,6 @@ from agentd.store.records import (
     MediaItem,
     NewEpisode,
     Pruned,
-    RedeemedCode,
     RunRecord,
     StoredMessage,
 )
@@ -357,41 +356,3 @@ class ErasePerson(Write[dict[str, int]]):
 
 
 # -- people: accounts linked into one person (the daemon's own store) --------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class LinkAccounts(Write[None]):
-    """Link each account into `person` (taking it from any person it was in); `source` says how
-    (code | config | http | cli). Moves the people version."""
-
-    person: str
-    accounts: tuple[str, ...]
-    source: str
-    now: float
-
-
-@dataclass(frozen=True, slots=True)
-class UnlinkAccounts(Write[int]):
-    """Unlink the accounts and drop the link codes issued to them; the result is how many links went.
-    Moves the people version."""
-
-    accounts: tuple[str, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class IssueLinkCode(Write[None]):
-    """Keep a link code's digest (never the code) for `account` until `expires_at`; codes expired by
-    `now` go."""
-
-    digest: str
-    account: str
-    expires_at: float
-    now: float
-
-
-@dataclass(frozen=True, slots=True)
-class RedeemLinkCode(Write[RedeemedCode]):
-    """Take the code with this digest, once: it is deleted whether it was still good or expired."""
-
-    digest: str
-    now: float

@@ -9,10 +9,16 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from agentd.store.link_writes import (
+    AlreadyLinked,
+    IssueLinkCode,
+    LinkAccounts,
+    RedeemLinkCode,
+    UnlinkAccounts,
+)
 from agentd.store.postgres.handlers import Cx, Later, handles
-from agentd.store.queries import People, PeopleVersion, PersonAccounts, PersonOf
+from agentd.store.queries import LinkedBy, People, PeopleVersion, PersonAccounts, PersonOf
 from agentd.store.records import Linked, RedeemedCode
-from agentd.store.writes import IssueLinkCode, LinkAccounts, RedeemLinkCode, UnlinkAccounts
 
 _BUMP = "UPDATE people_version SET version = version + 1 WHERE id = 1"
 
@@ -46,14 +52,38 @@ def people(cx: Cx, q: People) -> Later[list[Linked]]:
     return Later(lambda: _people(cur.fetchall()))
 
 
+@handles(LinkedBy)
+def linked_by(cx: Cx, q: LinkedBy) -> Later[list[Linked]]:
+    cur = cx.run(
+        "SELECT person, account FROM person_links WHERE source = %s ORDER BY person, account", (q.source,)
+    )
+    return Later(lambda: _people(cur.fetchall()))
+
+
 @handles(PeopleVersion)
 def people_version(cx: Cx, q: PeopleVersion) -> Later[int]:
     cur = cx.run("SELECT version FROM people_version WHERE id = 1")
     return Later(lambda: 0 if (row := cur.fetchone()) is None else int(row[0]))
 
 
-@handles(LinkAccounts)
+@handles(LinkAccounts, reads_midway=lambda op: op.keep_others)
 def link_accounts(cx: Cx, op: LinkAccounts) -> None:
+    if op.keep_others:
+        # rows of new accounts go in; an account linked already (by a daemon that committed first:
+        # the insert waits for it) is read back, and one of another person refuses the batch
+        cx.run(
+            "INSERT INTO person_links (account, person, source, linked_at)"
+            " SELECT account, %s, %s, %s FROM unnest(%s::text[]) AS account ON CONFLICT (account) DO NOTHING",
+            (op.person, op.source, op.now, list(op.accounts)),
+        )
+        taken = cx.run(
+            "SELECT account, person FROM person_links WHERE account = ANY(%s) AND person != %s LIMIT 1",
+            (list(op.accounts), op.person),
+        ).fetchone()
+        if taken is not None:
+            raise AlreadyLinked(f"{taken[0]} is linked to {taken[1]} already")
+        cx.run(_BUMP)
+        return
     cx.run(
         "INSERT INTO person_links (account, person, source, linked_at)"
         " SELECT account, %s, %s, %s FROM unnest(%s::text[]) AS account"

@@ -5,10 +5,16 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterable
 
-from agentd.store.queries import People, PeopleVersion, PersonAccounts, PersonOf
+from agentd.store.link_writes import (
+    AlreadyLinked,
+    IssueLinkCode,
+    LinkAccounts,
+    RedeemLinkCode,
+    UnlinkAccounts,
+)
+from agentd.store.queries import LinkedBy, People, PeopleVersion, PersonAccounts, PersonOf
 from agentd.store.records import Linked, RedeemedCode
 from agentd.store.sqlite.handlers import handles
-from agentd.store.writes import IssueLinkCode, LinkAccounts, RedeemLinkCode, UnlinkAccounts
 
 _BUMP = "UPDATE people_version SET version = version + 1 WHERE id = 1"
 
@@ -43,6 +49,15 @@ def people(conn: sqlite3.Connection, q: People) -> list[Linked]:
     return _people(conn.execute("SELECT person, account FROM person_links ORDER BY person, account"))
 
 
+@handles(LinkedBy)
+def linked_by(conn: sqlite3.Connection, q: LinkedBy) -> list[Linked]:
+    return _people(
+        conn.execute(
+            "SELECT person, account FROM person_links WHERE source = ? ORDER BY person, account", (q.source,)
+        )
+    )
+
+
 @handles(PeopleVersion)
 def people_version(conn: sqlite3.Connection, q: PeopleVersion) -> int:
     row = conn.execute("SELECT version FROM people_version WHERE id = 1").fetchone()
@@ -51,6 +66,14 @@ def people_version(conn: sqlite3.Connection, q: PeopleVersion) -> int:
 
 @handles(LinkAccounts)
 def link_accounts(conn: sqlite3.Connection, op: LinkAccounts) -> None:
+    if op.keep_others:  # (one writer at a time: nothing can link these between the check and the insert)
+        marks = ", ".join("?" * len(op.accounts))
+        taken = conn.execute(
+            f"SELECT account, person FROM person_links WHERE account IN ({marks}) AND person != ?",
+            (*op.accounts, op.person),
+        ).fetchone()
+        if taken is not None:
+            raise AlreadyLinked(f"{taken[0]} is linked to {taken[1]} already")
     conn.executemany(
         "INSERT INTO person_links (account, person, source, linked_at) VALUES (?, ?, ?, ?)"
         " ON CONFLICT (account) DO UPDATE SET person = excluded.person, source = excluded.source,"
