@@ -50,6 +50,10 @@ EXEMPT: Mapping[str, str] = {
     "PruneEpisodes": "deletes; its audit row holds counts",
     "DeletePartitionEpisodes": "deletes; its audit row holds counts and who asked",
     "ErasePerson": "erases; its audit row holds counts and a salted hash of the person",
+    "ReserveSpend": "budget counters: budget ids, who is charged and amounts agentd computed",
+    "AddSpend": "budget counters: budget ids, who is charged and amounts agentd computed",
+    "RecordUsage": "usage counts per day, agent, person, channel, model and trigger",
+    "TakeToken": "a rate limit's bucket: its scope and whom it limits",
 }
 
 

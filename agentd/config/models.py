@@ -11,6 +11,7 @@ from pydantic import ConfigDict, Field, PrivateAttr, ValidationInfo, field_valid
 from pydantic.json_schema import JsonDict
 
 from agentd.config.base import Spec
+from agentd.config.budgets import BudgetSpec, PriceSpec, RateLimitSpec
 from agentd.config.discord import DiscordSpec
 from agentd.config.refs import (
     EMBEDDER_CHECK,
@@ -343,6 +344,9 @@ class DaemonSpec(Spec):
     http: HttpSpec = HttpSpec()
     store: StoreSpec = StoreSpec()
     defaults: DefaultsSpec = DefaultsSpec()
+    prices: dict[str, PriceSpec] = {}  # per 1M tokens, by provider/model (agentd/config/budgets.py)
+    budgets: list[BudgetSpec] = []
+    rate_limits: list[RateLimitSpec] = []
 
     @field_validator("embedder")
     @classmethod

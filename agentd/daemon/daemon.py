@@ -23,8 +23,10 @@ from typing import Any
 import uvicorn
 
 from agentd.channels.base import HttpChannel
+from agentd.clock import SYSTEM_CLOCK, Clock
 from agentd.config.loader import parse_daemon
 from agentd.config.models import DaemonSpec, is_loopback
+from agentd.daemon.budgets import metering_for
 from agentd.daemon.fleet import DRAIN_TIMEOUT, Fleet, log_startup
 from agentd.daemon.metrics import Metrics
 from agentd.daemon.observe import DaemonObserver
@@ -87,6 +89,7 @@ class Daemon:
                 "(every request then needs Authorization: Bearer <token>), or bind to 127.0.0.1"
             )
         self.reload_interval = reload_interval
+        self.clock: Clock = SYSTEM_CLOCK  # budgets' days and rate buckets read it (tests set a ManualClock)
         self.metrics = Metrics(lambda: self.fleet.entries, lambda: self.resources.stats())
         self.resources = Resources(
             self.settings,
@@ -149,6 +152,9 @@ class Daemon:
             await stack.enter_async_context(self.resources)
             self.daemon_store = self.resources.store(DAEMON_STORE)
             await self.daemon_store.open()
+            self.resources.meter, self.resources.rate_limiter = metering_for(
+                self.settings, self.daemon_store, self.metrics, self.clock
+            )
             stack.push_async_callback(self.daemon_store.close)
             stack.push_async_callback(self.auth_failures.flush_all)  # before the store closes
             self._group = await stack.enter_async_context(asyncio.TaskGroup())

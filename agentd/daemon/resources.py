@@ -28,8 +28,10 @@ from agentd.daemon.observe import ObservedStore, Observer
 from agentd.engine.agent import Agent
 from agentd.engine.breakers import Breakers
 from agentd.engine.hot_cache import HotBudget
+from agentd.engine.metering import Meter
 from agentd.engine.outbox import NoOutbox, Outbox
 from agentd.engine.peers import NoPeers, Peers
+from agentd.engine.rate_limits import RateLimiter
 from agentd.engine.resources import AgentResources
 from agentd.errors import OperatorError
 from agentd.providers.base import Embedder, ModelProvider
@@ -80,6 +82,9 @@ class Resources:
         self.observer = observer
         # where a run resumed after an approval posts its answer: the daemon sets its fleet here
         self.outbox: Outbox = NoOutbox()
+        # budgets, usage and rate limits over the daemon's own store: the daemon sets them once it is open
+        self.meter: Meter | None = None
+        self.rate_limiter: RateLimiter | None = None
         self.executor: StoreExecutor | None = None
         self.postgres: PostgresBackend | None = None
         self.providers: ProviderRegistry | None = None
@@ -176,6 +181,8 @@ class Resources:
             peers=peers if peers is not None else NoPeers(),
             breakers=self.breakers,
             outbox=self.outbox,
+            meter=self.meter,
+            rate_limiter=self.rate_limiter,
         )
 
     async def store_problem(self, timeout_s: float) -> str | None:

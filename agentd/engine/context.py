@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from agentd.config.models import AgentSpec
+from agentd.engine.metering import metered
 from agentd.engine.model_chain import Fallback, call_chain
 from agentd.engine.resources import AgentResources
 from agentd.errors import OperatorError, ProviderError
@@ -97,14 +98,23 @@ class AgentContext:
         try:
             # a model that keeps failing is not called again until its pause ends (ModelPaused);
             # the agent's small model (or main model) falls back along its chain
-            completion, run.model = await call_chain(
-                self._chain_of(model_ref),
-                CompletionRequest(model=model_ref, system=system, messages=messages, purpose=purpose),
-                providers=self._resources.providers,
-                breakers=self._resources.breakers,
-                call=lambda provider, request: provider.complete(request),
-                on_fallback=fallbacks.append,
-                pause_last=True,
+            request = CompletionRequest(model=model_ref, system=system, messages=messages, purpose=purpose)
+            model = self._spec().model
+            completion, run.model = await metered(
+                self._resources.meter,
+                self.agent,
+                (self._chain_of(model_ref), model.small_chain if model.small else None),
+                request,
+                lambda chain: call_chain(
+                    chain,
+                    request,
+                    providers=self._resources.providers,
+                    breakers=self._resources.breakers,
+                    call=lambda provider, request: provider.complete(request),
+                    on_fallback=fallbacks.append,
+                    pause_last=True,
+                ),
+                trigger,
             )
         except (ProviderError, OperatorError) as e:
             run.status, run.error = "error", str(e)

@@ -326,3 +326,25 @@ class ConversationPartitions(Query[list[str]]):
     """The partitions episodes of one conversation went to (one per person who spoke there)."""
 
     conversation_key: str
+
+
+# -- budgets and usage (the daemon's own store) ----------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SpendOf(Query[list[int]]):
+    """Each counter's spend so far (0 when it has none), in order; (budget, subject, period) each."""
+
+    keys: Sequence[tuple[str, str, str]]
+
+
+@dataclass(frozen=True, slots=True)
+class UsageRows(Query[list[Any]]):
+    """The usage rows (agentd.store.writes.UsageRow) of the days from `since` to `until` (YYYY-MM-DD,
+    both included), of one agent, person or channel when given."""
+
+    since: str
+    until: str
+    agent: str | None = None
+    who: str | None = None
+    channel: str | None = None

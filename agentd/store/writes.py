@@ -334,3 +334,69 @@ class ErasePerson(Write[dict[str, int]]):
     drop_layer_keys: Sequence[str] = ()
     record: Mapping[str, Any] | None = None
     daemon: str | None = None  # stamped on its audit row by the store that writes it
+
+
+# -- budgets, usage and rate limits (the daemon's own store) --------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SpendKey:
+    """One budget's counter: which budget, whose spend (a person, agent, channel or job), which period
+    ("2026-12-02", "2026-12"), and its limit (micro-dollars or tokens, as the budget counts)."""
+
+    budget: str
+    subject: str
+    period: str
+    limit: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReserveSpend(Write[int | None]):
+    """Add each amount to its key's counter, unless a key's counter has reached its limit already: then
+    nothing is added and the result is that key's index. None: every amount was added. Atomic across
+    the daemons sharing the store (their reservations queue on the counters' rows)."""
+
+    entries: Sequence[tuple[SpendKey, int]]
+
+
+@dataclass(frozen=True, slots=True)
+class AddSpend(Write[None]):
+    """Add to counters without a check (a settled call's usage less its reservation, possibly < 0)."""
+
+    entries: Sequence[tuple[SpendKey, int]]
+
+
+@dataclass(frozen=True, slots=True)
+class UsageRow:
+    """A day's usage of one agent by one person in one channel with one model and trigger."""
+
+    day: str  # YYYY-MM-DD, UTC
+    agent: str
+    who: str  # '' when nobody is served (an agent's own work)
+    channel: str
+    model: str
+    trigger: str
+    calls: int = 0
+    estimated_calls: int = 0  # calls whose tokens are estimates (the provider reported no usage)
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_micros: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class RecordUsage(Write[None]):
+    """Add a call's counts to its day's row."""
+
+    row: UsageRow
+
+
+@dataclass(frozen=True, slots=True)
+class TakeToken(Write[bool]):
+    """Take one token from a rate limit's bucket (`capacity` tokens, refilled at `per_s` a second,
+    as of `now`): False when it holds less than one (nothing changes)."""
+
+    scope: str
+    subject: str
+    capacity: int
+    per_s: float
+    now: float

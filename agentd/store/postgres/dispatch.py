@@ -11,6 +11,7 @@ from typing import Any
 from agentd.store.postgres import (
     approvals,
     audit,
+    budgets,
     deliveries,
     episode_reads,
     episodes,
@@ -37,6 +38,7 @@ MODULES = (
     episode_reads,
     memory_state,
     people,
+    budgets,
 )
 __all__ = ["HANDLERS", "MODULES", "Cx", "apply", "one_statement", "reads_midway", "resolve"]
 

@@ -258,6 +258,43 @@ COPIED_ROWS: tuple[Step, ...] = (
     )""",
 )
 
+# Budgets' counters, usage per day and rate limits' buckets, of the daemon's own store (the `_daemon`
+# agent), which every daemon sharing the database charges: a reservation waits on its counter's row.
+BUDGETS = (
+    """CREATE TABLE budget_spend (
+        agent_id bigint NOT NULL REFERENCES agents (id),
+        budget text NOT NULL,
+        subject text NOT NULL,
+        period text NOT NULL,
+        used bigint NOT NULL DEFAULT 0,
+        PRIMARY KEY (agent_id, budget, subject, period)
+    )""",
+    """CREATE TABLE usage_days (
+        agent_id bigint NOT NULL REFERENCES agents (id),
+        day text NOT NULL,
+        agent text NOT NULL,
+        who text NOT NULL,
+        channel text NOT NULL,
+        model text NOT NULL,
+        trigger text NOT NULL,
+        calls bigint NOT NULL DEFAULT 0,
+        estimated_calls bigint NOT NULL DEFAULT 0,
+        input_tokens bigint NOT NULL DEFAULT 0,
+        output_tokens bigint NOT NULL DEFAULT 0,
+        cost_micros bigint NOT NULL DEFAULT 0,
+        PRIMARY KEY (agent_id, day, agent, who, channel, model, trigger)
+    )""",
+    "CREATE INDEX usage_by_who ON usage_days (agent_id, who, day)",
+    """CREATE TABLE rate_buckets (
+        agent_id bigint NOT NULL REFERENCES agents (id),
+        scope text NOT NULL,
+        subject text NOT NULL,
+        tokens double precision NOT NULL,
+        at double precision NOT NULL,
+        PRIMARY KEY (agent_id, scope, subject)
+    )""",
+)
+
 MIGRATIONS: Migrations = [
     ("0001_initial", INITIAL),
     ("0002_claims", CLAIM_STATEMENTS),
@@ -266,6 +303,7 @@ MIGRATIONS: Migrations = [
     ("0005_copied_rows", COPIED_ROWS),
     ("0006_claim_tail", CLAIM_TAIL_STATEMENTS),
     ("0007_claim_fences", FENCE_STATEMENTS),
+    ("0010_budgets", BUDGETS),
 ]
 
 

@@ -10,6 +10,7 @@ from typing import Any
 from agentd.store.sqlite import (
     approvals,
     audit,
+    budgets,
     deliveries,
     episode_reads,
     episodes,
@@ -36,6 +37,7 @@ MODULES = (
     episode_reads,
     memory_state,
     people,
+    budgets,
 )
 __all__ = ["HANDLERS", "MODULES", "apply"]
 

@@ -1,0 +1,132 @@
+"""Budgets' counters, usage per day and rate limits' buckets (in the daemon's own rows, `_daemon`),
+shared by every daemon of the database: a reservation locks its counters' rows (in a fixed order, so
+two reservations never deadlock) before it checks and adds, so concurrent ones queue rather than
+both passing a check; a bucket's token is taken by one conditional upsert."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentd.store.postgres.handlers import Cx, Later, handles, rows
+from agentd.store.queries import SpendOf, UsageRows
+from agentd.store.writes import AddSpend, RecordUsage, ReserveSpend, SpendKey, TakeToken, UsageRow
+
+_ADD = (
+    "INSERT INTO budget_spend (agent_id, budget, subject, period, used) VALUES (%s, %s, %s, %s, %s)"
+    " ON CONFLICT (agent_id, budget, subject, period) DO UPDATE SET used = budget_spend.used + excluded.used"
+)
+
+
+def _key(k: SpendKey) -> tuple[str, str, str]:
+    return (k.budget, k.subject, k.period)
+
+
+@handles(ReserveSpend, reads_midway=lambda op: True)
+def reserve_spend(cx: Cx, op: ReserveSpend) -> Any:
+    for key in sorted({_key(k) for k, _ in op.entries}):
+        cx.run(
+            "INSERT INTO budget_spend (agent_id, budget, subject, period) VALUES (%s, %s, %s, %s)"
+            " ON CONFLICT DO NOTHING",
+            (cx.agent_id, *key),
+        )
+    used: dict[tuple[str, str, str], int] = {}
+    for key in sorted({_key(k) for k, _ in op.entries}):
+        row = cx.run(
+            "SELECT used FROM budget_spend WHERE agent_id = %s AND budget = %s AND subject = %s"
+            " AND period = %s FOR UPDATE",
+            (cx.agent_id, *key),
+        ).fetchone()
+        used[key] = int(row[0]) if row is not None else 0
+    for index, (k, _) in enumerate(op.entries):
+        if used[_key(k)] >= k.limit:
+            return index
+    for k, amount in op.entries:
+        cx.run(_ADD, (cx.agent_id, *_key(k), amount))
+    return None
+
+
+@handles(AddSpend)
+def add_spend(cx: Cx, op: AddSpend) -> None:
+    for k, amount in op.entries:
+        if amount:
+            cx.run(_ADD, (cx.agent_id, *_key(k), amount))
+
+
+@handles(SpendOf, statements=2)
+def spend_of(cx: Cx, q: SpendOf) -> Later[list[int]]:
+    cursors = [
+        cx.run(
+            "SELECT used FROM budget_spend WHERE agent_id = %s AND budget = %s AND subject = %s AND period = %s",
+            (cx.agent_id, *key),
+        )
+        for key in q.keys
+    ]
+    return Later(lambda: [int(row[0]) if (row := cur.fetchone()) is not None else 0 for cur in cursors])
+
+
+@handles(RecordUsage)
+def record_usage(cx: Cx, op: RecordUsage) -> None:
+    r = op.row
+    cx.run(
+        "INSERT INTO usage_days AS u (agent_id, day, agent, who, channel, model, trigger, calls,"
+        " estimated_calls, input_tokens, output_tokens, cost_micros)"
+        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+        " ON CONFLICT (agent_id, day, agent, who, channel, model, trigger) DO UPDATE SET"
+        " calls = u.calls + excluded.calls, estimated_calls = u.estimated_calls + excluded.estimated_calls,"
+        " input_tokens = u.input_tokens + excluded.input_tokens,"
+        " output_tokens = u.output_tokens + excluded.output_tokens,"
+        " cost_micros = u.cost_micros + excluded.cost_micros",
+        (
+            cx.agent_id,
+            r.day,
+            r.agent,
+            r.who,
+            r.channel,
+            r.model,
+            r.trigger,
+            r.calls,
+            r.estimated_calls,
+            r.input_tokens,
+            r.output_tokens,
+            r.cost_micros,
+        ),
+    )
+
+
+@handles(UsageRows)
+def usage_rows(cx: Cx, q: UsageRows) -> Later[list[UsageRow]]:
+    sql = (
+        "SELECT day, agent, who, channel, model, trigger, calls, estimated_calls, input_tokens,"
+        " output_tokens, cost_micros FROM usage_days WHERE agent_id = %s AND day >= %s AND day <= %s"
+    )
+    params: list[Any] = [cx.agent_id, q.since, q.until]
+    for column, value in (("agent", q.agent), ("who", q.who), ("channel", q.channel)):
+        if value is not None:
+            sql += f" AND {column} = %s"
+            params.append(value)
+    found = rows(cx.run(sql + " ORDER BY day, agent, who", params))
+    return Later(lambda: [UsageRow(*row) for row in found.result()])
+
+
+@handles(TakeToken)
+def take_token(cx: Cx, op: TakeToken) -> Later[bool]:
+    # one statement: the row lock makes the refill, the check and the take one step across daemons
+    cur = cx.run(
+        "INSERT INTO rate_buckets AS b (agent_id, scope, subject, tokens, at) VALUES (%s, %s, %s, %s, %s)"
+        " ON CONFLICT (agent_id, scope, subject) DO UPDATE SET"
+        " tokens = least(%s, b.tokens + greatest(0, excluded.at - b.at) * %s) - 1,"
+        " at = greatest(b.at, excluded.at)"
+        " WHERE least(%s, b.tokens + greatest(0, excluded.at - b.at) * %s) >= 1 RETURNING tokens",
+        (
+            cx.agent_id,
+            op.scope,
+            op.subject,
+            op.capacity - 1,
+            op.now,
+            op.capacity,
+            op.per_s,
+            op.capacity,
+            op.per_s,
+        ),
+    )
+    return Later(lambda: cur.fetchone() is not None)

@@ -1,0 +1,94 @@
+"""Budgets' counters, usage per day and rate limits' buckets (in the daemon's own file): one writer,
+the daemon owning the folder, so a check and its addition in one transaction are atomic."""
+
+from __future__ import annotations
+
+import sqlite3
+
+from agentd.store.queries import SpendOf, UsageRows
+from agentd.store.sqlite.handlers import handles
+from agentd.store.writes import AddSpend, RecordUsage, ReserveSpend, TakeToken, UsageRow
+
+_USED = "SELECT used FROM budget_spend WHERE budget = ? AND subject = ? AND period = ?"
+_ADD = (
+    "INSERT INTO budget_spend (budget, subject, period, used) VALUES (?, ?, ?, ?)"
+    " ON CONFLICT (budget, subject, period) DO UPDATE SET used = used + excluded.used"
+)
+
+
+def _used(conn: sqlite3.Connection, key: tuple[str, str, str]) -> int:
+    row = conn.execute(_USED, key).fetchone()
+    return 0 if row is None else int(row[0])
+
+
+@handles(ReserveSpend)
+def reserve_spend(conn: sqlite3.Connection, op: ReserveSpend) -> int | None:
+    for index, (key, _) in enumerate(op.entries):
+        if _used(conn, (key.budget, key.subject, key.period)) >= key.limit:
+            return index
+    conn.executemany(_ADD, [(k.budget, k.subject, k.period, amount) for k, amount in op.entries])
+    return None
+
+
+@handles(AddSpend)
+def add_spend(conn: sqlite3.Connection, op: AddSpend) -> None:
+    conn.executemany(_ADD, [(k.budget, k.subject, k.period, amount) for k, amount in op.entries if amount])
+
+
+@handles(SpendOf)
+def spend_of(conn: sqlite3.Connection, q: SpendOf) -> list[int]:
+    return [_used(conn, key) for key in q.keys]
+
+
+@handles(RecordUsage)
+def record_usage(conn: sqlite3.Connection, op: RecordUsage) -> None:
+    r = op.row
+    conn.execute(
+        "INSERT INTO usage_days (day, agent, who, channel, model, trigger, calls, estimated_calls,"
+        " input_tokens, output_tokens, cost_micros) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        " ON CONFLICT (day, agent, who, channel, model, trigger) DO UPDATE SET"
+        " calls = calls + excluded.calls, estimated_calls = estimated_calls + excluded.estimated_calls,"
+        " input_tokens = input_tokens + excluded.input_tokens,"
+        " output_tokens = output_tokens + excluded.output_tokens,"
+        " cost_micros = cost_micros + excluded.cost_micros",
+        (
+            r.day,
+            r.agent,
+            r.who,
+            r.channel,
+            r.model,
+            r.trigger,
+            r.calls,
+            r.estimated_calls,
+            r.input_tokens,
+            r.output_tokens,
+            r.cost_micros,
+        ),
+    )
+
+
+USAGE_COLUMNS = "day, agent, who, channel, model, trigger, calls, estimated_calls, input_tokens, output_tokens, cost_micros"
+
+
+@handles(UsageRows)
+def usage_rows(conn: sqlite3.Connection, q: UsageRows) -> list[UsageRow]:
+    sql = f"SELECT {USAGE_COLUMNS} FROM usage_days WHERE day >= ? AND day <= ?"
+    params: list[str] = [q.since, q.until]
+    for column, value in (("agent", q.agent), ("who", q.who), ("channel", q.channel)):
+        if value is not None:
+            sql += f" AND {column} = ?"
+            params.append(value)
+    return [UsageRow(*row) for row in conn.execute(sql + " ORDER BY day, agent, who", params)]
+
+
+@handles(TakeToken)
+def take_token(conn: sqlite3.Connection, op: TakeToken) -> bool:
+    # the bucket as of now: what it held, refilled since, at most full; a token taken when one is there
+    row = conn.execute(
+        "INSERT INTO rate_buckets (scope, subject, tokens, at) VALUES (?, ?, ?, ?)"
+        " ON CONFLICT (scope, subject) DO UPDATE SET"
+        " tokens = min(?, tokens + max(0, excluded.at - at) * ?) - 1, at = max(at, excluded.at)"
+        " WHERE min(?, tokens + max(0, excluded.at - at) * ?) >= 1 RETURNING tokens",
+        (op.scope, op.subject, op.capacity - 1, op.now, op.capacity, op.per_s, op.capacity, op.per_s),
+    ).fetchone()
+    return row is not None

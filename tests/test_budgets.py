@@ -1,0 +1,173 @@
+"""Budgets (agentd/engine/metering.py): a call is admitted while its counter is below the limit, and
+settled with what it used; refused ones are said once; small_model; memory work is charged to whom it
+serves; a day rolls over at midnight in the budget's time zone. On real SQLite files."""
+
+from __future__ import annotations
+
+import sqlite3
+from datetime import datetime
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import httpx
+import pytest
+
+from agentd.config.budgets import BudgetSpec
+from agentd.daemon.daemon import Daemon
+from agentd.engine.metering import period_of, refusal_text
+from agentd.http.app import create_app
+from testkit.clock import ManualClock
+
+AGENT = "model: offline/offline\nmemory:\n  scope: thread\nchannels:\n  webhook: {}\n"
+SMALL = "model:\n  name: offline/offline\n  small: offline/small\nmemory:\n  scope: thread\nchannels:\n  webhook: {}\n"
+
+
+def _spent(data: Path) -> dict[tuple[str, str], int]:
+    with sqlite3.connect(data / "_daemon.sqlite") as conn:
+        return {
+            (b.split("|")[0], s): u
+            for b, s, u in conn.execute("SELECT budget, subject, used FROM budget_spend")
+        }
+
+
+def _usage(data: Path) -> list[tuple[str, ...]]:
+    with sqlite3.connect(data / "_daemon.sqlite") as conn:
+        return conn.execute(
+            "SELECT agent, who, model, trigger, calls, estimated_calls, input_tokens + output_tokens, cost_micros"
+            " FROM usage_days ORDER BY agent, who, model, trigger"
+        ).fetchall()
+
+
+async def _daemon(root: Path, settings: str, agents: dict[str, str], clock: ManualClock | None = None):
+    (root / "agents").mkdir()
+    for name, text in agents.items():
+        (root / "agents" / f"{name}.yaml").write_text(text)
+    (root / "agentd.yaml").write_text(settings)
+    daemon = Daemon(root / "agents", root / "data", reload_interval=60)
+    if clock is not None:
+        daemon.clock = clock
+    await daemon.start()
+    client = httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=create_app(daemon)), base_url="http://agentd"
+    )
+    return daemon, client
+
+
+async def _say(
+    client: httpx.AsyncClient, text: str, user: str = "ana", conv: str = "c1", agent: str = "bot"
+) -> dict:
+    r = await client.post(
+        f"/agents/{agent}/messages", json={"conversation_id": conv, "text": text, "user_id": user}
+    )
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+async def test_a_token_budget_refuses_exactly_once_the_counter_reaches_it_and_says_so_once(
+    tmp_path: Path,
+) -> None:
+    settings = 'budgets:\n  - {per: person, limit: "60 tokens/day", timezone: Europe/Lisbon}\n'
+    daemon, client = await _daemon(tmp_path, settings, {"bot": AGENT})
+    try:
+        answered = 0
+        while True:
+            before = _spent(tmp_path / "data").get(("person", "webhook:ana"), 0)
+            body = await _say(client, f"message number {answered}")
+            if body["error"] == "budget":
+                break
+            answered += 1
+            assert answered < 20
+        # refused exactly when the settled counter reached the limit, and not one call before
+        assert before >= 60
+        assert _spent(tmp_path / "data")[("person", "webhook:ana")] == before  # a refusal charges nothing
+        used = sum(row[6] for row in _usage(tmp_path / "data") if row[1] == "webhook:ana")
+        assert used == before  # the counter holds what the calls used (estimates here: the offline model)
+        assert body["reply"] == "Today's limit of 60 tokens is reached; it resets at 00:00 Europe/Lisbon."
+        again = await _say(client, "and now?")
+        assert again["error"] == "budget" and again["reply"] == ""  # said once, not on every message
+        other = await _say(client, "hello", user="bob", conv="c2")  # another person has their own budget
+        assert other["error"] is None
+        r = await client.get("/audit", params={"agent": "bot", "kind": "budget"})
+        events = r.json()["events"]
+        assert [e["action"] for e in events] == ["refused"]
+    finally:
+        await client.aclose()
+        await daemon.shutdown()
+
+
+async def test_small_model_answers_past_a_money_limit_and_the_budget_still_counts(tmp_path: Path) -> None:
+    settings = (
+        "prices:\n  offline/offline: {input: 100000000, output: 100000000}\n  offline/small: {input: 1, output: 1}\n"
+        'budgets:\n  - {per: agent, agent: bot, limit: "$50/month", on_exceed: small_model}\n'
+    )
+    daemon, client = await _daemon(tmp_path, settings, {"bot": SMALL})
+    try:
+        for n in range(3):
+            assert (await _say(client, f"hi {n}"))["error"] is None
+        rows = _usage(tmp_path / "data")
+        models = {row[2] for row in rows}
+        assert models == {"offline/offline", "offline/small"}
+        first = [r for r in rows if r[2] == "offline/offline"]
+        assert first[0][4] == 1  # one call on the main model passed the $50, then the small one answered
+        spent = _spent(tmp_path / "data")[("agent", "bot")]
+        assert spent == sum(row[7] for row in rows)  # the small model's spend counts toward the budget too
+        assert all(row[5] == row[4] for row in rows)  # offline reports no usage: marked as estimates
+    finally:
+        await client.aclose()
+        await daemon.shutdown()
+
+
+async def test_compaction_is_charged_to_the_person_it_serves(tmp_path: Path) -> None:
+    daemon, client = await _daemon(tmp_path, "", {"bot": AGENT})
+    try:
+        for n in range(5):
+            await _say(client, f"message {n}. It has two sentences.")
+        assert (await _say(client, "/compact"))["error"] is None
+        triggers = {(row[1], row[3]) for row in _usage(tmp_path / "data")}
+        assert ("webhook:ana", "compaction") in triggers and ("webhook:ana", "message") in triggers
+    finally:
+        await client.aclose()
+        await daemon.shutdown()
+
+
+async def test_the_day_rolls_over_at_midnight_in_the_budgets_time_zone(tmp_path: Path) -> None:
+    zone = ZoneInfo("Europe/Lisbon")
+    before_midnight = datetime(2026, 7, 1, 23, 59, 30, tzinfo=zone).timestamp()  # 22:59:30 UTC
+    clock = ManualClock(before_midnight)
+    settings = 'budgets:\n  - {per: person, limit: "1 tokens/day", timezone: Europe/Lisbon}\n'
+    daemon, client = await _daemon(tmp_path, settings, {"bot": AGENT}, clock)
+    try:
+        assert (await _say(client, "first"))["error"] is None
+        refused = await _say(client, "second")
+        assert refused["error"] == "budget"
+        clock.advance(29)  # 23:59:59 in Lisbon: still the same day
+        assert (await _say(client, "third"))["error"] == "budget"
+        clock.advance(2)  # 00:00:01 in Lisbon (23:00:01 UTC: the UTC day has not changed)
+        assert (await _say(client, "fourth"))["error"] is None
+    finally:
+        await client.aclose()
+        await daemon.shutdown()
+
+
+def test_periods_and_refusals_are_said_in_the_budgets_zone() -> None:
+    spec = BudgetSpec(per="person", limit="$2/day", timezone="Europe/Lisbon")
+    now = datetime(2026, 12, 31, 23, 30, tzinfo=ZoneInfo("Europe/Lisbon")).timestamp()
+    assert period_of(spec, now) == (
+        "2026-12-31",
+        datetime(2027, 1, 1, tzinfo=ZoneInfo("Europe/Lisbon")).timestamp(),
+    )
+    assert (
+        refusal_text(spec, period_of(spec, now)[1])
+        == "Today's limit of $2 is reached; it resets at 00:00 Europe/Lisbon."
+    )
+    month = BudgetSpec(per="agent", agent="helpdesk", limit="$300/month")
+    assert period_of(month, now)[0] == "2026-12"
+    assert refusal_text(month, period_of(month, now + 3600)[1]).startswith(
+        "This agent's this month's limit of $300 is reached; it resets at 00:00 on 2027-02-01 UTC"
+    )
+
+
+@pytest.mark.parametrize("limit", ["$2/week", "2 tokens", "tokens/day", "$-1/day"])
+def test_a_limit_that_does_not_parse_is_refused(limit: str) -> None:
+    with pytest.raises(ValueError, match="limit"):
+        BudgetSpec(per="person", limit=limit)
