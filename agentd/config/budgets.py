@@ -18,7 +18,7 @@ from agentd.config.base import Spec
 
 _MONEY_RE = re.compile(r"^\$\s*(\d+(?:\.\d+)?)\s*/\s*(day|month)$")
 _TOKENS_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*([kKmM]?)\s*tokens\s*/\s*(day|month)$")
-_RATE_RE = re.compile(r"^(\d+)\s*/\s*(second|minute|hour)$")
+_RATE_RE = re.compile(r"^([1-9][0-9]*)\s*/\s*(second|minute|hour)$")
 _SCALE = {"": 1, "k": 1_000, "m": 1_000_000}
 _SECONDS = {"second": 1.0, "minute": 60.0, "hour": 3600.0}
 MICROS = 1_000_000  # money is counted in millionths of a dollar: a price per 1M tokens is micros per token
@@ -97,7 +97,7 @@ class RateLimitSpec(Spec):
     agent: str | None = None
     limit: str = Field(
         description='"20/minute" (also /second, /hour): at most that many, refilled evenly',
-        json_schema_extra={"pattern": r"^\d+\s*/\s*(second|minute|hour)$"},
+        json_schema_extra={"pattern": r"^[1-9][0-9]*\s*/\s*(second|minute|hour)$"},
     )
 
     @model_validator(mode="after")
