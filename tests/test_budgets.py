@@ -171,3 +171,30 @@ def test_periods_and_refusals_are_said_in_the_budgets_zone() -> None:
 def test_a_limit_that_does_not_parse_is_refused(limit: str) -> None:
     with pytest.raises(ValueError, match="limit"):
         BudgetSpec(per="person", limit=limit)
+
+
+async def test_a_burst_over_a_rate_limit_is_told_once_dropped_and_audited_with_counts(tmp_path: Path) -> None:
+    clock = ManualClock()
+    settings = "rate_limits: [{per: person, limit: 3/minute}]\n"
+    daemon, client = await _daemon(tmp_path, settings, {"bot": AGENT}, clock)
+    try:
+        burst = [await _say(client, f"quick {n}") for n in range(7)]
+        assert [r["run_id"] is not None for r in burst] == [True] * 3 + [False] * 4
+        assert burst[3]["reply"].startswith(
+            "You are sending messages faster than I can take them (at most 3/minute)"
+        )
+        assert [r["reply"] for r in burst[4:]] == ["", "", ""]  # told once, not once per message
+        clock.advance(20)  # one token back
+        assert (await _say(client, "calmer now"))["run_id"] is not None
+        events = (await client.get("/audit", params={"agent": "bot", "kind": "rate_limit"})).json()["events"]
+        assert [(e["action"], e["data"].get("refused")) for e in events] == [
+            ("limited", None),
+            ("streak_ended", 4),
+        ]
+        # the dropped messages were not queued: only the answered ones are in the transcript
+        r = await client.get("/agents/bot/conversations/webhook:c1")
+        texts = [m["parts"][0]["text"] for m in r.json()["messages"] if m["role"] == "user"]
+        assert texts == ["quick 0", "quick 1", "quick 2", "calmer now"]
+    finally:
+        await client.aclose()
+        await daemon.shutdown()
