@@ -198,3 +198,68 @@ async def test_a_burst_over_a_rate_limit_is_told_once_dropped_and_audited_with_c
     finally:
         await client.aclose()
         await daemon.shutdown()
+
+
+async def test_usage_is_read_back_by_the_person_and_the_operator_with_estimates_marked(
+    tmp_path: Path,
+) -> None:
+    settings = (
+        "prices:\n  offline/offline: {input: 1000, output: 1000}\n"
+        'budgets:\n  - {per: person, limit: "$1/day"}\n'
+    )
+    daemon, client = await _daemon(tmp_path, settings, {"bot": AGENT, "other": AGENT})
+    try:
+        for n in range(3):
+            await _say(client, f"hello {n}")
+        await _say(client, "hi", user="bob", conv="c2", agent="other")
+        own = (await _say(client, "/usage"))["reply"]
+        [day, month, limit] = own.splitlines()
+        assert day.startswith("Your usage today: ") and day.endswith("(estimated).")
+        assert month.startswith("This month: ")
+        assert limit.startswith("Your limit today: $0.") and limit.endswith(" of $1 (UTC).")
+
+        r = await client.get("/usage")
+        assert r.status_code == 200
+        body = r.json()
+        rows = _usage(tmp_path / "data")
+        assert body["total"]["calls"] == sum(row[4] for row in rows) == 4
+        assert body["total"]["estimated"] is True and body["total"]["estimated_calls"] == 4
+        assert body["total"]["cost"] == pytest.approx(sum(row[7] for row in rows) / 1e6)
+        assert [g["day"] for g in body["groups"]] == [
+            datetime.now().astimezone(ZoneInfo("UTC")).date().isoformat()
+        ]
+        assert [p["person"] for p in body["top_people"]] == ["webhook:ana", "webhook:bob"]
+        assert {a["agent"] for a in body["top_agents"]} == {"bot", "other"}
+
+        by_agent = (await client.get("/usage", params={"group_by": "agent", "person": "webhook:bob"})).json()
+        assert [(g["agent"], g["calls"]) for g in by_agent["groups"]] == [("other", 1)]
+        near = (await client.get("/usage")).json()["near_limit"]
+        assert near == [] or all(n["ratio"] >= 0.8 for n in near)
+
+        for params, reason in (
+            ({"group_by": "week"}, "group_by"),
+            ({"since": "yesterday"}, "since"),
+            ({"since": "2026-12-10", "until": "2026-12-01"}, "is after until"),
+            ({"since": "1000-01-01", "until": "2026-01-01"}, "more than"),
+        ):
+            r = await client.get("/usage", params=params)
+            assert r.status_code == 400 and reason in r.text, (params, r.text)
+    finally:
+        await client.aclose()
+        await daemon.shutdown()
+
+
+async def test_near_limit_names_who_is_near_a_budget(tmp_path: Path) -> None:
+    settings = 'budgets:\n  - {per: person, limit: "30 tokens/day"}\n  - {per: agent, agent: bot, limit: "10M tokens/month"}\n'
+    daemon, client = await _daemon(tmp_path, settings, {"bot": AGENT})
+    try:
+        while (await _say(client, "a message that has some words in it"))["error"] is None:
+            pass
+        near = (await client.get("/usage")).json()["near_limit"]
+        assert [(n["per"], n["subject"], n["limit"]) for n in near] == [
+            ("person", "webhook:ana", "30 tokens")
+        ]
+        assert near[0]["used"] >= 30 and near[0]["ratio"] >= 1
+    finally:
+        await client.aclose()
+        await daemon.shutdown()

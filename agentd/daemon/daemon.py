@@ -46,6 +46,7 @@ from agentd.daemon.watcher import FolderWatcher
 from agentd.engine.agent import Agent
 from agentd.engine.breakers import Breakers
 from agentd.engine.collector import collector_paused
+from agentd.engine.metering import Meter
 from agentd.errors import OperatorError
 from agentd.http.app import create_app
 from agentd.http.auth_failures import FLUSH_EVERY as AUTH_FLUSH_EVERY
@@ -328,6 +329,9 @@ class Daemon:
 
     def metrics_text(self) -> tuple[bytes, str]:
         return self.metrics.exposition()
+
+    def usage_meter(self) -> Meter | None:
+        return self.resources.meter
 
     async def query_audit(
         self, agent: str | None, kind: str | None, since: float | None, limit: int, tool: str | None = None

@@ -14,7 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentd.engine.conversation import Conversation
+from agentd.engine.metering import Served
 from agentd.engine.status import status_facts
+from agentd.engine.usage import own_usage
 from agentd.events import COMMANDS, InboundEvent, Reply
 from agentd.store.records import AuditRecord, RunRecord, StoredThread
 from agentd.store.writes import (
@@ -189,12 +191,20 @@ def counted(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
+async def _usage(conv: Conversation, event: InboundEvent) -> CommandResult:
+    meter = conv.agent.resources.meter
+    if meter is None or event.who is None:
+        return CommandResult("Usage is counted per person: this message names nobody.", "usage")
+    return CommandResult(await own_usage(meter, conv.agent.name, Served(event.who, event.channel)), "usage")
+
+
 # what runs each of agentd.events.COMMANDS but /approve and /deny (agentd/engine/approval_commands.py)
 HANDLERS: dict[str, Command] = {
     "compact": _compact,
     "new": _new,
     "reset": _reset,
     "status": _status,
+    "usage": _usage,
     "help": _help,
 }
 

@@ -208,7 +208,8 @@ class Meter:
         await self._settle(agent, ticket, ref, used_in, used_out, estimated, trigger)
         return completion, ref
 
-    def _charges(self, agent: str, served: Served | None, now: float) -> list[Charge]:
+    def charges(self, agent: str, served: Served | None, now: float) -> list[Charge]:
+        """The budgets' counters a call for `agent` serving `served` is charged on now."""
         charges = []
         for spec in self.budgets:
             subject = _subject(spec, agent, served)
@@ -230,7 +231,7 @@ class Meter:
         estimate_out: int,
         served: Served | None,
     ) -> tuple[Ticket, Sequence[str]]:
-        checked = self._charges(agent, served, self.clock.time())
+        checked = self.charges(agent, served, self.clock.time())
         counted: list[Charge] = []
         while checked:
             money = max(self.cost(ref, estimate_in, estimate_out) for ref in chain)

@@ -8,6 +8,7 @@ from typing import Any, Protocol
 from fastapi import Request
 
 from agentd.engine.agent import Agent
+from agentd.engine.metering import Meter
 
 
 class AgentDirectory(Protocol):
@@ -64,4 +65,8 @@ class AgentDirectory(Protocol):
 
     def metrics_text(self) -> tuple[bytes, str]:
         """GET /metrics: the Prometheus exposition and its content type."""
+        ...
+
+    def usage_meter(self) -> Meter | None:
+        """The daemon's meter (GET /usage, the usage page); None until its store is open."""
         ...
