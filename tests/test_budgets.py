@@ -4,6 +4,7 @@ serves; a day rolls over at midnight in the budget's time zone. On real SQLite f
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from datetime import datetime
 from pathlib import Path
@@ -17,6 +18,7 @@ from agentd.daemon.daemon import Daemon
 from agentd.engine.metering import period_of, refusal_text
 from agentd.http.app import create_app
 from testkit.clock import ManualClock
+from tests.support import agentd_cli
 
 AGENT = "model: offline/offline\nmemory:\n  scope: thread\nchannels:\n  webhook: {}\n"
 SMALL = "model:\n  name: offline/offline\n  small: offline/small\nmemory:\n  scope: thread\nchannels:\n  webhook: {}\n"
@@ -263,3 +265,23 @@ async def test_near_limit_names_who_is_near_a_budget(tmp_path: Path) -> None:
     finally:
         await client.aclose()
         await daemon.shutdown()
+
+
+async def test_agentd_usage_prints_what_get_usage_answers(tmp_path: Path) -> None:
+    daemon, client = await _daemon(
+        tmp_path, "prices: {offline/offline: {input: 1000, output: 1000}}\n", {"bot": AGENT}
+    )
+    try:
+        for n in range(2):
+            await _say(client, f"hello {n}")
+        served = (await client.get("/usage", params={"group_by": "person"})).json()
+    finally:
+        await client.aclose()
+        await daemon.shutdown()
+    done = agentd_cli(tmp_path, "usage", "--group-by", "person", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["groups"] == served["groups"]
+    text = agentd_cli(tmp_path, "usage", "--group-by", "person").stdout
+    assert "webhook:ana" in text and "~" in text  # the offline model's counts are estimates, marked
+    refused = agentd_cli(tmp_path, "usage", "--since", "2026-12-10", "--until", "2026-12-01")
+    assert refused.returncode != 0 and "is after --until" in refused.stderr
