@@ -285,3 +285,20 @@ async def test_agentd_usage_prints_what_get_usage_answers(tmp_path: Path) -> Non
     assert "webhook:ana" in text and "~" in text  # the offline model's counts are estimates, marked
     refused = agentd_cli(tmp_path, "usage", "--since", "2026-12-10", "--until", "2026-12-01")
     assert refused.returncode != 0 and "is after --until" in refused.stderr
+
+
+async def test_embeddings_of_episodic_memory_are_charged_to_the_person_as_estimates(tmp_path: Path) -> None:
+    episodic = "memory:\n  strategy: {kind: episodic}\nchannels:\n  webhook: {}\n"
+    settings = 'embedder: hash/256\nbudgets:\n  - {per: person, limit: "1M tokens/day"}\n'
+    daemon, client = await _daemon(tmp_path, settings, {"bot": episodic})
+    try:
+        await _say(client, "we fly to Lisbon on Friday")
+        await _say(client, "where do we fly?")
+    finally:
+        await client.aclose()
+        await daemon.shutdown()
+    embedding = [row for row in _usage(tmp_path / "data") if row[3] == "embedding"]
+    assert embedding and all(row[:3] == ("bot", "webhook:ana", "hash/256") for row in embedding)
+    assert all(row[5] == row[4] for row in embedding)  # every one an estimate
+    spent = _spent(tmp_path / "data")[("person", "webhook:ana")]
+    assert spent == sum(row[6] for row in _usage(tmp_path / "data"))  # chat and embeddings, one counter

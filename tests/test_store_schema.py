@@ -37,6 +37,11 @@ FILE_ONLY_TABLES: Mapping[str, str] = {
     "episodes_fts_data": "the keyword index",
     "episodes_fts_docsize": "the keyword index",
     "episodes_fts_idx": "the keyword index",
+    # the daemon's own store's (agentd/engine/metering.py, rate_limits.py): not copied, so a copied folder's
+    # budgets start their current period over and its usage history stays in the file
+    "budget_spend": "budgets' counters of the current periods",
+    "usage_days": "usage per day, agent, person, channel, model and trigger",
+    "rate_buckets": "rate limits' token buckets (refilled within a minute or an hour)",
 }
 DATABASE_ONLY_TABLES: Mapping[str, str] = {
     "schema_migrations": "the database's own migrations",
@@ -47,6 +52,11 @@ DATABASE_ONLY_TABLES: Mapping[str, str] = {
     "copied_rows": "what `store copy` copied, to copy again without duplicates",
     "episode_partitions": "change counters of the vector indexes' catch-up",
     "episode_deletions": "deleted episode ids listed for the vector indexes' catch-up",
+    # the daemon's own store's (agentd/engine/metering.py, rate_limits.py): not copied, so a copied folder's
+    # budgets start their current period over and its usage history stays in the file
+    "budget_spend": "budgets' counters of the current periods",
+    "usage_days": "usage per day, agent, person, channel, model and trigger",
+    "rate_buckets": "rate limits' token buckets (refilled within a minute or an hour)",
 }
 # Columns one side holds and the copy does not, and why.
 FILE_ONLY_COLUMNS: Mapping[tuple[str, str], str] = {

@@ -28,6 +28,7 @@ from agentd.daemon.observe import ObservedStore, Observer
 from agentd.engine.agent import Agent
 from agentd.engine.breakers import Breakers
 from agentd.engine.hot_cache import HotBudget
+from agentd.engine.metered_embedder import MeteredEmbedder
 from agentd.engine.metering import Meter
 from agentd.engine.outbox import NoOutbox, Outbox
 from agentd.engine.peers import NoPeers, Peers
@@ -175,7 +176,7 @@ class Resources:
         assert self.providers is not None, "Resources used outside `async with`"
         return AgentResources(
             providers=self.providers,
-            embedder=self.embedder,
+            embedder=self._metered_embedder(),
             memory_extractor_model=self.settings.memory_extractor_model,
             hot_budget=self.hot_budget,
             peers=peers if peers is not None else NoPeers(),
@@ -184,6 +185,12 @@ class Resources:
             meter=self.meter,
             rate_limiter=self.rate_limiter,
         )
+
+    def _metered_embedder(self) -> Embedder | None:
+        """The embedder, its calls charged when the daemon has a meter (GET /usage shows them)."""
+        if self.embedder is None or self.meter is None:
+            return self.embedder
+        return MeteredEmbedder(self.embedder, self.meter, self.settings.embedder or self.embedder.id)
 
     async def store_problem(self, timeout_s: float) -> str | None:
         """Why the store cannot serve now (None: it can), fit to show anyone: for readiness."""

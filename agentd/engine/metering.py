@@ -48,6 +48,7 @@ class Served:
     channel: str | None
     trigger: str = "message"
     job: str | None = None
+    agent: str | None = None  # the agent the event went to (an embedding call knows no other way)
 
 
 SERVED: contextvars.ContextVar[Served | None] = contextvars.ContextVar("agentd_served", default=None)
@@ -55,7 +56,7 @@ SERVED: contextvars.ContextVar[Served | None] = contextvars.ContextVar("agentd_s
 
 def serve(event: InboundEvent, trigger: str = "message", job: str | None = None) -> None:
     """From here on in this task (and the tasks it starts), model calls are charged to the event's person."""
-    SERVED.set(Served(event.who, event.channel, trigger, job))
+    SERVED.set(Served(event.who, event.channel, trigger, job, event.agent))
 
 
 class BudgetExceeded(ModelPaused):
@@ -263,6 +264,12 @@ class Meter:
             budget=key.budget,
             subject=key.subject,
         )
+
+    async def count(self, agent: str, ref: str, used_in: int, used_out: int, trigger: str) -> None:
+        """A call that is counted but never refused (an embedding, which memory work cannot do without):
+        its estimated usage joins the budgets' counters and the day's usage row."""
+        charges = self.charges(agent, SERVED.get(), self.clock.time())
+        await self._settle(agent, Ticket([], charges, SERVED.get()), ref, used_in, used_out, True, trigger)
 
     async def _settle(
         self,
