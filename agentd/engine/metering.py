@@ -34,7 +34,8 @@ from agentd.events import InboundEvent
 from agentd.messages import estimate_tokens
 from agentd.providers.base import Completion, CompletionRequest
 from agentd.store.base import Store
-from agentd.store.writes import AddSpend, RecordUsage, ReserveSpend, SpendKey, UsageRow, Write
+from agentd.store.usage_rows import UsageRow
+from agentd.store.writes import AddSpend, RecordUsage, ReserveSpend, SpendKey, Write
 
 DEFAULT_OUTPUT_ESTIMATE = 1024  # tokens reserved for a call's answer when it sets no max_output_tokens
 

@@ -15,7 +15,7 @@ from typing import Any
 from agentd.config.budgets import MICROS
 from agentd.engine.metering import Meter, Served, budget_id, period_of, shown_limit
 from agentd.store.queries import SpendOf, UsageRows
-from agentd.store.writes import UsageRow
+from agentd.store.usage_rows import UsageRow
 
 GROUPS = {
     "day": "day",
@@ -111,7 +111,7 @@ async def near_limits(meter: Meter, ratio: float = NEAR) -> list[dict[str, Any]]
             keys.append((budget_id(spec), subject, period))
             specs.append((spec, subject, period, resets_at))
     used = await meter.store.read(SpendOf(keys)) if keys else []
-    out = []
+    out: list[dict[str, Any]] = []
     for (spec, subject, period, resets_at), spent in zip(specs, used, strict=True):
         _, limit, _ = spec.amount()
         if limit and spent / limit >= ratio:

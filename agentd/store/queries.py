@@ -24,6 +24,7 @@ from agentd.store.records import (
     StoredVector,
     VectorDelta,
 )
+from agentd.store.usage_rows import UsageRow
 
 T = TypeVar("T")
 
@@ -339,8 +340,8 @@ class SpendOf(Query[list[int]]):
 
 
 @dataclass(frozen=True, slots=True)
-class UsageRows(Query[list[Any]]):
-    """The usage rows (agentd.store.writes.UsageRow) of the days from `since` to `until` (YYYY-MM-DD,
+class UsageRows(Query[list[UsageRow]]):
+    """The usage rows of the days from `since` to `until` (YYYY-MM-DD,
     both included), of one agent, person or channel when given."""
 
     since: str
@@ -348,3 +349,10 @@ class UsageRows(Query[list[Any]]):
     agent: str | None = None
     who: str | None = None
     channel: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PersonUsage(Query[list[UsageRow]]):
+    """Every usage row of a person: the id alone, or as any channel's account."""
+
+    user_id: str

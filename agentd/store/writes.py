@@ -25,6 +25,7 @@ from agentd.store.records import (
     RunRecord,
     StoredMessage,
 )
+from agentd.store.usage_rows import UsageRow
 
 T = TypeVar("T")
 
@@ -336,25 +337,23 @@ class ErasePerson(Write[dict[str, int]]):
     daemon: str | None = None  # stamped on its audit row by the store that writes it
 
 
-# -- budgets, usage and rate limits (the daemon's own store) --------------------------------
+# -- budgets, usage and rate limits (the daemon's own store; agentd/engine/metering.py) ------------
 
 
 @dataclass(frozen=True, slots=True)
 class SpendKey:
-    """One budget's counter: which budget, whose spend (a person, agent, channel or job), which period
-    ("2026-12-02", "2026-12"), and its limit (micro-dollars or tokens, as the budget counts)."""
+    """A budget's counter: the budget, whom it charges, the period ("2026-12-02", "2026-12"), its limit."""
 
     budget: str
     subject: str
     period: str
-    limit: int
+    limit: int  # micro-dollars or tokens, as the budget counts
 
 
 @dataclass(frozen=True, slots=True)
 class ReserveSpend(Write[int | None]):
-    """Add each amount to its key's counter, unless a key's counter has reached its limit already: then
-    nothing is added and the result is that key's index. None: every amount was added. Atomic across
-    the daemons sharing the store (their reservations queue on the counters' rows)."""
+    """Add each amount to its counter unless one has reached its limit: then nothing is added and the
+    result is its index (None: all added). Atomic across daemons (reservations queue on the rows)."""
 
     entries: Sequence[tuple[SpendKey, int]]
 
@@ -367,33 +366,13 @@ class AddSpend(Write[None]):
 
 
 @dataclass(frozen=True, slots=True)
-class UsageRow:
-    """A day's usage of one agent by one person in one channel with one model and trigger."""
-
-    day: str  # YYYY-MM-DD, UTC
-    agent: str
-    who: str  # '' when nobody is served (an agent's own work)
-    channel: str
-    model: str
-    trigger: str
-    calls: int = 0
-    estimated_calls: int = 0  # calls whose tokens are estimates (the provider reported no usage)
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cost_micros: int = 0
-
-
-@dataclass(frozen=True, slots=True)
 class RecordUsage(Write[None]):
-    """Add a call's counts to its day's row."""
-
-    row: UsageRow
+    row: UsageRow  # added to its day's row
 
 
 @dataclass(frozen=True, slots=True)
 class TakeToken(Write[bool]):
-    """Take one token from a rate limit's bucket (`capacity` tokens, refilled at `per_s` a second,
-    as of `now`): False when it holds less than one (nothing changes)."""
+    """Take a token from a bucket of `capacity`, refilled at `per_s` a second, as of `now` (False: empty)."""
 
     scope: str
     subject: str

@@ -8,8 +8,9 @@ from __future__ import annotations
 from typing import Any
 
 from agentd.store.postgres.handlers import Cx, Later, handles, rows
-from agentd.store.queries import SpendOf, UsageRows
-from agentd.store.writes import AddSpend, RecordUsage, ReserveSpend, SpendKey, TakeToken, UsageRow
+from agentd.store.queries import PersonUsage, SpendOf, UsageRows
+from agentd.store.usage_rows import UsageRow
+from agentd.store.writes import AddSpend, RecordUsage, ReserveSpend, SpendKey, TakeToken
 
 _ADD = (
     "INSERT INTO budget_spend (agent_id, budget, subject, period, used) VALUES (%s, %s, %s, %s, %s)"
@@ -93,12 +94,12 @@ def record_usage(cx: Cx, op: RecordUsage) -> None:
     )
 
 
+USAGE_COLUMNS = "day, agent, who, channel, model, trigger, calls, estimated_calls, input_tokens, output_tokens, cost_micros"
+
+
 @handles(UsageRows)
 def usage_rows(cx: Cx, q: UsageRows) -> Later[list[UsageRow]]:
-    sql = (
-        "SELECT day, agent, who, channel, model, trigger, calls, estimated_calls, input_tokens,"
-        " output_tokens, cost_micros FROM usage_days WHERE agent_id = %s AND day >= %s AND day <= %s"
-    )
+    sql = f"SELECT {USAGE_COLUMNS} FROM usage_days WHERE agent_id = %s AND day >= %s AND day <= %s"
     params: list[Any] = [cx.agent_id, q.since, q.until]
     for column, value in (("agent", q.agent), ("who", q.who), ("channel", q.channel)):
         if value is not None:
@@ -130,3 +131,15 @@ def take_token(cx: Cx, op: TakeToken) -> Later[bool]:
         ),
     )
     return Later(lambda: cur.fetchone() is not None)
+
+
+@handles(PersonUsage)
+def person_usage(cx: Cx, q: PersonUsage) -> Later[list[UsageRow]]:
+    found = rows(
+        cx.run(
+            f"SELECT {USAGE_COLUMNS} FROM usage_days WHERE agent_id = %s"
+            " AND (who = %s OR substr(who, strpos(who, ':') + 1) = %s) ORDER BY day, agent",
+            (cx.agent_id, q.user_id, q.user_id),
+        )
+    )
+    return Later(lambda: [UsageRow(*row) for row in found.result()])

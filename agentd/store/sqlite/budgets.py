@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import sqlite3
 
-from agentd.store.queries import SpendOf, UsageRows
+from agentd.store.queries import PersonUsage, SpendOf, UsageRows
 from agentd.store.sqlite.handlers import handles
-from agentd.store.writes import AddSpend, RecordUsage, ReserveSpend, TakeToken, UsageRow
+from agentd.store.usage_rows import UsageRow
+from agentd.store.writes import AddSpend, RecordUsage, ReserveSpend, TakeToken
 
 _USED = "SELECT used FROM budget_spend WHERE budget = ? AND subject = ? AND period = ?"
 _ADD = (
@@ -92,3 +93,9 @@ def take_token(conn: sqlite3.Connection, op: TakeToken) -> bool:
         (op.scope, op.subject, op.capacity - 1, op.now, op.capacity, op.per_s, op.capacity, op.per_s),
     ).fetchone()
     return row is not None
+
+
+@handles(PersonUsage)
+def person_usage(conn: sqlite3.Connection, q: PersonUsage) -> list[UsageRow]:
+    sql = f"SELECT {USAGE_COLUMNS} FROM usage_days WHERE who = ? OR substr(who, instr(who, ':') + 1) = ?"
+    return [UsageRow(*row) for row in conn.execute(sql + " ORDER BY day, agent", (q.user_id, q.user_id))]
