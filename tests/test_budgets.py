@@ -92,6 +92,10 @@ async def test_a_token_budget_refuses_exactly_once_the_counter_reaches_it_and_sa
         r = await client.get("/audit", params={"agent": "bot", "kind": "budget"})
         events = r.json()["events"]
         assert [e["action"] for e in events] == ["refused"]
+        metrics = (await client.get("/metrics")).text
+        assert 'agentd_budget_refusals_total{agent="bot",per="person"} 2.0' in metrics
+        series = 'agentd_usage_tokens_total{agent="bot",direction="in",estimated="true",model="offline/offline",trigger="message"}'
+        assert series in metrics
     finally:
         await client.aclose()
         await daemon.shutdown()
