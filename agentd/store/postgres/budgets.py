@@ -1,7 +1,8 @@
 """Budgets' counters, usage per day and rate limits' buckets (in the daemon's own rows, `_daemon`),
-shared by every daemon of the database: a reservation locks its counters' rows (in a fixed order, so
-two reservations never deadlock) before it checks and adds, so concurrent ones queue rather than
-both passing a check; a bucket's token is taken by one conditional upsert."""
+shared by every daemon of the database: a reservation (the function agentd_reserve_spend of migration
+0010_budgets, one round trip) locks its counters' rows in a fixed order before it checks and adds, so
+concurrent ones queue rather than both pass a check; a bucket's token is taken by one conditional
+upsert."""
 
 from __future__ import annotations
 
@@ -22,28 +23,25 @@ def _key(k: SpendKey) -> tuple[str, str, str]:
     return (k.budget, k.subject, k.period)
 
 
-@handles(ReserveSpend, reads_midway=lambda op: True)
-def reserve_spend(cx: Cx, op: ReserveSpend) -> Any:
-    for key in sorted({_key(k) for k, _ in op.entries}):
-        cx.run(
-            "INSERT INTO budget_spend (agent_id, budget, subject, period) VALUES (%s, %s, %s, %s)"
-            " ON CONFLICT DO NOTHING",
-            (cx.agent_id, *key),
-        )
-    used: dict[tuple[str, str, str], int] = {}
-    for key in sorted({_key(k) for k, _ in op.entries}):
-        row = cx.run(
-            "SELECT used FROM budget_spend WHERE agent_id = %s AND budget = %s AND subject = %s"
-            " AND period = %s FOR UPDATE",
-            (cx.agent_id, *key),
-        ).fetchone()
-        used[key] = int(row[0]) if row is not None else 0
-    for index, (k, _) in enumerate(op.entries):
-        if used[_key(k)] >= k.limit:
-            return index
-    for k, amount in op.entries:
-        cx.run(_ADD, (cx.agent_id, *_key(k), amount))
-    return None
+@handles(ReserveSpend)
+def reserve_spend(cx: Cx, op: ReserveSpend) -> Later[int | None]:
+    keys = [k for k, _ in op.entries]
+    cur = cx.run(
+        "SELECT agentd_reserve_spend(%s, %s, %s, %s, %s, %s)",
+        (
+            cx.agent_id,
+            [k.budget for k in keys],
+            [k.subject for k in keys],
+            [k.period for k in keys],
+            [k.limit for k in keys],
+            [amount for _, amount in op.entries],
+        ),
+    )
+    return Later(lambda: _index(cur.fetchone()))
+
+
+def _index(row: tuple[Any, ...] | None) -> int | None:
+    return None if row is None or row[0] is None else int(row[0])
 
 
 @handles(AddSpend)

@@ -293,6 +293,39 @@ BUDGETS = (
         at double precision NOT NULL,
         PRIMARY KEY (agent_id, scope, subject)
     )""",
+    # A reservation in one round trip (agentd/store/postgres/budgets.py): its counters' rows are made and
+    # locked in one order (two reservations never deadlock), checked in the caller's order, then added
+    # to; the result is the 0-based index of the first counter at its limit (nothing added), or null.
+    # The locks are held only until the commit that follows in the same pipeline.
+    """CREATE FUNCTION agentd_reserve_spend(p_agent bigint, p_budgets text[], p_subjects text[],
+        p_periods text[], p_limits bigint[], p_amounts bigint[]) RETURNS integer LANGUAGE plpgsql AS $$
+    DECLARE
+        n integer := cardinality(p_budgets);
+        used_now bigint[] := array_fill(0::bigint, ARRAY[n]);
+        spent bigint;
+        i integer;
+    BEGIN
+        FOR i IN SELECT k.o FROM unnest(p_budgets, p_subjects, p_periods) WITH ORDINALITY AS k(b, s, p, o)
+                 ORDER BY k.b, k.s, k.p LOOP
+            INSERT INTO budget_spend (agent_id, budget, subject, period)
+                VALUES (p_agent, p_budgets[i], p_subjects[i], p_periods[i]) ON CONFLICT DO NOTHING;
+            SELECT used INTO STRICT spent FROM budget_spend
+             WHERE agent_id = p_agent AND budget = p_budgets[i] AND subject = p_subjects[i]
+               AND period = p_periods[i] FOR UPDATE;
+            used_now[i] := spent;
+        END LOOP;
+        FOR i IN 1 .. n LOOP
+            IF used_now[i] >= p_limits[i] THEN
+                RETURN i - 1;
+            END IF;
+        END LOOP;
+        FOR i IN 1 .. n LOOP
+            UPDATE budget_spend SET used = used + p_amounts[i]
+             WHERE agent_id = p_agent AND budget = p_budgets[i] AND subject = p_subjects[i]
+               AND period = p_periods[i];
+        END LOOP;
+        RETURN NULL;
+    END $$""",
 )
 
 MIGRATIONS: Migrations = [
