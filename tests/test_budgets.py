@@ -18,6 +18,7 @@ from agentd.daemon.daemon import Daemon
 from agentd.engine.metering import period_of, refusal_text
 from agentd.http.app import create_app
 from testkit.clock import ManualClock
+from testkit.scripted import ScriptedProvider
 from tests.support import agentd_cli
 
 AGENT = "model: offline/offline\nmemory:\n  scope: thread\nchannels:\n  webhook: {}\n"
@@ -306,3 +307,49 @@ async def test_embeddings_of_episodic_memory_are_charged_to_the_person_as_estima
     assert all(row[5] == row[4] for row in embedding)  # every one an estimate
     spent = _spent(tmp_path / "data")[("person", "webhook:ana")]
     assert spent == sum(row[6] for row in _usage(tmp_path / "data"))  # chat and embeddings, one counter
+
+
+async def test_compact_past_the_limit_says_so_rather_than_failing(tmp_path: Path) -> None:
+    daemon, client = await _daemon(
+        tmp_path, 'budgets:\n  - {per: person, limit: "100 tokens/day"}\n', {"bot": AGENT}
+    )
+    try:
+        while (await _say(client, "a message. It has two sentences."))["error"] is None:
+            pass
+        reply = await _say(client, "/compact")
+        assert reply["reply"] == "Today's limit of 100 tokens is reached; it resets at 00:00 UTC."
+    finally:
+        await client.aclose()
+        await daemon.shutdown()
+
+
+async def test_a_sub_agents_calls_are_charged_to_the_person_the_caller_serves(tmp_path: Path) -> None:
+    lead, helper = ScriptedProvider("lead"), ScriptedProvider("helper")
+    lead.call("ask_researcher", task="find the capital of Peru").reply("It is Lima.")
+    helper.reply("Lima")
+    (tmp_path / "agents").mkdir()
+    caller = "model: lead/m\nsubagents: [{agent: researcher}]\nchannels:\n  webhook: {}\n"
+    (tmp_path / "agents" / "coordinator.yaml").write_text(caller)
+    (tmp_path / "agents" / "researcher.yaml").write_text("model: helper/m\n")
+    (tmp_path / "agentd.yaml").write_text('budgets:\n  - {per: person, limit: "1M tokens/day"}\n')
+    daemon = Daemon(
+        tmp_path / "agents", tmp_path / "data", reload_interval=60, providers={"lead": lead, "helper": helper}
+    )
+    await daemon.start()
+    client = httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=create_app(daemon)), base_url="http://agentd"
+    )
+    try:
+        assert (await _say(client, "what is the capital of Peru?", agent="coordinator"))[
+            "reply"
+        ] == "It is Lima."
+    finally:
+        await client.aclose()
+        await daemon.shutdown()
+    rows = {(r[0], r[1], r[2]): (r[4], r[6]) for r in _usage(tmp_path / "data")}
+    # the lead's two calls (the tool call, the answer) and the sub-agent's one, all of Ana's, as reported
+    assert rows == {
+        ("coordinator", "webhook:ana", "lead/m"): (2, 30),
+        ("researcher", "webhook:ana", "helper/m"): (1, 15),
+    }
+    assert _spent(tmp_path / "data")[("person", "webhook:ana")] == 45

@@ -17,6 +17,7 @@ from agentd.engine.conversation import Conversation
 from agentd.engine.metering import Served
 from agentd.engine.status import status_facts
 from agentd.engine.usage import own_usage
+from agentd.errors import ModelPaused
 from agentd.events import COMMANDS, InboundEvent, Reply
 from agentd.store.records import AuditRecord, RunRecord, StoredThread
 from agentd.store.writes import (
@@ -77,7 +78,10 @@ async def _compact(conv: Conversation, event: InboundEvent) -> CommandResult:
             "compact",
             {"result": "not_applicable", "strategy": memory.kind},
         )
-    outcome = await memory.compaction.compact(conv.ctx, conv.thread, "command")
+    try:
+        outcome = await memory.compaction.compact(conv.ctx, conv.thread, "command")
+    except ModelPaused as e:  # a budget refused the summary (or its model is paused): said, not raised
+        return CommandResult(str(e), "compact", {"result": "paused"})
     if outcome.status == "ok":
         text = f"Compacted {outcome.compacted_messages} older messages into a summary; the last two turns are kept verbatim."
     elif outcome.status == "nothing_to_compact":
