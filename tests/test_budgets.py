@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 from zoneinfo import ZoneInfo
@@ -15,8 +16,11 @@ import pytest
 
 from agentd.config.budgets import BudgetSpec
 from agentd.daemon.daemon import Daemon
-from agentd.engine.metering import period_of, refusal_text
+from agentd.engine.metering import BudgetExceeded, period_of, refusal_text, serve
+from agentd.events import InboundEvent
 from agentd.http.app import create_app
+from agentd.messages import Message
+from agentd.providers.base import Completion, CompletionRequest, Usage
 from testkit.clock import ManualClock
 from testkit.scripted import ScriptedProvider
 from tests.support import agentd_cli
@@ -353,3 +357,41 @@ async def test_a_sub_agents_calls_are_charged_to_the_person_the_caller_serves(tm
         ("researcher", "webhook:ana", "helper/m"): (1, 15),
     }
     assert _spent(tmp_path / "data")[("person", "webhook:ana")] == 45
+
+
+async def test_a_scheduled_jobs_calls_count_on_its_job_budget_under_its_trigger(tmp_path: Path) -> None:
+    settings = 'budgets:\n  - {per: job, job: digest, limit: "10 tokens/day"}\n'
+    daemon, client = await _daemon(tmp_path, settings, {"bot": AGENT})
+    try:
+        meter = daemon.resources.meter
+        assert meter is not None
+        # what the scheduler's event says of itself (agentd.engine.metering.serve reads it)
+        serve(
+            InboundEvent(
+                "bot",
+                "schedule:digest",
+                "the digest",
+                "schedule",
+                metadata={"trigger": "schedule", "job": "digest"},
+            )
+        )
+        request = CompletionRequest(
+            model="offline/offline", system="", messages=[Message.user("go")], max_output_tokens=5
+        )
+
+        async def run(chain: Sequence[str]) -> tuple[Completion, str]:
+            return Completion(Message.assistant("done"), Usage(8, 4), "stop"), chain[0]
+
+        await meter.call("bot", (("offline/offline",), None), request, run)
+        with pytest.raises(BudgetExceeded) as refused:
+            await meter.call("bot", (("offline/offline",), None), request, run)
+        assert (
+            refused.value.reply == "This job's today's limit of 10 tokens is reached; it resets at 00:00 UTC."
+        )
+        assert _spent(tmp_path / "data") == {("job", "digest"): 12}
+        assert [(r[0], r[1], r[3], r[4]) for r in _usage(tmp_path / "data")] == [("bot", "", "schedule", 1)]
+        # a message of a person is no job's: the job's budget does not apply to it
+        assert (await _say(client, "hello"))["error"] is None
+    finally:
+        await client.aclose()
+        await daemon.shutdown()

@@ -4,7 +4,8 @@ Whom a call serves is `SERVED` (a context variable): set when an event is handle
 `event.who`, and the channel), it is inherited by everything that event sets off in its task and the
 tasks it starts — tool loops, sub-agent calls, the memory work queued after the run — so all of those
 are charged to the same person and agent without passing anything along. A scheduled job's run sets
-it with `trigger="schedule"` and its job name.
+it from its event's metadata (`trigger: schedule`, `job: <name>`), and its turn's calls count under
+the run's own trigger.
 
 Before a call its estimated cost (the prompt's estimated tokens and the call's output cap, at the
 chain's dearest price) is reserved on every budget that applies (agentd.store.writes.ReserveSpend, in
@@ -55,9 +56,11 @@ class Served:
 SERVED: contextvars.ContextVar[Served | None] = contextvars.ContextVar("agentd_served", default=None)
 
 
-def serve(event: InboundEvent, trigger: str = "message", job: str | None = None) -> None:
-    """From here on in this task (and the tasks it starts), model calls are charged to the event's person."""
-    SERVED.set(Served(event.who, event.channel, trigger, job, event.agent))
+def serve(event: InboundEvent) -> None:
+    """From here on in this task (and the tasks it starts), model calls are charged to the event's person;
+    an event a scheduled job sends names its job (and trigger) in its metadata."""
+    trigger, job = event.metadata.get("trigger", "message"), event.metadata.get("job")
+    SERVED.set(Served(event.who, event.channel, str(trigger), None if job is None else str(job), event.agent))
 
 
 class BudgetExceeded(ModelPaused):

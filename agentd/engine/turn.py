@@ -301,6 +301,7 @@ class ModelChain:
                 on_fallback=self._fell_back,
                 shown=lambda: self._sink is not None and self._sink.showing,
             ),
+            self._run.trigger,  # a scheduled run's calls count as `schedule`, a message's as `message`
         )
         self._run.model = ref
         return completion
