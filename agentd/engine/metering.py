@@ -38,6 +38,7 @@ from agentd.store.base import Store
 from agentd.store.usage_rows import UsageRow
 from agentd.store.writes import AddSpend, RecordUsage, ReserveSpend, SpendKey, Write
 
+MAX_TOLD = 100_000  # refusals remembered as said, past which those of other periods are forgotten
 DEFAULT_OUTPUT_ESTIMATE = 1024  # tokens reserved for a call's answer when it sets no max_output_tokens
 
 
@@ -257,6 +258,8 @@ class Meter:
         key = charge.key
         told = (key.budget, key.subject, key.period)
         first = told not in self._told
+        if len(self._told) >= MAX_TOLD:  # only the current periods' refusals matter
+            self._told = {t for t in self._told if t[2] == key.period}
         self._told.add(told)
         if self._on_refused is not None:
             self._on_refused(agent, charge.spec, key.subject)

@@ -21,6 +21,8 @@ from agentd.store.base import Store
 from agentd.store.records import AuditRecord
 from agentd.store.writes import AppendAudit, TakeToken
 
+MAX_STREAKS = 100_000  # streaks of refused events remembered at once
+
 
 @dataclass(frozen=True, slots=True)
 class Limited:
@@ -67,8 +69,10 @@ class RateLimiter:
             [took] = await self.store.write(TakeToken(scope, subject, count, count / per_s, now))
             streak = (scope, subject)
             if not took:
-                refused = self._streaks.get(streak, 0) + 1
-                self._streaks[streak] = refused
+                refused = self._streaks.pop(streak, 0) + 1
+                self._streaks[streak] = refused  # (re-inserted: the dict keeps the streaks by recency)
+                while len(self._streaks) > MAX_STREAKS:  # someone who never came back: told again next time
+                    self._streaks.pop(next(iter(self._streaks)))
                 if self._on_limited is not None:
                     self._on_limited(agent, spec.per)
                 if refused > 1:
