@@ -171,16 +171,24 @@ def main() -> None:
         f"turns: {args.turns} sequential; {args.conversations} conversations x {args.per_conversation} at once; "
         f"{args.reps} reps (median of the reps' p50 and turns/s)\n"
     )
-    print("| backend | configuration | turn p50 (ms) | turn p95 (ms) | turns/s, 100 conversations |")
-    print("|---|---|---:|---:|---:|")
+    print(
+        "| backend | configuration | turn p50 (ms) | best rep's p50 (ms) | turn p95 (ms) | turns/s, 100 conversations |"
+    )
+    print("|---|---|---:|---:|---:|---:|")
     summary: dict[str, Any] = {}
     for backend, configs in cells.items():
         for config, reps in configs.items():
             p50 = sorted(c["p50_ms"] for c in reps)[len(reps) // 2]
             p95 = sorted(c["p95_ms"] for c in reps)[len(reps) // 2]
             rate = sorted(c["turns_per_s"] for c in reps)[len(reps) // 2]
-            summary[f"{backend}/{config}"] = {"p50_ms": p50, "p95_ms": p95, "turns_per_s": rate}
-            print(f"| {backend} | {config} | {p50:.2f} | {p95:.2f} | {rate:.0f} |")
+            best = min(c["p50_ms"] for c in reps)  # on a shared machine the least disturbed rep
+            summary[f"{backend}/{config}"] = {
+                "p50_ms": p50,
+                "best_p50_ms": best,
+                "p95_ms": p95,
+                "turns_per_s": rate,
+            }
+            print(f"| {backend} | {config} | {p50:.2f} | {best:.2f} | {p95:.2f} | {rate:.0f} |")
     path = write_results(
         "budgets",
         {"kind": "budgets", "argv": sys.argv[1:], "config": vars(args), "summary": summary, "cells": cells},
