@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from agentd.config.budgets import BudgetSpec
+from agentd.config.loader import parse_daemon
 from agentd.daemon.daemon import Daemon
 from agentd.engine.metering import BudgetExceeded, period_of, refusal_text, serve
 from agentd.events import InboundEvent
@@ -395,3 +396,17 @@ async def test_a_scheduled_jobs_calls_count_on_its_job_budget_under_its_trigger(
     finally:
         await client.aclose()
         await daemon.shutdown()
+
+
+def test_the_readme_budgets_example_is_a_valid_agentd_yaml(tmp_path: Path) -> None:
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    section = readme[readme.index("## Budgets and rate limits") :]
+    block = section[section.index("```yaml\n") + 8 : section.index("```\n", section.index("```yaml\n") + 8)]
+    (tmp_path / "agentd.yaml").write_text(block)
+    spec = parse_daemon(tmp_path / "agentd.yaml", env={})
+    assert [b.amount() for b in spec.budgets] == [
+        ("money", 2_000_000, "day"),
+        ("money", 300_000_000, "month"),
+        ("tokens", 2_000_000, "day"),
+    ]
+    assert [r.rate() for r in spec.rate_limits] == [(20, 60.0), (100, 60.0)]
