@@ -249,13 +249,14 @@ async def test_usage_is_read_back_by_the_person_and_the_operator_with_estimates_
         assert near == [] or all(n["ratio"] >= 0.8 for n in near)
 
         for params, reason in (
-            ({"group_by": "week"}, "group_by"),
-            ({"since": "yesterday"}, "since"),
-            ({"since": "2026-12-10", "until": "2026-12-01"}, "is after until"),
-            ({"since": "1000-01-01", "until": "2026-01-01"}, "more than"),
+            ({"group_by": "week"}, "group_by: expected one of day, agent, person"),
+            ({"since": "yesterday"}, "since: expected an ISO-8601 date-time"),
+            ({"until": "2026-13-01"}, "until:"),
         ):
             r = await client.get("/usage", params=params)
-            assert r.status_code == 400 and reason in r.text, (params, r.text)
+            assert r.status_code == 400 and reason in r.json()["error"], (params, r.text)
+        empty = (await client.get("/usage", params={"since": "2026-12-10", "until": "2026-12-01"})).json()
+        assert empty["groups"] == [] and empty["total"]["calls"] == 0  # an empty span holds nothing
     finally:
         await client.aclose()
         await daemon.shutdown()
