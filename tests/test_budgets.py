@@ -411,3 +411,23 @@ def test_the_readme_budgets_example_is_a_valid_agentd_yaml(tmp_path: Path) -> No
         ("tokens", 2_000_000, "day"),
     ]
     assert [r.rate() for r in spec.rate_limits] == [(20, 60.0), (100, 60.0)]
+
+
+async def test_a_refusal_said_is_not_said_again_after_a_restart(tmp_path: Path) -> None:
+    settings = 'budgets:\n  - {per: person, limit: "1 tokens/day"}\n'
+    daemon, client = await _daemon(tmp_path, settings, {"bot": AGENT})
+    try:
+        await _say(client, "first")
+        assert (await _say(client, "second"))["reply"].startswith("Today's limit of 1 tokens is reached")
+    finally:
+        await client.aclose()
+        await daemon.shutdown()
+    again = Daemon(tmp_path / "agents", tmp_path / "data", reload_interval=60)
+    await again.start()
+    client = httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(again)), base_url="http://agentd")
+    try:
+        body = await _say(client, "third")
+        assert body["error"] == "budget" and body["reply"] == ""
+    finally:
+        await client.aclose()
+        await again.shutdown()

@@ -111,7 +111,7 @@ async def test_two_daemons_with_16_clients_each_pass_one_budget_by_at_most_one_c
     finally:
         await _close(pairs)
     told = [r for r in refused if r["reply"]]
-    assert 1 <= len(told) <= 2  # said once per daemon that refused
+    assert len(told) == 1  # said once, whichever daemon refused first (the counter's row remembers it)
 
 
 async def test_two_daemons_share_a_rate_limit(tmp_path: Path, postgres_url: str, fake: FakeLLM) -> None:

@@ -38,7 +38,6 @@ from agentd.store.base import Store
 from agentd.store.usage_rows import UsageRow
 from agentd.store.writes import AddSpend, RecordUsage, ReserveSpend, SpendKey, Write
 
-MAX_TOLD = 100_000  # refusals remembered as said, past which those of other periods are forgotten
 DEFAULT_OUTPUT_ESTIMATE = 1024  # tokens reserved for a call's answer when it sets no max_output_tokens
 
 
@@ -175,7 +174,6 @@ class Meter:
         self.prices = dict(DEFAULT_PRICES if prices is None else prices)
         self.clock = clock
         self._on_spend, self._on_refused = on_spend, on_refused
-        self._told: set[tuple[str, str, str]] = set()  # (budget, subject, period) refusals already said
 
     def cost(self, ref: str, input_tokens: int, output_tokens: int) -> int:
         """Micro-dollars (a price per 1M tokens is micro-dollars per token), rounded up."""
@@ -245,22 +243,18 @@ class Meter:
             [refused] = await self.store.write(ReserveSpend([(c.key, amount) for c, amount in entries]))
             if refused is None:
                 return Ticket(entries, counted, served), chain
-            charge = checked[refused]
+            index, first = refused
+            charge = checked[index]
             if charge.spec.on_exceed == "small_model" and small and list(small) != list(chain):
                 chain = small  # answered by the small model; the budget still counts what it spends
                 counted.append(charge)
                 checked = [c for c in checked if c is not charge]
                 continue
-            raise self._refusal(agent, charge, chain[0])
+            raise self._refusal(agent, charge, chain[0], first)
         return Ticket([], counted, served), chain
 
-    def _refusal(self, agent: str, charge: Charge, model: str) -> BudgetExceeded:
+    def _refusal(self, agent: str, charge: Charge, model: str, first: bool) -> BudgetExceeded:
         key = charge.key
-        told = (key.budget, key.subject, key.period)
-        first = told not in self._told
-        if len(self._told) >= MAX_TOLD:  # only the current periods' refusals matter
-            self._told = {t for t in self._told if t[2] == key.period}
-        self._told.add(told)
         if self._on_refused is not None:
             self._on_refused(agent, charge.spec, key.subject)
         return BudgetExceeded(

@@ -351,9 +351,10 @@ class SpendKey:
 
 
 @dataclass(frozen=True, slots=True)
-class ReserveSpend(Write[int | None]):
+class ReserveSpend(Write[tuple[int, bool] | None]):
     """Add each amount to its counter unless one has reached its limit: then nothing is added and the
-    result is its index (None: all added). Atomic across daemons (reservations queue on the rows)."""
+    result is its index, and True the first time that counter refuses (None: all added). Atomic across
+    daemons (reservations queue on the rows)."""
 
     entries: Sequence[tuple[SpendKey, int]]
 

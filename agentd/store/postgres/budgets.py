@@ -24,10 +24,10 @@ def _key(k: SpendKey) -> tuple[str, str, str]:
 
 
 @handles(ReserveSpend)
-def reserve_spend(cx: Cx, op: ReserveSpend) -> Later[int | None]:
+def reserve_spend(cx: Cx, op: ReserveSpend) -> Later[tuple[int, bool] | None]:
     keys = [k for k, _ in op.entries]
     cur = cx.run(
-        "SELECT agentd_reserve_spend(%s, %s, %s, %s, %s, %s)",
+        "SELECT refused, first_time FROM agentd_reserve_spend(%s, %s, %s, %s, %s, %s)",
         (
             cx.agent_id,
             [k.budget for k in keys],
@@ -40,8 +40,8 @@ def reserve_spend(cx: Cx, op: ReserveSpend) -> Later[int | None]:
     return Later(lambda: _index(cur.fetchone()))
 
 
-def _index(row: tuple[Any, ...] | None) -> int | None:
-    return None if row is None or row[0] is None else int(row[0])
+def _index(row: tuple[Any, ...] | None) -> tuple[int, bool] | None:
+    return None if row is None or row[0] is None else (int(row[0]), bool(row[1]))
 
 
 @handles(AddSpend)

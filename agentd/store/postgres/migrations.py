@@ -267,6 +267,7 @@ BUDGETS = (
         subject text NOT NULL,
         period text NOT NULL,
         used bigint NOT NULL DEFAULT 0,
+        told boolean NOT NULL DEFAULT false,  -- the refusal was said (once per counter, by any daemon)
         PRIMARY KEY (agent_id, budget, subject, period)
     )""",
     """CREATE TABLE usage_days (
@@ -295,10 +296,12 @@ BUDGETS = (
     )""",
     # A reservation in one round trip (agentd/store/postgres/budgets.py): its counters' rows are made and
     # locked in one order (two reservations never deadlock), checked in the caller's order, then added
-    # to; the result is the 0-based index of the first counter at its limit (nothing added), or null.
-    # The locks are held only until the commit that follows in the same pipeline.
+    # to; refused: the 0-based index of the first counter at its limit (nothing added; first_time: that
+    # counter had not refused before), else null. The locks are held until the commit that follows in
+    # the same pipeline.
     """CREATE FUNCTION agentd_reserve_spend(p_agent bigint, p_budgets text[], p_subjects text[],
-        p_periods text[], p_limits bigint[], p_amounts bigint[]) RETURNS integer LANGUAGE plpgsql AS $$
+        p_periods text[], p_limits bigint[], p_amounts bigint[], OUT refused integer, OUT first_time boolean)
+        LANGUAGE plpgsql AS $$
     DECLARE
         n integer := cardinality(p_budgets);
         used_now bigint[] := array_fill(0::bigint, ARRAY[n]);
@@ -316,7 +319,12 @@ BUDGETS = (
         END LOOP;
         FOR i IN 1 .. n LOOP
             IF used_now[i] >= p_limits[i] THEN
-                RETURN i - 1;
+                UPDATE budget_spend SET told = true
+                 WHERE agent_id = p_agent AND budget = p_budgets[i] AND subject = p_subjects[i]
+                   AND period = p_periods[i] AND NOT told;
+                refused := i - 1;
+                first_time := FOUND;
+                RETURN;
             END IF;
         END LOOP;
         FOR i IN 1 .. n LOOP
@@ -324,7 +332,6 @@ BUDGETS = (
              WHERE agent_id = p_agent AND budget = p_budgets[i] AND subject = p_subjects[i]
                AND period = p_periods[i];
         END LOOP;
-        RETURN NULL;
     END $$""",
 )
 

@@ -23,10 +23,15 @@ def _used(conn: sqlite3.Connection, key: tuple[str, str, str]) -> int:
 
 
 @handles(ReserveSpend)
-def reserve_spend(conn: sqlite3.Connection, op: ReserveSpend) -> int | None:
+def reserve_spend(conn: sqlite3.Connection, op: ReserveSpend) -> tuple[int, bool] | None:
     for index, (key, _) in enumerate(op.entries):
         if _used(conn, (key.budget, key.subject, key.period)) >= key.limit:
-            return index
+            told = conn.execute(  # (a limit of 0 refuses a counter that has no row yet)
+                "INSERT INTO budget_spend (budget, subject, period, told) VALUES (?, ?, ?, 1)"
+                " ON CONFLICT (budget, subject, period) DO UPDATE SET told = 1 WHERE told = 0",
+                (key.budget, key.subject, key.period),
+            )
+            return index, told.rowcount == 1
     conn.executemany(_ADD, [(k.budget, k.subject, k.period, amount) for k, amount in op.entries])
     return None
 

@@ -239,6 +239,7 @@ MIGRATIONS: Migrations = [
                 subject TEXT NOT NULL,
                 period TEXT NOT NULL,
                 used INTEGER NOT NULL DEFAULT 0,
+                told INTEGER NOT NULL DEFAULT 0,  -- the refusal was said (once per counter)
                 PRIMARY KEY (budget, subject, period)
             )""",
             """CREATE TABLE usage_days (
