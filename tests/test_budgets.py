@@ -431,3 +431,28 @@ async def test_a_refusal_said_is_not_said_again_after_a_restart(tmp_path: Path) 
     finally:
         await client.aclose()
         await again.shutdown()
+
+
+async def test_erasing_a_person_leaves_no_byte_of_their_budget_usage_or_rate_limit(tmp_path: Path) -> None:
+    who = "zq-ana-7"
+    settings = (
+        'budgets:\n  - {per: person, limit: "40 tokens/day"}\nrate_limits: [{per: person, limit: 4/minute}]\n'
+    )
+    daemon, client = await _daemon(tmp_path, settings, {"bot": AGENT}, ManualClock())
+    try:
+        await _say(client, "hello all", user="bob")  # a shared conversation: its events stay, less her fields
+        replies = [await _say(client, f"message {n}", user=who) for n in range(6)]
+        assert {r["error"] for r in replies} >= {"budget"} and any(r["run_id"] is None for r in replies)
+        kinds = {e["kind"] for e in (await client.get("/audit", params={"agent": "bot"})).json()["events"]}
+        assert {"budget", "rate_limit"} <= kinds
+        assert (await client.get(f"/people/{who}/export")).json()["usage"]
+        r = await client.delete(f"/people/{who}")
+        assert r.status_code == 200, r.text
+        assert r.json()["erased"]["_daemon"]["usage_rows"] >= 1
+    finally:
+        await client.aclose()
+        await daemon.shutdown()
+    holding = [
+        p.name for p in (tmp_path / "data").iterdir() if p.is_file() and who.encode() in p.read_bytes()
+    ]
+    assert holding == []

@@ -68,9 +68,22 @@ class BudgetExceeded(ModelPaused):
     budget's period refuses them (later refusals are not said again). Memory work waits `retry_in`
     seconds, until the period resets."""
 
-    def __init__(self, reply: str, *, model: str, retry_in: float, first: bool, budget: str, subject: str):
+    def __init__(
+        self, reply: str, *, model: str, retry_in: float, first: bool, spec: BudgetSpec, key: SpendKey
+    ):
         super().__init__(reply, model=model, retry_in=retry_in)
-        self.reply, self.first, self.budget, self.subject = reply, first, budget, subject
+        self.reply, self.first, self.spec, self.key = reply, first, spec, key
+
+    def audit_data(self) -> dict[str, Any]:
+        """The refusal's audit data: a person's counter names them as `user` (what an erasure of theirs
+        erases, agentd.store.people.PERSON_FIELDS); an agent's, channel's or job's as `subject`."""
+        whose = "user" if self.spec.per == "person" else "subject"
+        return {
+            "per": self.spec.per,
+            "limit": self.spec.limit,
+            "period": self.key.period,
+            whose: self.key.subject,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,8 +275,8 @@ class Meter:
             model=model,
             retry_in=max(1.0, charge.resets_at - self.clock.time()),
             first=first,
-            budget=key.budget,
-            subject=key.subject,
+            spec=charge.spec,
+            key=key,
         )
 
     async def count(self, agent: str, ref: str, used_in: int, used_out: int, trigger: str) -> None:

@@ -44,6 +44,11 @@ def _subject(spec: RateLimitSpec, agent: str, event: InboundEvent) -> str | None
     return {"person": event.who, "channel": event.channel, "agent": agent}[spec.per]
 
 
+def _data(spec: RateLimitSpec, subject: str) -> dict[str, object]:
+    """A person's bucket names them as `user` (what an erasure of theirs erases); others as `subject`."""
+    return {"per": spec.per, "limit": spec.limit, "user" if spec.per == "person" else "subject": subject}
+
+
 class RateLimiter:
     def __init__(
         self,
@@ -83,16 +88,11 @@ class RateLimiter:
                     "Messages sent until then are not answered."
                 )
                 told = AuditRecord(
-                    "rate_limit", "limited", event.conversation_key, None, {"per": spec.per, "who": subject}
+                    "rate_limit", "limited", event.conversation_key, None, _data(spec, subject)
                 )
                 return Limited(reply, told), ended
             if (refused := self._streaks.pop(streak, 0)) > 0:
-                data = {
-                    "per": spec.per,
-                    "limit": spec.limit,
-                    "who": subject,
-                    "refused": refused,
-                }
+                data = {**_data(spec, subject), "refused": refused}
                 ended.append(AuditRecord("rate_limit", "streak_ended", event.conversation_key, None, data))
         return None, ended
 

@@ -241,9 +241,12 @@ async def _drive(
         # said once per budget and period: the messages after it are stored, not answered again
         run.status, run.error, error = "error", str(e), "budget"
         reply_text = e.reply if e.first else ""
+        if step_sink is not None:
+            step_sink.restart()
         if e.first:
-            data = {"budget": e.budget, "who": e.subject, "reply": e.reply}
-            progress.audit.append(AuditRecord("budget", "refused", event.conversation_key, run.id, data))
+            progress.audit.append(
+                AuditRecord("budget", "refused", event.conversation_key, run.id, e.audit_data())
+            )
         log.info("agent %s run %s: %s", state.name, run.id, e)
     except MessageTooLarge as e:
         # told plainly; the message is stored with the run (the next turn compacts it away)
