@@ -5,8 +5,9 @@ takes one before it is queued (agentd.store.writes.TakeToken: one statement, so 
 a PostgreSQL database share each bucket; each refills it by its own clock, so the error is the
 daemons' clock difference times the rate). An event finding the bucket empty is not queued: it is
 dropped, and the person is told to slow down once per streak — the first refused event of a streak
-is answered and audited, the rest are only counted, and the count is audited when the streak ends
-(the next event let through): one audit row per streak, never one per message.
+is answered and audited, the rest are only counted (in the bucket's row: across daemons and restarts),
+and the count is audited when the streak ends (the next event let through): one audit row per streak,
+never one per message.
 """
 
 from __future__ import annotations
@@ -20,8 +21,6 @@ from agentd.events import InboundEvent
 from agentd.store.base import Store
 from agentd.store.records import AuditRecord
 from agentd.store.writes import AppendAudit, TakeToken
-
-MAX_STREAKS = 100_000  # streaks of refused events remembered at once
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +58,6 @@ class RateLimiter:
     ):
         self.store, self.limits, self.clock = store, list(limits), clock
         self._on_limited = on_limited  # (agent, per): the metric
-        self._streaks: dict[tuple[str, str], int] = {}  # (scope, subject) -> events refused in a row
 
     async def admit(self, agent: str, event: InboundEvent) -> tuple[Limited | None, list[AuditRecord]]:
         """(None when the event may go on, else how it is refused; the audit rows to write now)."""
@@ -70,17 +68,13 @@ class RateLimiter:
             if subject is None:
                 continue
             count, per_s = spec.rate()
-            scope = _scope(spec)
-            [took] = await self.store.write(TakeToken(scope, subject, count, count / per_s, now))
-            streak = (scope, subject)
+            [(took, streak)] = await self.store.write(
+                TakeToken(_scope(spec), subject, count, count / per_s, now)
+            )
             if not took:
-                refused = self._streaks.pop(streak, 0) + 1
-                self._streaks[streak] = refused  # (re-inserted: the dict keeps the streaks by recency)
-                while len(self._streaks) > MAX_STREAKS:  # someone who never came back: told again next time
-                    self._streaks.pop(next(iter(self._streaks)))
                 if self._on_limited is not None:
                     self._on_limited(agent, spec.per)
-                if refused > 1:
+                if streak > 1:  # told already (by this daemon or another)
                     return Limited("", None), ended
                 reply = (
                     f"You are sending messages faster than I can take them (at most {spec.limit.strip()}"
@@ -91,8 +85,8 @@ class RateLimiter:
                     "rate_limit", "limited", event.conversation_key, None, _data(spec, subject)
                 )
                 return Limited(reply, told), ended
-            if (refused := self._streaks.pop(streak, 0)) > 0:
-                data = {**_data(spec, subject), "refused": refused}
+            if streak > 0:
+                data = {**_data(spec, subject), "refused": streak}
                 ended.append(AuditRecord("rate_limit", "streak_ended", event.conversation_key, None, data))
         return None, ended
 

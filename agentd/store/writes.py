@@ -372,8 +372,9 @@ class RecordUsage(Write[None]):
 
 
 @dataclass(frozen=True, slots=True)
-class TakeToken(Write[bool]):
-    """Take a token from a bucket of `capacity`, refilled at `per_s` a second, as of `now` (False: empty)."""
+class TakeToken(Write[tuple[bool, int]]):
+    """Take a token from a bucket of `capacity`, refilled at `per_s` a second, as of `now`: (True, events
+    refused since the last taken) or, empty, (False, events refused in a row now, this one included)."""
 
     scope: str
     subject: str

@@ -37,6 +37,8 @@ BUDGETS = (
         subject text NOT NULL,
         tokens double precision NOT NULL,
         at double precision NOT NULL,
+        refused integer NOT NULL DEFAULT 0,  -- events refused in a row (the streak)
+        ended integer NOT NULL DEFAULT 0,  -- the streak the last token taken ended
         PRIMARY KEY (agent_id, scope, subject)
     )""",
     # A reservation in one round trip (agentd/store/postgres/budgets.py): its counters' rows are made and

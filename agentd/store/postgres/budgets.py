@@ -107,28 +107,31 @@ def usage_rows(cx: Cx, q: UsageRows) -> Later[list[UsageRow]]:
     return Later(lambda: [UsageRow(*row) for row in found.result()])
 
 
+_AVAILABLE = "least(%s, b.tokens + greatest(0, excluded.at - b.at) * %s)"
+
+
 @handles(TakeToken)
-def take_token(cx: Cx, op: TakeToken) -> Later[bool]:
-    # one statement: the row lock makes the refill, the check and the take one step across daemons
+def take_token(cx: Cx, op: TakeToken) -> Later[tuple[bool, int]]:
+    # one statement: the row lock makes the refill, the check and the take (or the refusal's count) one
+    # step across daemons; every SET reads the old row
+    available = (op.capacity, op.per_s)
     cur = cx.run(
         "INSERT INTO rate_buckets AS b (agent_id, scope, subject, tokens, at) VALUES (%s, %s, %s, %s, %s)"
         " ON CONFLICT (agent_id, scope, subject) DO UPDATE SET"
-        " tokens = least(%s, b.tokens + greatest(0, excluded.at - b.at) * %s) - 1,"
-        " at = greatest(b.at, excluded.at)"
-        " WHERE least(%s, b.tokens + greatest(0, excluded.at - b.at) * %s) >= 1 RETURNING tokens",
-        (
-            cx.agent_id,
-            op.scope,
-            op.subject,
-            op.capacity - 1,
-            op.now,
-            op.capacity,
-            op.per_s,
-            op.capacity,
-            op.per_s,
-        ),
+        f" tokens = CASE WHEN {_AVAILABLE} >= 1 THEN {_AVAILABLE} - 1 ELSE b.tokens END,"
+        f" at = CASE WHEN {_AVAILABLE} >= 1 THEN greatest(b.at, excluded.at) ELSE b.at END,"
+        f" ended = CASE WHEN {_AVAILABLE} >= 1 THEN b.refused ELSE 0 END,"
+        f" refused = CASE WHEN {_AVAILABLE} >= 1 THEN 0 ELSE b.refused + 1 END"
+        " RETURNING refused, ended",
+        (cx.agent_id, op.scope, op.subject, op.capacity - 1, op.now, *available * 5),
     )
-    return Later(lambda: cur.fetchone() is not None)
+    return Later(lambda: _taken(cur.fetchone()))
+
+
+def _taken(row: tuple[Any, ...] | None) -> tuple[bool, int]:
+    assert row is not None  # (an upsert returns its row)
+    refused, ended = int(row[0]), int(row[1])
+    return (True, ended) if refused == 0 else (False, refused)
 
 
 @handles(PersonUsage)

@@ -87,17 +87,24 @@ def usage_rows(conn: sqlite3.Connection, q: UsageRows) -> list[UsageRow]:
     return [UsageRow(*row) for row in conn.execute(sql + " ORDER BY day, agent, who", params)]
 
 
+# the bucket as of now: what it held, refilled since, at most full
+_AVAILABLE = "min(:capacity, tokens + max(0, excluded.at - at) * :per_s)"
+
+
 @handles(TakeToken)
-def take_token(conn: sqlite3.Connection, op: TakeToken) -> bool:
-    # the bucket as of now: what it held, refilled since, at most full; a token taken when one is there
-    row = conn.execute(
-        "INSERT INTO rate_buckets (scope, subject, tokens, at) VALUES (?, ?, ?, ?)"
+def take_token(conn: sqlite3.Connection, op: TakeToken) -> tuple[bool, int]:
+    # a token is taken when one is there; else the refusal is counted (every SET reads the old row)
+    refused, ended = conn.execute(
+        "INSERT INTO rate_buckets (scope, subject, tokens, at) VALUES (:scope, :subject, :capacity - 1, :now)"
         " ON CONFLICT (scope, subject) DO UPDATE SET"
-        " tokens = min(?, tokens + max(0, excluded.at - at) * ?) - 1, at = max(at, excluded.at)"
-        " WHERE min(?, tokens + max(0, excluded.at - at) * ?) >= 1 RETURNING tokens",
-        (op.scope, op.subject, op.capacity - 1, op.now, op.capacity, op.per_s, op.capacity, op.per_s),
+        f" tokens = CASE WHEN {_AVAILABLE} >= 1 THEN {_AVAILABLE} - 1 ELSE tokens END,"
+        f" at = CASE WHEN {_AVAILABLE} >= 1 THEN max(at, excluded.at) ELSE at END,"
+        f" ended = CASE WHEN {_AVAILABLE} >= 1 THEN refused ELSE 0 END,"
+        f" refused = CASE WHEN {_AVAILABLE} >= 1 THEN 0 ELSE refused + 1 END"
+        " RETURNING refused, ended",
+        {"scope": op.scope, "subject": op.subject, "capacity": op.capacity, "per_s": op.per_s, "now": op.now},
     ).fetchone()
-    return row is not None
+    return (True, int(ended)) if refused == 0 else (False, int(refused))
 
 
 @handles(PersonUsage)

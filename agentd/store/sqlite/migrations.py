@@ -262,6 +262,8 @@ MIGRATIONS: Migrations = [
                 subject TEXT NOT NULL,
                 tokens REAL NOT NULL,
                 at REAL NOT NULL,
+                refused INTEGER NOT NULL DEFAULT 0,  -- events refused in a row (the streak)
+                ended INTEGER NOT NULL DEFAULT 0,  -- the streak the last token taken ended
                 PRIMARY KEY (scope, subject)
             )""",
         ),
