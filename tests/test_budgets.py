@@ -456,3 +456,20 @@ async def test_erasing_a_person_leaves_no_byte_of_their_budget_usage_or_rate_lim
         p.name for p in (tmp_path / "data").iterdir() if p.is_file() and who.encode() in p.read_bytes()
     ]
     assert holding == []
+
+
+async def test_a_channels_rate_limit_counts_everyone_in_it_and_only_it(tmp_path: Path) -> None:
+    settings = "rate_limits: [{per: channel, channel: webhook, limit: 2/minute}, {per: channel, channel: slack, limit: 1/hour}]\n"
+    daemon, client = await _daemon(tmp_path, settings, {"bot": AGENT}, ManualClock())
+    try:
+        assert (await _say(client, "one", user="ana"))["run_id"] is not None
+        assert (await _say(client, "two", user="bob", conv="c2"))["run_id"] is not None
+        third = await _say(client, "three", user="eve", conv="c3")
+        assert third["run_id"] is None and "(at most 2/minute in this channel)" in third["reply"]
+        events = (await client.get("/audit", params={"agent": "bot", "kind": "rate_limit"})).json()["events"]
+        assert [(e["action"], e["data"]) for e in events] == [
+            ("limited", {"per": "channel", "limit": "2/minute", "subject": "webhook"})
+        ]
+    finally:
+        await client.aclose()
+        await daemon.shutdown()
