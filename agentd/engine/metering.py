@@ -65,8 +65,8 @@ def serve(event: InboundEvent) -> None:
 
 class BudgetExceeded(ModelPaused):
     """A budget refused the call. `reply` says so to the person; `first` is true the first time this
-    budget's period refuses them (later refusals are not said again). Memory work waits `retry_in`
-    seconds, until the period resets."""
+    counter refuses (its row remembers it, for every daemon: later refusals are not said again). Memory
+    work waits `retry_in` seconds, until the period resets."""
 
     def __init__(
         self, reply: str, *, model: str, retry_in: float, first: bool, spec: BudgetSpec, key: SpendKey
