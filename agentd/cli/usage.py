@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 from agentd.cli.settings import settings_of
@@ -20,7 +20,7 @@ from agentd.errors import NotStored
 def cmd_usage(args: argparse.Namespace) -> int:
     settings = settings_of(args)
     until = args.until or datetime.now(UTC).date()
-    since = args.since or until - timedelta(days=29)
+    since = args.since or (until - timedelta(days=29) if (until - date.min).days >= 29 else date.min)
     if since > until:
         raise SystemExit(f"agentd: --since ({since}) is after --until ({until})")
 
