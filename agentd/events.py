@@ -59,6 +59,7 @@ COMMANDS: Mapping[str, str] = MappingProxyType(
         "whoami": "show the accounts linked into you",
         "answer": "/answer <id> <text>: answer a tool server's question",
         "decline": "/decline <id>: decline to answer a tool server's question",
+        "usage": "your own tokens and spend today and this month, and your limits",
         "help": "list these commands",
     }
 )

@@ -73,7 +73,9 @@ def field_paths(model: type[BaseModel], prefix: str = "") -> set[str]:
         paths.add(prefix + name)
         for sub in nested:
             # providers: {name: ProviderSpec}: its fields under the example provider's name
-            paths |= field_paths(sub, f"{prefix}{name}.{'groq.' if name == 'providers' else ''}")
+            # (and prices: {model: PriceSpec}: under the example's model)
+            example = {"providers": "groq.", "prices": "openai/gpt-4.1-mini."}.get(name, "")
+            paths |= field_paths(sub, f"{prefix}{name}.{example}")
     return paths
 
 
@@ -97,4 +99,7 @@ def _keys(data: dict[str, Any], prefix: tuple[str, ...] = ()) -> set[tuple[str, 
         out.add((*prefix, key))
         if isinstance(value, dict):
             out |= _keys(value, (*prefix, key))
+        if isinstance(value, list):  # budgets: [{per: ...}]: the keys of its items, under its name
+            for item in value:
+                out |= _keys(item, (*prefix, key)) if isinstance(item, dict) else set()
     return out

@@ -14,7 +14,8 @@ import pytest
 from agentd.daemon import Daemon
 from agentd.engine.linking import AccountTaken
 from agentd.events import InboundEvent
-from agentd.store.queries import AuditEvents, PersonAccounts
+from agentd.store.link_queries import PersonAccounts
+from agentd.store.queries import AuditEvents
 from tests.support import daemon_on_loopback
 
 TOKEN = "s3cret"

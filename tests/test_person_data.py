@@ -202,6 +202,8 @@ async def test_a_person_is_exported_then_erased_everywhere_across_restarts(
         assert all("ANA-SECRET" in f["value"] for f in document["agents"]["semantic"]["facts"])
         [state_dm] = [c for c in document["agents"]["state"]["conversations"] if c["conversation_key"] == DM]
         assert "ANA-SECRET" in json.dumps(state_dm["threads"][0]["memory_state"])
+        # their usage (the daemon's own store counts every agent's): every row theirs
+        assert document["usage"] and all(u["who"].endswith(f":{ANA}") for u in document["usage"])
 
         # -- erased: counts per agent, the id recorded only as a salted hash
         r = await client.delete(f"/people/{ANA}")
@@ -214,7 +216,7 @@ async def test_a_person_is_exported_then_erased_everywhere_across_restarts(
         assert is_subject(ANA, result["subject"]) and not is_subject(BOB, result["subject"])
 
         after = (await client.get(f"/people/{ANA}/export")).json()
-        assert after["agents"] == {}
+        assert after["agents"] == {} and after["usage"] == []
         assert all(v.ok for v in await verify_chains(daemon.resources)), "the chains still verify"
         assert files_holding(data, "ANA-SECRET") == [] and files_holding(data, ANA) == []
 

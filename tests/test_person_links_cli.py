@@ -11,7 +11,8 @@ from pathlib import Path
 import httpx
 
 from agentd.daemon import Daemon
-from agentd.store.queries import AuditEvents, PersonAccounts
+from agentd.store.link_queries import PersonAccounts
+from agentd.store.queries import AuditEvents
 from tests.daemon_process import DaemonProcess
 from tests.support import agentd_cli
 from tests.test_person_data import MemoryEcho, daemon_on, holding

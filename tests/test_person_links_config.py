@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from agentd.daemon import Daemon
-from agentd.store.queries import AuditEvents, People
+from agentd.store.link_queries import People
+from agentd.store.queries import AuditEvents
 from tests.test_person_data import MemoryEcho, daemon_on
 from tests.test_person_links import write_folder
 

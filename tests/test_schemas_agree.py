@@ -170,6 +170,24 @@ DAEMONS: list[tuple[str, str, bool]] = [
     ("person name with a colon", "people: {'a:b': [telegram:42]}\n", False),
     ("account without a channel", "people: {ana: ['42']}\n", False),
     ("person with no account", "people: {ana: []}\n", False),
+    (
+        "budgets and prices",
+        "prices: {openai/gpt-4.1-mini: {input: 0.4, output: 1.6}}\n"
+        "budgets:\n  - {per: person, limit: '$2/day', timezone: Europe/Lisbon}\n"
+        "  - {per: agent, agent: helpdesk, limit: '$300/month'}\n"
+        "  - {per: channel, channel: discord, limit: '2M tokens/day', on_exceed: small_model}\n",
+        True,
+    ),
+    (
+        "rate limits",
+        "rate_limits: [{per: person, limit: 20/minute}, {per: channel, channel: telegram, limit: 100/minute}]\n",
+        True,
+    ),
+    ("a budget per week", "budgets: [{per: person, limit: '$2/week'}]\n", False),
+    ("a budget per nobody", "budgets: [{per: team, limit: '$2/day'}]\n", False),
+    ("a budget's unknown exceed", "budgets: [{per: person, limit: '$2/day', on_exceed: shout}]\n", False),
+    ("a negative price", "prices: {x/y: {input: -1}}\n", False),
+    ("a rate per day", "rate_limits: [{per: person, limit: 20/day}]\n", False),
     ("beyond loopback without a token", "http: {host: 0.0.0.0}\n", False),
     ("beyond loopback with an empty token", "http: {host: example.com, token: ''}\n", False),
     ("provider name with a blank", "providers: {'my groq': {kind: openai}}\n", False),
@@ -196,6 +214,11 @@ LOADER_ONLY: list[tuple[str, str, str]] = [
     ),
     ("daemon", "embedder of an undeclared provider", "embedder: nowhere/model\n"),
     ("daemon", "an account declared for two people", "people: {ana: [telegram:42], bo: [telegram:42]}\n"),
+    (
+        "daemon",
+        "a budget's unknown time zone",
+        "budgets: [{per: person, limit: '$2/day', timezone: Mars/Olympus}]\n",
+    ),
 ]
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from agentd.cli import main
-from agentd.store.queries import People, PeopleVersion
+from agentd.store.link_queries import People, PeopleVersion
 from tests.test_person_data import MemoryEcho, daemon_on
 from tests.test_person_links import SLACK, TG, link_code, on_slack, on_telegram, say, write_folder
 

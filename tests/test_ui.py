@@ -114,7 +114,11 @@ async def test_every_value_is_escaped(ui: httpx.AsyncClient) -> None:
         ("/ui/agents/assistant/conversations/no-colon", 400, "Not a conversation key"),
         ("/ui/agents/assistant/conversations/webhook:a%20b", 400, "Not a conversation key"),
         ("/ui/audit?agent=ghost", 404, "No agent named ghost"),
-        ("/ui/audit?kind=memories", 400, "Unknown audit kind memories: expected one of auth, channel,"),
+        (
+            "/ui/audit?kind=memories",
+            400,
+            "Unknown audit kind memories: expected one of auth, budget, channel,",
+        ),
     ],
 )
 async def test_bad_pages_say_why(ui: httpx.AsyncClient, path: str, status: int, text: str) -> None:

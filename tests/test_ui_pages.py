@@ -145,12 +145,20 @@ def header_links(page: str) -> dict[str, str]:
 async def test_every_page_reloads_by_hand_or_every_few_seconds(tmp_path: Path) -> None:
     async with serving(tmp_path, {"assistant": ASSISTANT}) as (_daemon, client):
         await send(client, "assistant", "c", "remember color: blue")
-        for path in ("/ui/", "/ui/agents/assistant", PAGE, f"{PAGE}/memories/color", "/ui/audit?kind=memory"):
+        for path in (
+            "/ui/",
+            "/ui/agents/assistant",
+            PAGE,
+            f"{PAGE}/memories/color",
+            "/ui/audit?kind=memory",
+            "/ui/usage",
+        ):
             page = (await client.get(path)).text
             every = path + ("&" if "?" in path else "?") + "refresh=10"
             assert header_links(page) == {
                 "Agents": "/ui/",
                 "Audit": "/ui/audit",
+                "Usage": "/ui/usage",
                 "Refresh": path,
                 "auto-refresh every 10 s": every,
             }
@@ -161,6 +169,7 @@ async def test_every_page_reloads_by_hand_or_every_few_seconds(tmp_path: Path) -
         assert header_links(auto) == {
             "Agents": "/ui/",
             "Audit": "/ui/audit",
+            "Usage": "/ui/usage",
             "Refresh": "/ui/audit?kind=memory&refresh=5",
             "stop": "/ui/audit?kind=memory",
         }

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, get_args, get_type_hints
 
 from agentd.memory.screening import SecretScreen
-from agentd.store import link_writes, writes
+from agentd.store import budget_writes, link_writes, writes
 from agentd.store.declarations import memory_text_fields
 from agentd.store.records import LayerState, NewEpisode, RunRecord
 from agentd.store.writes import (
@@ -55,13 +55,17 @@ EXEMPT: Mapping[str, str] = {
     "UnlinkAccounts": "account ids",
     "IssueLinkCode": "a digest of a one-time code and the account it was issued to",
     "RedeemLinkCode": "a digest of a one-time code",
+    "ReserveSpend": "budget counters: budget ids, who is charged and amounts agentd computed",
+    "AddSpend": "budget counters: budget ids, who is charged and amounts agentd computed",
+    "RecordUsage": "usage counts per day, agent, person, channel, model and trigger",
+    "TakeToken": "a rate limit's bucket: its scope and whom it limits",
 }
 
 
 def write_kinds() -> list[type]:
     return [
         obj
-        for module in (writes, link_writes)
+        for module in (writes, link_writes, budget_writes)
         for obj in vars(module).values()
         if isinstance(obj, type)
         and issubclass(obj, Write)

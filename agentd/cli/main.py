@@ -11,8 +11,9 @@ import importlib
 import json
 import sys
 from collections.abc import Callable
+from datetime import date
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from agentd import __version__
 from agentd.cli.logs import LOG_FORMATS, LOG_LEVELS, configure_logging
@@ -52,6 +53,7 @@ cmd_memories = _lazy("agentd.cli.reports:cmd_memories")
 cmd_audit_verify = _lazy("agentd.cli.audit:cmd_audit_verify")
 cmd_audit_export = _lazy("agentd.cli.audit:cmd_audit_export")
 cmd_tools = _lazy("agentd.cli.tools:cmd_tools")
+cmd_usage = _lazy("agentd.cli.usage:cmd_usage")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -220,6 +222,7 @@ def build_parser() -> argparse.ArgumentParser:
     forget.add_argument("--config", type=Path, default=None)
     forget.set_defaults(func=cmd_forget_episodes)
     add_store_parser(sub)
+    add_usage_parser(sub)
     return p
 
 
@@ -228,6 +231,30 @@ def _one_name(args: argparse.Namespace) -> argparse.Namespace:
     if args.accounts and args.action not in ("link", "unlink"):
         raise AgentdError(f"person {args.action} takes one user id or name, not {' '.join(args.accounts)}")
     return args
+
+
+def add_usage_parser(sub: Any) -> None:
+    """`agentd usage` (agentd/cli/usage.py)."""
+    usage = sub.add_parser(
+        "usage", help="print tokens and spend per day (or agent, person, ...), the top people and agents"
+    )
+    usage.add_argument("--agent", default=None, help="only this agent")
+    usage.add_argument("--person", default=None, help="only this person (or account <channel>:<user id>)")
+    usage.add_argument("--channel", default=None, help="only this channel")
+    usage.add_argument(
+        "--since", type=date.fromisoformat, default=None, help="from this UTC day (YYYY-MM-DD)"
+    )
+    usage.add_argument("--until", type=date.fromisoformat, default=None, help="to this UTC day, included")
+    usage.add_argument(
+        "--group-by", choices=["day", "agent", "person", "channel", "model", "trigger"], default="day"
+    )
+    usage.add_argument("--json", action="store_true")
+    usage.add_argument(
+        "--agents", type=Path, default=Path("agents"), help="agents folder (default: ./agents)"
+    )
+    usage.add_argument("--data", type=Path, default=Path("data"), help="data folder (default: ./data)")
+    usage.add_argument("--config", type=Path, default=None)
+    usage.set_defaults(func=cmd_usage)
 
 
 def cmd_audit_any(args: argparse.Namespace) -> int:

@@ -11,6 +11,7 @@ from pydantic import ConfigDict, Field, PrivateAttr, ValidationInfo, field_valid
 from pydantic.json_schema import JsonDict
 
 from agentd.config.base import Spec
+from agentd.config.budgets import BudgetSpec, PriceSpec, RateLimitSpec
 from agentd.config.discord import DiscordSpec
 from agentd.config.media import InputKind, MediaSpec, default_input
 from agentd.config.people import DeclaredPeople, check_people
@@ -358,6 +359,10 @@ class DaemonSpec(Spec):
     @classmethod
     def _people(cls, v: dict[str, list[str]]) -> dict[str, list[str]]:
         return check_people(v)
+
+    prices: dict[str, PriceSpec] = {}  # per 1M tokens, by provider/model (agentd/config/budgets.py)
+    budgets: list[BudgetSpec] = []
+    rate_limits: list[RateLimitSpec] = []
 
     @field_validator("embedder")
     @classmethod

@@ -23,8 +23,10 @@ from typing import Any
 import uvicorn
 
 from agentd.channels.base import HttpChannel
+from agentd.clock import SYSTEM_CLOCK, Clock
 from agentd.config.loader import parse_daemon
 from agentd.config.models import DaemonSpec, is_loopback
+from agentd.daemon.budgets import metering_for
 from agentd.daemon.fleet import DRAIN_TIMEOUT, Fleet, log_startup
 from agentd.daemon.metrics import Metrics
 from agentd.daemon.observe import DaemonObserver
@@ -45,6 +47,7 @@ from agentd.engine.agent import Agent
 from agentd.engine.breakers import Breakers
 from agentd.engine.collector import collector_paused
 from agentd.engine.linking import People
+from agentd.engine.metering import Meter
 from agentd.engine.upkeep import prune_deliveries, prune_media
 from agentd.errors import OperatorError
 from agentd.http.app import create_app
@@ -89,6 +92,7 @@ class Daemon:
                 "(every request then needs Authorization: Bearer <token>), or bind to 127.0.0.1"
             )
         self.reload_interval = reload_interval
+        self.clock: Clock = SYSTEM_CLOCK  # budgets' days and rate buckets read it (tests set a ManualClock)
         self.metrics = Metrics(lambda: self.fleet.entries, lambda: self.resources.stats())
         self.resources = Resources(
             self.settings,
@@ -151,6 +155,9 @@ class Daemon:
             await stack.enter_async_context(self.resources)
             self.daemon_store = self.resources.store(DAEMON_STORE)
             await self.daemon_store.open()
+            self.resources.meter, self.resources.rate_limiter = metering_for(
+                self.settings, self.daemon_store, self.metrics, self.clock
+            )
             stack.push_async_callback(self.daemon_store.close)
             await attach_people(self.resources.people, self.daemon_store, self.settings.people, self.fleet)
             stack.push_async_callback(self.auth_failures.flush_all)  # before the store closes
@@ -326,6 +333,9 @@ class Daemon:
 
     def metrics_text(self) -> tuple[bytes, str]:
         return self.metrics.exposition()
+
+    def usage_meter(self) -> Meter | None:
+        return self.resources.meter
 
     async def query_audit(
         self, agent: str | None, kind: str | None, since: float | None, limit: int, tool: str | None = None

@@ -105,6 +105,27 @@ class Metrics:
             "Store transactions (one group commit of one agent file on the store thread; on PostgreSQL,"
             " one write batch's transaction).",
         )
+        # usage as the meter counts it (agentd/engine/metering.py); estimated="true": no reported usage
+        self.spend_tokens = counter(
+            "agentd_usage_tokens",
+            ("agent", "model", "trigger", "direction", "estimated"),
+            "Model tokens charged, by agent, model, trigger and direction (in, out).",
+        )
+        self.spend_dollars = counter(
+            "agentd_usage_cost_dollars",
+            ("agent", "model", "trigger", "estimated"),
+            "Model spend in dollars at the configured prices, by agent, model and trigger.",
+        )
+        self.budget_refusals = counter(
+            "agentd_budget_refusals",
+            ("agent", "per"),
+            "Model calls refused by a budget, by agent and budget scope.",
+        )
+        self.rate_limited = counter(
+            "agentd_rate_limited",
+            ("agent", "per"),
+            "Events dropped over a rate limit, by agent and limit scope.",
+        )
         r.register(_FleetCollector(agents))
         r.register(_HeldCollector(held))
 
@@ -125,6 +146,21 @@ class Metrics:
             self.tokens.labels(agent, "in").inc(run.input_tokens)
         if run.output_tokens:
             self.tokens.labels(agent, "out").inc(run.output_tokens)
+
+    def spent(
+        self,
+        agent: str,
+        model: str,
+        trigger: str,
+        tokens_in: int,
+        tokens_out: int,
+        micros: int,
+        estimated: bool,
+    ) -> None:
+        flag = "true" if estimated else "false"
+        self.spend_tokens.labels(agent, model, trigger, "in", flag).inc(tokens_in)
+        self.spend_tokens.labels(agent, model, trigger, "out", flag).inc(tokens_out)
+        self.spend_dollars.labels(agent, model, trigger, flag).inc(micros / 1_000_000)
 
     def model_call(self, provider: str, purpose: str, seconds: float, outcome: str) -> None:
         self.model_call_seconds.labels(provider, purpose, outcome).observe(seconds)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from agentd.daemon.resources import DAEMON_STORE, Resources
@@ -20,6 +21,7 @@ from agentd.engine.people import audit_memory_clashes
 from agentd.errors import AgentdError
 from agentd.memory.erasure import layer_erasure
 from agentd.store.base import Store, write_one
+from agentd.store.budget_queries import PersonUsage
 from agentd.store.people import subject_of
 from agentd.store.queries import PersonData
 from agentd.store.records import Linked
@@ -58,7 +60,25 @@ async def export_person(
             continue
         if holds_anything(data):
             agents[name] = data
-    return {"user_id": user_id, "exported_at": time.time(), "agents": agents, "failed": failed}
+    usage = await _usage_of(resources, own, user_id)
+    return {
+        "user_id": user_id,
+        "exported_at": time.time(),
+        "agents": agents,
+        "usage": usage,
+        "failed": failed,
+    }
+
+
+async def _usage_of(resources: Resources, own: Store | None, user_id: str) -> list[dict[str, Any]]:
+    """Their usage rows (the daemon's own store counts every agent's), each as a mapping."""
+    query = PersonUsage(user_id)
+    rows = (
+        await own.read(query)
+        if own is not None
+        else await _with_store(resources, DAEMON_STORE, lambda s: s.read(query))
+    )
+    return [asdict(row) for row in rows]
 
 
 async def erase_person(

@@ -29,8 +29,11 @@ from agentd.engine.agent import Agent
 from agentd.engine.breakers import Breakers
 from agentd.engine.hot_cache import HotBudget
 from agentd.engine.linking import People
+from agentd.engine.metered_embedder import MeteredEmbedder
+from agentd.engine.metering import Meter
 from agentd.engine.outbox import NoOutbox, Outbox
 from agentd.engine.peers import NoPeers, Peers
+from agentd.engine.rate_limits import RateLimiter
 from agentd.engine.resources import AgentResources
 from agentd.errors import OperatorError
 from agentd.providers.base import Embedder, ModelProvider
@@ -82,6 +85,9 @@ class Resources:
         # where a run resumed after an approval posts its answer: the daemon sets its fleet here
         self.outbox: Outbox = NoOutbox()
         self.people = People()  # accounts linked into people; the daemon keeps them in its own store
+        # budgets, usage and rate limits over the daemon's own store: the daemon sets them once it is open
+        self.meter: Meter | None = None
+        self.rate_limiter: RateLimiter | None = None
         self.executor: StoreExecutor | None = None
         self.postgres: PostgresBackend | None = None
         self.providers: ProviderRegistry | None = None
@@ -172,14 +178,22 @@ class Resources:
         assert self.providers is not None, "Resources used outside `async with`"
         return AgentResources(
             providers=self.providers,
-            embedder=self.embedder,
+            embedder=self._metered_embedder(),
             memory_extractor_model=self.settings.memory_extractor_model,
             hot_budget=self.hot_budget,
             peers=peers if peers is not None else NoPeers(),
             breakers=self.breakers,
             outbox=self.outbox,
             people=self.people,
+            meter=self.meter,
+            rate_limiter=self.rate_limiter,
         )
+
+    def _metered_embedder(self) -> Embedder | None:
+        """The embedder, its calls charged when the daemon has a meter (GET /usage shows them)."""
+        if self.embedder is None or self.meter is None:
+            return self.embedder
+        return MeteredEmbedder(self.embedder, self.meter, self.settings.embedder or self.embedder.id)
 
     async def store_problem(self, timeout_s: float) -> str | None:
         """Why the store cannot serve now (None: it can), fit to show anyone: for readiness."""

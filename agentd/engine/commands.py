@@ -14,7 +14,10 @@ from typing import Any
 from agentd.engine import link_commands
 from agentd.engine.command_result import Command, CommandResult
 from agentd.engine.conversation import Conversation
+from agentd.engine.metering import Served
 from agentd.engine.status import status_facts
+from agentd.engine.usage import own_usage
+from agentd.errors import ModelPaused
 from agentd.events import COMMANDS, InboundEvent, Reply
 from agentd.store.records import AuditRecord, RunRecord, StoredThread
 from agentd.store.writes import (
@@ -61,7 +64,10 @@ async def _compact(conv: Conversation, event: InboundEvent) -> CommandResult:
             "compact",
             {"result": "not_applicable", "strategy": memory.kind},
         )
-    outcome = await memory.compaction.compact(conv.ctx, conv.thread, "command")
+    try:
+        outcome = await memory.compaction.compact(conv.ctx, conv.thread, "command")
+    except ModelPaused as e:  # a budget refused the summary (or its model is paused): said, not raised
+        return CommandResult(str(e), "compact", {"result": "paused"})
     if outcome.status == "ok":
         text = f"Compacted {outcome.compacted_messages} older messages into a summary; the last two turns are kept verbatim."
     elif outcome.status == "nothing_to_compact":
@@ -175,12 +181,20 @@ def counted(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
+async def _usage(conv: Conversation, event: InboundEvent) -> CommandResult:
+    meter = conv.agent.resources.meter
+    if meter is None or event.who is None:
+        return CommandResult("Usage is counted per person: this message names nobody.", "usage")
+    return CommandResult(await own_usage(meter, conv.agent.name, Served(event.who, event.channel)), "usage")
+
+
 # what runs each of agentd.events.COMMANDS but /approve and /deny (agentd/engine/approval_commands.py)
 HANDLERS: dict[str, Command] = {
     "compact": _compact,
     "new": _new,
     "reset": _reset,
     "status": _status,
+    "usage": _usage,
     "help": _help,
     "link": link_commands.link,
     "unlink": link_commands.unlink,

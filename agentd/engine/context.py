@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentd.config.models import AgentSpec
+from agentd.engine.metering import metered
 from agentd.engine.model_chain import Fallback, call_chain
 from agentd.engine.resources import AgentResources
 from agentd.errors import OperatorError, ProviderError
@@ -108,22 +109,31 @@ class AgentContext:
         try:
             # a model that keeps failing is not called again until its pause ends (ModelPaused);
             # the agent's small model (or main model) falls back along its chain
-            completion, run.model = await call_chain(
-                self._chain_of(model_ref),
-                CompletionRequest(
-                    model=model_ref,
-                    system=system,
-                    messages=messages,
-                    purpose=purpose,
-                    temperature=limits.temperature,
-                    max_output_tokens=limits.max_output_tokens,
-                    stop=limits.stop,
+            request = CompletionRequest(
+                model=model_ref,
+                system=system,
+                messages=messages,
+                purpose=purpose,
+                temperature=limits.temperature,
+                max_output_tokens=limits.max_output_tokens,
+                stop=limits.stop,
+            )
+            model = self._spec().model
+            completion, run.model = await metered(
+                self._resources.meter,
+                self.agent,
+                (self._chain_of(model_ref), model.small_chain if model.small else None),
+                request,
+                lambda chain: call_chain(
+                    chain,
+                    request,
+                    providers=self._resources.providers,
+                    breakers=self._resources.breakers,
+                    call=lambda provider, request: provider.complete(request),
+                    on_fallback=fallbacks.append,
+                    pause_last=True,
                 ),
-                providers=self._resources.providers,
-                breakers=self._resources.breakers,
-                call=lambda provider, request: provider.complete(request),
-                on_fallback=fallbacks.append,
-                pause_last=True,
+                trigger,
             )
         except (ProviderError, OperatorError) as e:
             run.status, run.error = "error", str(e)

@@ -26,9 +26,12 @@ from agentd.engine.conversation import Conversation
 from agentd.engine.elicitations import Elicitations, is_elicitation_command
 from agentd.engine.lifecycle import Lifecycle
 from agentd.engine.mcp_sampling import McpSampling
+from agentd.engine.metering import serve
 from agentd.engine.pausing import TurnResult
 from agentd.engine.progress import Decision, TurnProgress
+from agentd.engine.rate_limits import audit_rows
 from agentd.engine.state import RECENT_EVENTS, AgentState
+from agentd.engine.subagents import CHANNEL as SUBAGENT_CHANNEL
 from agentd.engine.turn import TurnOptions, run_turn
 from agentd.errors import ModelPaused, StoreError
 from agentd.events import InboundEvent, Reply
@@ -58,6 +61,10 @@ class EventHandler:
         try:
             if event.event_id is not None and await self._is_duplicate(event):
                 return Reply(text="", conversation_key=event.conversation_key, duplicate=True)
+            if event.channel != SUBAGENT_CHANNEL:  # a sub-agent call is charged to whom its parent serves
+                serve(event)
+                if (refused := await self._over_rate(event)) is not None:
+                    return refused
             if is_approval_command(event.text):
                 return await answer_approval(self.approvals, event)
             if is_elicitation_command(event.text):  # like an approval: never behind the waiting run
@@ -70,6 +77,17 @@ class EventHandler:
             if event.event_id is not None:
                 self._state.recent_events.pop((event.channel, event.event_id), None)
             raise
+
+    async def _over_rate(self, event: InboundEvent) -> Reply | None:
+        """The reply to an event over a rate limit (not queued: dropped), else None (it goes on)."""
+        limiter = self._state.resources.rate_limiter
+        if limiter is None:
+            return None
+        limited, ended = await limiter.admit(self._state.name, event)
+        if limited is not None and limited.audit is not None:
+            ended.append(limited.audit)
+        await audit_rows(self._state.store, self._state.name, ended, limiter.clock.time())
+        return None if limited is None else Reply(text=limited.reply, conversation_key=event.conversation_key)
 
     async def _run(
         self, event: InboundEvent, spec: AgentSpec, options: TurnOptions, parent_run_id: str | None

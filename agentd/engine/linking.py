@@ -24,6 +24,8 @@ from agentd.clock import SYSTEM_CLOCK, Clock
 from agentd.config.people import ACCOUNT_FORM, PERSON_NAME_FORM, is_account, is_person_name
 from agentd.events import InboundEvent
 from agentd.store.base import Store, write_one
+from agentd.store.link_queries import LinkedBy, PeopleVersion, PersonAccounts, PersonOf
+from agentd.store.link_queries import People as AllPeople
 from agentd.store.link_writes import (
     AlreadyLinked,
     IssueLinkCode,
@@ -31,8 +33,6 @@ from agentd.store.link_writes import (
     RedeemLinkCode,
     UnlinkAccounts,
 )
-from agentd.store.queries import LinkedBy, PeopleVersion, PersonAccounts, PersonOf
-from agentd.store.queries import People as AllPeople
 from agentd.store.records import AuditRecord, Linked
 from agentd.store.writes import AppendAudit, Write
 

@@ -12,8 +12,10 @@ from dataclasses import dataclass, field
 from agentd.engine.breakers import Breakers
 from agentd.engine.hot_cache import HotBudget
 from agentd.engine.linking import People
+from agentd.engine.metering import Meter
 from agentd.engine.outbox import NoOutbox, Outbox
 from agentd.engine.peers import NoPeers, Peers
+from agentd.engine.rate_limits import RateLimiter
 from agentd.providers.base import Embedder
 from agentd.providers.registry import ProviderRegistry
 
@@ -33,3 +35,5 @@ class AgentResources:
     breakers: Breakers = field(default_factory=Breakers)  # per memory model, daemon-wide
     outbox: Outbox = field(default_factory=NoOutbox)  # posts into conversations outside a reply
     people: People = field(default_factory=People)  # accounts linked into people, daemon-wide
+    meter: Meter | None = None  # budgets and usage (agentd.engine.metering); None: calls are not counted
+    rate_limiter: RateLimiter | None = None  # rate_limits: (agentd.engine.rate_limits); None: no limits

@@ -23,6 +23,7 @@ from typing import Any
 from agentd.engine.conversation import Conversation
 from agentd.engine.media import Intake, take_media
 from agentd.engine.media_replay import images_for
+from agentd.engine.metering import BudgetExceeded, metered
 from agentd.engine.model_chain import Fallback, call_chain
 from agentd.engine.overflow import MessageTooLarge, OverflowGuard
 from agentd.engine.pausing import TurnResult, pause_run
@@ -252,6 +253,17 @@ async def _drive(
                 step_sink.restart()
             reply_text = f"Sorry, I could not reach the model just now ({e}). {kept}; please try again."
         log.warning("agent %s run %s failed: %s", state.name, run.id, e)
+    except BudgetExceeded as e:
+        # said once per budget and period: the messages after it are stored, not answered again
+        run.status, run.error, error = "error", str(e), "budget"
+        reply_text = e.reply if e.first else ""
+        if step_sink is not None:
+            step_sink.restart()
+        if e.first:
+            progress.audit.append(
+                AuditRecord("budget", "refused", event.conversation_key, run.id, e.audit_data())
+            )
+        log.info("agent %s run %s: %s", state.name, run.id, e)
     except MessageTooLarge as e:
         # told plainly; the message is stored with the run (the next turn compacts it away)
         run.status, run.error, error = "error", str(e), "too_large"
@@ -294,15 +306,22 @@ class ModelChain:
         self._seen: set[tuple[str, str]] = set()
 
     async def call(self, request: CompletionRequest) -> Completion:
-        resources = self._conv.agent.resources
-        completion, ref = await call_chain(
-            self._conv.spec.model.chain,
+        resources, model = self._conv.agent.resources, self._conv.spec.model
+        completion, ref = await metered(
+            resources.meter,
+            self._conv.agent.name,
+            (model.chain, model.small_chain if model.small else None),
             request,
-            providers=resources.providers,
-            breakers=resources.breakers,
-            call=self._call,
-            on_fallback=self._fell_back,
-            shown=lambda: self._sink is not None and self._sink.showing,
+            lambda chain: call_chain(
+                chain,
+                request,
+                providers=resources.providers,
+                breakers=resources.breakers,
+                call=self._call,
+                on_fallback=self._fell_back,
+                shown=lambda: self._sink is not None and self._sink.showing,
+            ),
+            self._run.trigger,  # a scheduled run's calls count as `schedule`, a message's as `message`
         )
         self._run.model = ref
         return completion

@@ -52,6 +52,7 @@ from agentd.http.responses_api import add_responses_routes
 from agentd.http.streaming import TurnStream, reply_events
 from agentd.http.tools_routes import add_tool_routes
 from agentd.http.ui import add_ui_routes
+from agentd.http.usage import add_usage_routes
 from agentd.http.webhook_in import read_message
 
 READY_503 = "Not ready: the store does not answer, the agents are still loading, or the daemon is stopping"
@@ -204,6 +205,7 @@ def create_app(directory: AgentDirectory) -> FastAPI:
     add_read_routes(app, directory, protected)
     add_delete_routes(app, directory, protected)
     add_people_routes(app, directory, protected)
+    add_usage_routes(app, directory, protected)
 
     async def platform(request: Request) -> Any:
         handler = directory.platform_endpoint(request.url.path)

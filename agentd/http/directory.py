@@ -9,6 +9,7 @@ from fastapi import Request
 
 from agentd.engine.agent import Agent
 from agentd.engine.linking import People
+from agentd.engine.metering import Meter
 
 
 class AgentDirectory(Protocol):
@@ -70,4 +71,8 @@ class AgentDirectory(Protocol):
 
     def metrics_text(self) -> tuple[bytes, str]:
         """GET /metrics: the Prometheus exposition and its content type."""
+        ...
+
+    def usage_meter(self) -> Meter | None:
+        """The daemon's meter (GET /usage, the usage page); None until its store is open."""
         ...

@@ -240,6 +240,10 @@ class ErasureSteps(Protocol):
 
     def drop_approvals(self, ids: Sequence[str]) -> None: ...
 
+    def drop_usage(self, user_id: str) -> dict[str, int]:
+        """Their usage rows, budget counters and rate buckets (the id alone, or as any channel's account)."""
+        ...
+
     def drop_partition(self, partition: str) -> dict[str, int]:
         """Delete the person's persistent memories, facts and episodes (their indexes with them)."""
         ...
@@ -271,6 +275,7 @@ def erase(steps: ErasureSteps, op: ErasePerson) -> dict[str, int]:
     counts["approvals"] = len(approvals)
     counts.update(steps.drop_partition(partition_of(user)))
     counts["media"] = steps.drop_media(user, theirs)
+    counts.update(steps.drop_usage(user))
     events = steps.events_naming(user, theirs)
     for event in events:
         steps.rewrite_event(event["seq"], erase_fields(event, event["erase"]))

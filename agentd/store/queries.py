@@ -19,7 +19,6 @@ from agentd.store.records import (
     Fact,
     KeywordHit,
     LayerState,
-    Linked,
     StoredMessage,
     StoredThread,
     StoredVector,
@@ -338,37 +337,3 @@ class ConversationPartitions(Query[list[str]]):
     """The partitions episodes of one conversation went to (one per person who spoke there)."""
 
     conversation_key: str
-
-
-# -- people: accounts linked into one person (kept in the daemon's own store) ------------------
-
-
-@dataclass(frozen=True, slots=True)
-class PersonOf(Query[Linked | None]):
-    """The person an account is linked into, with all of their accounts (None: not linked)."""
-
-    account: str
-
-
-@dataclass(frozen=True, slots=True)
-class PersonAccounts(Query[Linked | None]):
-    """A person by name, with all of their accounts (None: no such person)."""
-
-    person: str
-
-
-@dataclass(frozen=True, slots=True)
-class People(Query[list[Linked]]):
-    """Every person with linked accounts, by name."""
-
-
-@dataclass(frozen=True, slots=True)
-class LinkedBy(Query[list[Linked]]):
-    """Every person's accounts that were linked by `source` (config: agentd.yaml's `people:`), by name."""
-
-    source: str
-
-
-@dataclass(frozen=True, slots=True)
-class PeopleVersion(Query[int]):
-    """A number every link and unlink moves: a cache of links is current while it stays."""

@@ -101,6 +101,7 @@ RUN_ROW = RowShape(RunRecord, flags=("tokens_estimated",))
 # Every kind of audit event agentd writes: `GET /audit?kind=` and the audit page refuse any other.
 AUDIT_KINDS = (
     "auth",
+    "budget",
     "channel",
     "command",
     "compaction",
@@ -112,6 +113,7 @@ AUDIT_KINDS = (
     "memory",
     "permission",
     "person",
+    "rate_limit",
     "summary",
     "tool",
 )

@@ -353,6 +353,3 @@ class ErasePerson(Write[dict[str, int]]):
     drop_layer_keys: Sequence[str] = ()
     record: Mapping[str, Any] | None = None
     daemon: str | None = None  # stamped on its audit row by the store that writes it
-
-
-# -- people: accounts linked into one person (the daemon's own store) --------------------------

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from agentd.daemon import Daemon
-from agentd.store.queries import AuditEvents, PersonOf
+from agentd.store.link_queries import PersonOf
+from agentd.store.queries import AuditEvents
 from testkit.clock import ManualClock
 from testkit.fake_slack import FakeSlack
 from testkit.fake_telegram import FakeTelegram

@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
+from agentd.engine.usage import money, report
 from agentd.events import is_conversation_key
 from agentd.http.ui.access import check_access
 from agentd.http.ui.paging import AUDIT_PAGE, audit_href, audit_page_number, audit_page_of
 from agentd.http.ui.persistent import persistent_keys, whose
 from agentd.http.ui.render import HEADERS, Problem, auto_refresh, reload_links, render, render_problem
 from agentd.http.ui.thumbs import thumbnail
+from agentd.http.ui.usage_chart import spend_chart
 from agentd.http.ui.views import agent_path, conversation_path
 from agentd.store.records import AUDIT_KINDS
 
@@ -28,7 +31,7 @@ Handler = Callable[..., Awaitable[Page]]
 
 def add_ui_routes(app: FastAPI, directory: AgentDirectory) -> None:
     """Adds GET /ui/, /ui/agents/{agent}, /ui/agents/{agent}/conversations/{key} (and …/memories/{name}
-    for one persistent value) and /ui/audit."""
+    for one persistent value), /ui/audit and /ui/usage."""
 
     def page(path: str) -> Callable[[Handler], Handler]:
         def register(handler: Handler) -> Handler:
@@ -67,6 +70,16 @@ def add_ui_routes(app: FastAPI, directory: AgentDirectory) -> None:
 
     def described(agent: str) -> dict[str, Any]:
         return next((a for a in directory.describe_agents() if a["name"] == agent), {})
+
+    @page("/ui/usage")
+    async def usage_page(request: Request) -> Page:
+        meter = directory.usage_meter()
+        if meter is None:
+            raise Problem(503, "Unavailable", "The daemon is not counting usage yet (starting).")
+        until = datetime.fromtimestamp(meter.clock.time(), UTC).date()
+        found = await report(meter, until - timedelta(days=29), until)
+        chart = spend_chart(found["groups"], found["since"], found["until"])
+        return "usage.html", {"report": found, "chart": chart, "money": money, "api": ["/usage"]}
 
     @page("/ui/")
     async def agents_page(request: Request) -> Page:

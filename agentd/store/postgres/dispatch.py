@@ -11,6 +11,7 @@ from typing import Any
 from agentd.store.postgres import (
     approvals,
     audit,
+    budgets,
     deliveries,
     episode_reads,
     episodes,
@@ -41,6 +42,7 @@ MODULES = (
     memory_state,
     people,
     links,
+    budgets,
 )
 __all__ = ["HANDLERS", "MODULES", "Cx", "apply", "one_statement", "reads_midway", "resolve"]
 

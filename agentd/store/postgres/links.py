@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from agentd.store.link_queries import LinkedBy, People, PeopleVersion, PersonAccounts, PersonOf
 from agentd.store.link_writes import (
     AlreadyLinked,
     IssueLinkCode,
@@ -17,7 +18,6 @@ from agentd.store.link_writes import (
     UnlinkAccounts,
 )
 from agentd.store.postgres.handlers import Cx, Later, handles
-from agentd.store.queries import LinkedBy, People, PeopleVersion, PersonAccounts, PersonOf
 from agentd.store.records import Linked, RedeemedCode
 
 _BUMP = "UPDATE people_version SET version = version + 1 WHERE id = 1"

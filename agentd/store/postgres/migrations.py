@@ -18,6 +18,7 @@ import psycopg
 
 from agentd.errors import NewerSchema, StoreError
 from agentd.store.postgres.audit import seal_unchained
+from agentd.store.postgres.budget_sql import BUDGETS
 from agentd.store.postgres.claim_fence_sql import FENCE_STATEMENTS
 from agentd.store.postgres.claim_sql import CLAIM_STATEMENTS, CLAIM_TAIL_STATEMENTS
 from agentd.store.postgres.connection import SCHEMA, Pooler
@@ -308,6 +309,7 @@ MIGRATIONS: Migrations = [
     ("0007_claim_fences", FENCE_STATEMENTS),
     ("0009_person_links", PERSON_LINKS),
     ("0011_media", MEDIA),
+    ("0010_budgets", BUDGETS),
 ]
 
 

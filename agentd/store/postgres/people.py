@@ -271,6 +271,25 @@ class PostgresErasure:
     def drop_approvals(self, ids: Sequence[str]) -> None:
         self.cx.run("DELETE FROM approvals WHERE agent_id = %s AND id = ANY(%s)", (self.agent, list(ids)))
 
+    def drop_usage(self, user_id: str) -> dict[str, int]:
+        # "<channel>:<user id>" is an account of theirs on any channel
+        mine = "({col} = %s OR substr({col}, strpos({col}, ':') + 1) = %s)"
+        return {
+            "usage_rows": self._count(
+                f"DELETE FROM usage_days WHERE agent_id = %s AND {mine.format(col='who')}", user_id, user_id
+            ),
+            "budget_counters": self._count(
+                f"DELETE FROM budget_spend WHERE agent_id = %s AND {mine.format(col='subject')}",
+                user_id,
+                user_id,
+            ),
+            "rate_buckets": self._count(
+                f"DELETE FROM rate_buckets WHERE agent_id = %s AND {mine.format(col='subject')}",
+                user_id,
+                user_id,
+            ),
+        }
+
     def drop_partition(self, partition: str) -> dict[str, int]:
         counts = {
             "memories": self._count("DELETE FROM memories WHERE agent_id = %s AND scope = %s", partition),

@@ -10,6 +10,7 @@ from typing import Any
 from agentd.store.sqlite import (
     approvals,
     audit,
+    budgets,
     deliveries,
     episode_reads,
     episodes,
@@ -40,6 +41,7 @@ MODULES = (
     memory_state,
     people,
     links,
+    budgets,
 )
 __all__ = ["HANDLERS", "MODULES", "apply"]
 

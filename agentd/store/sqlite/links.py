@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterable
 
+from agentd.store.link_queries import LinkedBy, People, PeopleVersion, PersonAccounts, PersonOf
 from agentd.store.link_writes import (
     AlreadyLinked,
     IssueLinkCode,
@@ -12,7 +13,6 @@ from agentd.store.link_writes import (
     RedeemLinkCode,
     UnlinkAccounts,
 )
-from agentd.store.queries import LinkedBy, People, PeopleVersion, PersonAccounts, PersonOf
 from agentd.store.records import Linked, RedeemedCode
 from agentd.store.sqlite.handlers import handles
 

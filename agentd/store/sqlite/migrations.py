@@ -272,6 +272,45 @@ MIGRATIONS: Migrations = [
             "CREATE INDEX media_by_age ON media(created_at)",
         ),
     ),
+    (
+        "0009_budgets",
+        (
+            # Budgets' counters, usage per day and rate limits' buckets: written in the daemon's own
+            # file (_daemon.sqlite), which every agent of the folder charges (agentd/engine/metering.py).
+            """CREATE TABLE budget_spend (
+                budget TEXT NOT NULL,
+                subject TEXT NOT NULL,
+                period TEXT NOT NULL,
+                used INTEGER NOT NULL DEFAULT 0,
+                told INTEGER NOT NULL DEFAULT 0,  -- the refusal was said (once per counter)
+                PRIMARY KEY (budget, subject, period)
+            )""",
+            """CREATE TABLE usage_days (
+                day TEXT NOT NULL,
+                agent TEXT NOT NULL,
+                who TEXT NOT NULL,
+                channel TEXT NOT NULL,
+                model TEXT NOT NULL,
+                trigger TEXT NOT NULL,
+                calls INTEGER NOT NULL DEFAULT 0,
+                estimated_calls INTEGER NOT NULL DEFAULT 0,
+                input_tokens INTEGER NOT NULL DEFAULT 0,
+                output_tokens INTEGER NOT NULL DEFAULT 0,
+                cost_micros INTEGER NOT NULL DEFAULT 0,
+                PRIMARY KEY (day, agent, who, channel, model, trigger)
+            )""",
+            "CREATE INDEX usage_by_who ON usage_days(who, day)",
+            """CREATE TABLE rate_buckets (
+                scope TEXT NOT NULL,
+                subject TEXT NOT NULL,
+                tokens REAL NOT NULL,
+                at REAL NOT NULL,
+                refused INTEGER NOT NULL DEFAULT 0,  -- events refused in a row (the streak)
+                ended INTEGER NOT NULL DEFAULT 0,  -- the streak the last token taken ended
+                PRIMARY KEY (scope, subject)
+            )""",
+        ),
+    ),
 ]
 
 

@@ -237,6 +237,21 @@ class SqliteErasure:
     def drop_approvals(self, ids: Sequence[str]) -> None:
         self.conn.executemany("DELETE FROM approvals WHERE id = ?", [(i,) for i in ids])
 
+    def drop_usage(self, user_id: str) -> dict[str, int]:
+        # "<channel>:<user id>" is an account of theirs on any channel
+        mine = "{col} = ? OR substr({col}, instr({col}, ':') + 1) = ?"
+        return {
+            "usage_rows": self._count(
+                f"DELETE FROM usage_days WHERE {mine.format(col='who')}", user_id, user_id
+            ),
+            "budget_counters": self._count(
+                f"DELETE FROM budget_spend WHERE {mine.format(col='subject')}", user_id, user_id
+            ),
+            "rate_buckets": self._count(
+                f"DELETE FROM rate_buckets WHERE {mine.format(col='subject')}", user_id, user_id
+            ),
+        }
+
     def drop_partition(self, partition: str) -> dict[str, int]:
         counts = {
             "memories": self._count("DELETE FROM memories WHERE scope = ?", partition),
