@@ -52,6 +52,8 @@ COMMANDS: Mapping[str, str] = MappingProxyType(
         "new": "archive this conversation's thread and start a fresh one",
         "reset": "delete this conversation's transcript",
         "status": "show the agent, model, context size, totals and approvals waiting",
+        "stop": "stop the run under way now (the model call and tool calls in flight)",
+        "model": "/model shows this conversation's model; /model <name> switches among models_allowed",
         "approve": "/approve <id>: let a tool call that waits for approval run",
         "deny": "/deny <id>: refuse a tool call that waits for approval",
         "help": "list these commands",

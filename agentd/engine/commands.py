@@ -1,4 +1,4 @@
-"""The history commands every channel understands: /compact /new /reset /status /help.
+"""The commands every channel understands: /compact /new /reset /status /stop /model /help.
 
 Each command is recorded as a run (trigger `command`) and an audit event,
 committed together with what it changed.
@@ -14,7 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentd.engine.conversation import Conversation
+from agentd.engine.model_command import switch_model
 from agentd.engine.status import status_facts
+from agentd.engine.stopping import BY_COMMAND, Stop, stop_and_wait
 from agentd.events import COMMANDS, InboundEvent, Reply
 from agentd.store.records import AuditRecord, RunRecord, StoredThread
 from agentd.store.writes import (
@@ -185,6 +187,19 @@ async def _status(conv: Conversation, event: InboundEvent) -> CommandResult:
     return CommandResult("\n".join(lines), "status")
 
 
+async def _stop(conv: Conversation, event: InboundEvent) -> CommandResult:
+    running = await stop_and_wait(conv.agent.stops, conv.key, Stop(BY_COMMAND, by=event.who))
+    if running is None:
+        return CommandResult(
+            "Nothing is running in this conversation.", "stop", {"result": "nothing_running"}
+        )
+    return CommandResult(
+        "Stopped. Your message is saved; send the next one.",
+        "stop",
+        {"result": "stopped", "stopped_run": running.run_id},
+    )
+
+
 def counted(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
@@ -195,6 +210,8 @@ HANDLERS: dict[str, Command] = {
     "new": _new,
     "reset": _reset,
     "status": _status,
+    "stop": _stop,
+    "model": switch_model,
     "help": _help,
 }
 

@@ -14,12 +14,14 @@ so is `/status` while the conversation waits, so neither queues behind it.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 
 from agentd.config.models import AgentSpec
 from agentd.engine.approval_commands import answer_approval, is_approval_command
 from agentd.engine.approvals import Approvals
+from agentd.engine.collecting import Collected, Collecting
 from agentd.engine.commands import command_name, is_command, run_command
 from agentd.engine.conversation import Conversation
 from agentd.engine.lifecycle import Lifecycle
@@ -42,6 +44,7 @@ class EventHandler:
         self._state = state
         self._lifecycle = lifecycle
         self._waiting: set[str] = set()  # conversations with after-run work queued beside them
+        self._collecting = Collecting()  # busy: collect — messages waiting to be answered together
         self.approvals = Approvals(state, lifecycle, self._resume)
 
     async def handle(self, event: InboundEvent, options: TurnOptions, parent_run_id: str | None) -> Reply:
@@ -53,8 +56,11 @@ class EventHandler:
                 return Reply(text="", conversation_key=event.conversation_key, duplicate=True)
             if is_approval_command(event.text):
                 return await answer_approval(self.approvals, event)
-            if command_name(event.text) == "status" and self.approvals.pending_in(event.conversation_key):
-                return await self._status_now(event, spec)
+            name = command_name(event.text)
+            if name == "stop" or (name == "status" and self.approvals.pending_in(event.conversation_key)):
+                return await self._command_now(event, spec)  # /stop overtakes the turn it stops
+            if spec.busy == "collect" and name is None and self._state.locks.held(event.conversation_key):
+                return await self._collect(event, spec, options, parent_run_id)
             return await self._run(event, spec, options, parent_run_id)
         except BaseException:
             # not answered (say, its file could not be opened): a redelivery must be answered
@@ -62,12 +68,35 @@ class EventHandler:
                 self._state.recent_events.pop((event.channel, event.event_id), None)
             raise
 
-    async def _run(
+    async def _collect(
         self, event: InboundEvent, spec: AgentSpec, options: TurnOptions, parent_run_id: str | None
+    ) -> Reply:
+        """busy: collect — a message that arrives while its conversation's turn runs joins the next
+        turn: the first such message leads (runs the turn), the rest get its reply."""
+        batch = self._collecting.join(event)
+        if batch.events[0] is not event:
+            return await asyncio.shield(batch.reply)
+        try:
+            reply = await self._run(event, spec, options, parent_run_id, batch)
+        except BaseException as e:
+            batch.fail(e)
+            raise
+        batch.reply.set_result(reply)
+        return reply
+
+    async def _run(
+        self,
+        event: InboundEvent,
+        spec: AgentSpec,
+        options: TurnOptions,
+        parent_run_id: str | None,
+        batch: Collected | None = None,
     ) -> Reply:
         state, key = self._state, event.conversation_key
         with self._lifecycle.busy():
             release = await self._take(key)
+            # the messages collected while the turn before ran: from here on, new ones wait for the next
+            also = self._collecting.close(key, batch)
             paused = False
             try:
                 async with state.store.claim(key, known=state.threads.known(key)) as claim:
@@ -85,8 +114,13 @@ class EventHandler:
                     if is_command(event.text):
                         reply = await run_command(conv, event)
                     else:
-                        result = await run_turn(conv, event, options, parent_run_id=parent_run_id)
+                        async with state.stops.running(key, spec.max_run_s):
+                            result = await run_turn(
+                                conv, event, options, parent_run_id=parent_run_id, also=also
+                            )
                         reply = result.reply
+                        if reply.error == "stopped":
+                            state.threads.forget(key)  # a stop may have cut a compaction short: read it again
                         if result.paused is not None:
                             # the paused run keeps the conversation until a person decides
                             self.approvals.hold(result.paused, release)
@@ -120,14 +154,16 @@ class EventHandler:
         await state.tool_servers.wait_ready(RESUME_WAIT_S)
         async with state.store.claim(key, known=state.threads.known(key)) as claim:
             conv = await Conversation.open(state, key, claim, spec=spec)
-            result = await run_turn(conv, progress.event, resume=(progress, decision))
+            async with state.stops.running(key, spec.max_run_s):
+                result = await run_turn(conv, progress.event, resume=(progress, decision))
             await state.trim(key, conv.memory)
         if result.paused is None and conv.memory.settle_due(conv.thread):
             self._after_run(key, conv.memory, result.reply.run_id)
         return result
 
-    async def _status_now(self, event: InboundEvent, spec: AgentSpec) -> Reply:
-        """/status while the conversation waits for an approval: answered at once, not in order."""
+    async def _command_now(self, event: InboundEvent, spec: AgentSpec) -> Reply:
+        """A command answered at once, not in order: /stop (it stops the turn the conversation is
+        running), /status while the conversation waits for an approval."""
         conv = await Conversation.open(self._state, event.conversation_key, spec=spec)
         return await run_command(conv, event)
 

@@ -48,6 +48,8 @@ class TurnProgress:
     steps: int = 0
     batch: ToolBatch | None = None  # the calls being answered when the run paused
     audit: list[AuditRecord] = field(default_factory=list)  # not committed yet
+    # busy: collect — the other messages this run answers, whose deliveries its commit records
+    delivered: list[InboundEvent] = field(default_factory=list)
 
     def to_state(self) -> dict[str, Any]:
         e = self.event

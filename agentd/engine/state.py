@@ -15,6 +15,7 @@ from agentd.config.models import AgentSpec
 from agentd.engine.context import AgentContext
 from agentd.engine.conversations import ConversationLocks, HotThreads
 from agentd.engine.resources import AgentResources
+from agentd.engine.stopping import RunStops
 from agentd.engine.subagents import slot_override, subagent_tools
 from agentd.engine.tools import memory_tools
 from agentd.memory.base import Memory
@@ -55,6 +56,7 @@ class AgentState:
         self.recent_events: OrderedDict[tuple[str, str], None] = OrderedDict()
         # runs paused for a person's approval, by approval id (kept by agentd.engine.approvals)
         self.waiting_approvals: dict[str, ApprovalRecord] = {}
+        self.stops = RunStops()  # the turns running now, for /stop and max_run_s
         self._memories: dict[tuple[int, int], tuple[AgentSpec, Any, Memory]] = {}
         self._tools: tuple[AgentSpec, list[Tool]] | None = None
 

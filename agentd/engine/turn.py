@@ -14,9 +14,11 @@ commit happens at the end, as for any run.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -26,6 +28,7 @@ from agentd.engine.overflow import MessageTooLarge, OverflowGuard
 from agentd.engine.pausing import TurnResult, pause_run
 from agentd.engine.progress import Decision, ToolBatch, TurnProgress
 from agentd.engine.prompt import Prompt, build_prompt, build_system
+from agentd.engine.stopping import stopped_turn
 from agentd.engine.streaming import StepSink, call_model
 from agentd.engine.subagents import CHANNEL as SUBAGENT_CHANNEL
 from agentd.engine.tool_gate import ToolGate
@@ -37,7 +40,7 @@ from agentd.messages import Message, ToolResultPart, estimate_tokens
 from agentd.providers.base import Completion, CompletionRequest, ModelProvider
 from agentd.run_context import current_run
 from agentd.store.records import AuditRecord, RunRecord, StoredMessage
-from agentd.store.writes import AppendAudit, CloseApproval, CommitTurn, Delivery, Write
+from agentd.store.writes import AppendAudit, CloseApproval, CommitTurn, Delivery, RecordDelivery, Write
 from agentd.tools.base import ToolCall
 
 log = logging.getLogger(__name__)
@@ -78,12 +81,14 @@ async def run_turn(
     *,
     parent_run_id: str | None = None,
     resume: tuple[TurnProgress, Decision] | None = None,
+    also: Sequence[InboundEvent] = (),
 ) -> TurnResult:
     """A message turn. `options.sink` hears the reply as it is written; `options.instructions` are
     appended to the system prompt of this turn only (an API client's own system messages);
     `options.can_ask` False: a call that needs a person's approval is refused (nobody could be
     asked). With `resume`, a paused run goes on from its progress: the call that waited is answered
-    with the decision, then the run continues as any turn."""
+    with the decision, then the run continues as any turn. `also`: messages collected after `event`
+    (busy: collect), each stored as sent and answered by this one turn."""
     if event.channel == SUBAGENT_CHANNEL:
         options = replace(options, can_ask=False)  # a sub-agent call has no person to ask
     if resume is not None:
@@ -100,7 +105,10 @@ async def run_turn(
         thread_id=conv.thread.id,
         parent_run_id=parent_run_id,
     )
-    progress = TurnProgress(event, run, [Message.user(event.text, event.user_id, event.sent_at)])
+    said = [Message.user(e.text, e.user_id, e.sent_at) for e in (event, *also)]
+    if also:  # the model and the memory read them together
+        event = replace(event, text="\n\n".join(e.text for e in (event, *also)))
+    progress = TurnProgress(event, run, said, delivered=[e for e in also if e.event_id is not None])
     return await _drive(conv, progress, None, options)
 
 
@@ -124,6 +132,7 @@ async def _drive(
     reply_text = ""
     error: str | None = None
     cut_short = False
+    running = state.stops.watch(event.conversation_key, run.id)  # /stop and max_run_s cancel it
     try:
         if progress.batch is not None:
             if decision is not None:
@@ -236,6 +245,11 @@ async def _drive(
                 step_sink.restart()
             reply_text = f"Sorry, I could not reach the model just now ({e}). {kept}; please try again."
         log.warning("agent %s run %s failed: %s", state.name, run.id, e)
+    except asyncio.CancelledError:
+        if (stop := running.caught()) is None:
+            raise  # not a stop: the daemon is shutting down
+        reply_text, error = stopped_turn(progress, step_sink, stop), "stopped"
+        log.info("agent %s run %s stopped (%s)", state.name, run.id, stop.reason)
     except MessageTooLarge as e:
         # told plainly; the message is stored with the run (the next turn compacts it away)
         run.status, run.error, error = "error", str(e), "too_large"
@@ -245,6 +259,7 @@ async def _drive(
         log.warning("agent %s run %s: %s", state.name, run.id, e)
     if not reply_text and error is None:
         reply_text = "(the model returned an empty reply)"
+    running.committing()
     run.duration_ms = (time.time() - run.started_at) * 1000
     closing = decision.approval if decision is not None else None
     await _commit(conv, progress, closing)
@@ -334,6 +349,10 @@ async def _commit(conv: Conversation, progress: TurnProgress, closing: str | Non
     )
     now = time.time()
     ops: list[Write[Any]] = [CommitTurn(event.conversation_key, thread.id, stored, run, usage, delivery, now)]
+    ops += [
+        RecordDelivery(Delivery(e.channel, e.event_id or "", e.conversation_key), run.id, now)
+        for e in progress.delivered
+    ]
     if audit or audits:
         ops.append(AppendAudit(conv.agent.name, [*audit, *audits], now))
     if closing is not None:

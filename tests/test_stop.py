@@ -1,0 +1,137 @@
+"""/stop and max_run_s (issue 19, section 3): a person stops the running turn, over real HTTP to the
+fake model servers (scripted to be slow), and what is stored afterwards is checked.
+
+The stopped run keeps the person's message, stores nothing the model had not finished (a streamed
+reply only as far as it was shown, marked stopped), is audited, and the next message is answered
+at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from agentd.engine.agent import Agent
+from agentd.events import InboundEvent, Reply
+from agentd.store.queries import ActiveThread
+from testkit.clock import ManualClock
+from testkit.fake_llm import FakeLLM
+from testkit.sinks import Heard
+from tests.test_fallbacks import Clock, agent_on
+from tests.test_overflow import settings
+
+GPT = """\
+model: {name: gpt/mini}
+memory: {scope: thread}
+channels: {webhook: {}}
+"""
+KEY = "webhook:c"
+
+
+async def say(agent: Agent, text: str, sink: Heard | None = None, user: str = "ana") -> Reply:
+    return await agent.handle(InboundEvent("bot", KEY, text, "webhook", user_id=user), sink=sink)
+
+
+async def until(check: Callable[[], object], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.01)
+
+
+async def stored(agent: Agent) -> list[dict[str, Any]]:
+    thread = await agent.state.store.read(ActiveThread(KEY))
+    return [
+        {"role": m.message.role, "text": m.message.text, "stopped": m.message.stopped}
+        for m in thread.messages
+    ]
+
+
+async def runs(agent: Agent) -> list[tuple[str, str]]:
+    return [(r["trigger"], r["status"]) for r in await agent.runs(KEY, limit=50)]
+
+
+async def stops(agent: Agent) -> list[dict[str, Any]]:
+    return [e["data"] for e in await agent.audit_events(kind="run") if e["action"] == "stopped"]
+
+
+async def test_stop_during_a_slow_model_call_keeps_the_message_and_serves_the_next(tmp_path: Path) -> None:
+    with FakeLLM() as fake:
+        async with agent_on(tmp_path, settings(fake), Clock(), GPT) as agent:
+            fake.hang(20)
+            turn = asyncio.create_task(say(agent, "write me an essay"))
+            await until(lambda: fake.requests)  # the model call is in flight
+            started = time.monotonic()
+            answer = await say(agent, "/stop")
+            reply = await turn
+            assert time.monotonic() - started < 2  # not the 20 s the model would have taken
+            assert answer.text.startswith("Stopped.")
+            assert reply.error == "stopped" and reply.text == "(Stopped.)"
+            assert await stored(agent) == [{"role": "user", "text": "write me an essay", "stopped": None}]
+            [stop] = await stops(agent)
+            assert stop == {
+                "reason": "command",
+                "by": "webhook:ana",
+                "shown_chars": 0,
+                "tool_calls_stopped": 0,
+            }
+            [command] = [e for e in await agent.audit_events(kind="command") if e["action"] == "stop"]
+            assert command["data"]["stopped_run"] == reply.run_id
+            fake.reply("Hello again.")
+            started = time.monotonic()
+            nxt = await say(agent, "hi")
+            assert nxt.text == "Hello again." and time.monotonic() - started < 2
+            assert await runs(agent) == [("message", "stopped"), ("command", "ok"), ("message", "ok")]
+            assert [m["text"] for m in await stored(agent)] == ["write me an essay", "hi", "Hello again."]
+
+
+async def test_stop_with_nothing_running_says_so(tmp_path: Path) -> None:
+    with FakeLLM() as fake:
+        async with agent_on(tmp_path, settings(fake), Clock(), GPT) as agent:
+            answer = await say(agent, "/stop")
+            assert answer.text == "Nothing is running in this conversation."
+            assert await runs(agent) == [("command", "ok")]
+            assert await stops(agent) == []
+
+
+async def test_stop_during_streaming_keeps_what_was_shown_marked_stopped(tmp_path: Path) -> None:
+    with FakeLLM() as fake:
+        async with agent_on(tmp_path, settings(fake), Clock(), GPT) as agent:
+            fake.reply("Once upon a time", pieces=["Once ", "upon ", "a ", "time"], delay=1.0)
+            heard = Heard()
+            turn = asyncio.create_task(say(agent, "tell me a story", heard))
+            await until(lambda: heard.showing == "Once ")
+            await say(agent, "/stop")
+            reply = await turn
+            assert reply.error == "stopped"
+            assert reply.text == "Once \n\n(Stopped.)"
+            assert heard.showing == "Once "  # what was shown stays on the screen
+            assert await stored(agent) == [
+                {"role": "user", "text": "tell me a story", "stopped": None},
+                {"role": "assistant", "text": "Once ", "stopped": True},
+            ]
+            [stop] = await stops(agent)
+            assert stop["shown_chars"] == len("Once ")
+
+
+async def test_max_run_s_stops_a_run_that_goes_past_it(tmp_path: Path) -> None:
+    with FakeLLM() as fake:
+        async with agent_on(tmp_path, settings(fake), Clock(), GPT + "max_run_s: 60\n") as agent:
+            clock = agent.state.stops.clock = ManualClock()
+            fake.hang(20)
+            turn = asyncio.create_task(say(agent, "think hard"))
+            await until(lambda: fake.requests and clock.sleepers)
+            clock.advance(59)
+            await asyncio.sleep(0.05)
+            assert not turn.done()
+            clock.advance(1)
+            reply = await asyncio.wait_for(turn, 2)
+            assert reply.error == "stopped"
+            assert "went past its limit of 60 s" in reply.text
+            assert await stored(agent) == [{"role": "user", "text": "think hard", "stopped": None}]
+            [stop] = await stops(agent)
+            assert stop["reason"] == "max_run_s" and stop["max_run_s"] == 60
+            assert clock.sleepers == 0  # the watchdog went with the run
