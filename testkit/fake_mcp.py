@@ -83,8 +83,14 @@ def build_server(root: Path) -> MCPServer:
 
     @server.tool()
     async def hang() -> str:
-        """Never answer."""
-        await asyncio.Event().wait()
+        """Never answer. Cancelled by the client (`notifications/cancelled`), it leaves the file
+        `hang-cancelled` in the folder: proof the server heard the cancellation and stopped."""
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            root.mkdir(parents=True, exist_ok=True)
+            (root / "hang-cancelled").write_text("cancelled", encoding="utf-8")
+            raise
         return "unreachable"
 
     @server.tool()

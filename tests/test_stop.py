@@ -9,10 +9,12 @@ at once.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import httpx
 
 from agentd.engine.agent import Agent
 from agentd.events import InboundEvent, Reply
@@ -20,8 +22,11 @@ from agentd.store.queries import ActiveThread
 from testkit.clock import ManualClock
 from testkit.fake_llm import FakeLLM
 from testkit.sinks import Heard
+from testkit.waiting import wait_until
+from tests.support import Harness
 from tests.test_fallbacks import Clock, agent_on
 from tests.test_overflow import settings
+from tests.tools.support import agent_yaml, openai, stdio_server, tool_agent
 
 GPT = """\
 model: {name: gpt/mini}
@@ -33,13 +38,6 @@ KEY = "webhook:c"
 
 async def say(agent: Agent, text: str, sink: Heard | None = None, user: str = "ana") -> Reply:
     return await agent.handle(InboundEvent("bot", KEY, text, "webhook", user_id=user), sink=sink)
-
-
-async def until(check: Callable[[], object], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.01)
 
 
 async def stored(agent: Agent) -> list[dict[str, Any]]:
@@ -63,7 +61,7 @@ async def test_stop_during_a_slow_model_call_keeps_the_message_and_serves_the_ne
         async with agent_on(tmp_path, settings(fake), Clock(), GPT) as agent:
             fake.hang(20)
             turn = asyncio.create_task(say(agent, "write me an essay"))
-            await until(lambda: fake.requests)  # the model call is in flight
+            await wait_until(lambda: fake.requests, "the model call")
             started = time.monotonic()
             answer = await say(agent, "/stop")
             reply = await turn
@@ -103,7 +101,7 @@ async def test_stop_during_streaming_keeps_what_was_shown_marked_stopped(tmp_pat
             fake.reply("Once upon a time", pieces=["Once ", "upon ", "a ", "time"], delay=1.0)
             heard = Heard()
             turn = asyncio.create_task(say(agent, "tell me a story", heard))
-            await until(lambda: heard.showing == "Once ")
+            await wait_until(lambda: heard.showing == "Once ", "the first piece")
             await say(agent, "/stop")
             reply = await turn
             assert reply.error == "stopped"
@@ -123,7 +121,7 @@ async def test_max_run_s_stops_a_run_that_goes_past_it(tmp_path: Path) -> None:
             clock = agent.state.stops.clock = ManualClock()
             fake.hang(20)
             turn = asyncio.create_task(say(agent, "think hard"))
-            await until(lambda: fake.requests and clock.sleepers)
+            await wait_until(lambda: fake.requests and clock.sleepers, "the model call")
             clock.advance(59)
             await asyncio.sleep(0.05)
             assert not turn.done()
@@ -135,3 +133,38 @@ async def test_max_run_s_stops_a_run_that_goes_past_it(tmp_path: Path) -> None:
             [stop] = await stops(agent)
             assert stop["reason"] == "max_run_s" and stop["max_run_s"] == 60
             assert clock.sleepers == 0  # the watchdog went with the run
+
+
+async def test_stop_during_a_slow_mcp_tool_cancels_the_call_on_the_server(
+    harness: Harness, fake: FakeLLM, client: httpx.AsyncClient, tmp_path: Path
+) -> None:
+    root = tmp_path / "files"
+    agent = await tool_agent(harness, openai(fake, client), agent_yaml({"files": stdio_server(root)}))
+    fake.reply(tool_calls=[("files__hang", {})])
+    turn = asyncio.create_task(
+        agent.handle(InboundEvent(agent.name, KEY, "do the slow thing", "webhook", user_id="ana"))
+    )
+    await wait_until(lambda: agent.state.stops.running_in(KEY) and len(fake.requests) == 1, "the tool call")
+    await asyncio.sleep(0.3)  # the call reaches the server
+    answer = await say_to(agent, "/stop")
+    reply = await turn
+    assert answer.text.startswith("Stopped.") and reply.error == "stopped"
+    # the SDK sent notifications/cancelled: the server's handler was interrupted
+    await wait_until(lambda: (root / "hang-cancelled").exists(), "the server to hear the cancellation")
+    thread = await agent.state.store.read(ActiveThread(KEY))
+    messages = [m.message for m in thread.messages]
+    assert [m.role for m in messages] == ["user", "assistant", "tool"]
+    [result] = messages[2].tool_results
+    assert result.is_error and result.content == "not finished: the run was stopped"
+    [stop] = await stops(agent)
+    assert stop["tool_calls_stopped"] == 1
+    # the next message is answered, and the stored history is one a provider accepts
+    fake.reply("Sorry about that.")
+    assert (await say_to(agent, "never mind")).text == "Sorry about that."
+    sent = fake.requests[-1].json["messages"]
+    assert [m["role"] for m in sent] == ["system", "user", "assistant", "tool", "user"]
+    assert json.loads(sent[2]["tool_calls"][0]["function"]["arguments"]) == {}
+
+
+async def say_to(agent: Agent, text: str) -> Reply:
+    return await agent.handle(InboundEvent(agent.name, KEY, text, "webhook", user_id="ana"))
