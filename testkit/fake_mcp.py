@@ -32,6 +32,11 @@ from mcp.server.mcpserver import Context
 from testkit.serving import serve_on_loopback
 
 
+def _mark_cancelled(root: Path) -> None:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "hang-cancelled").write_text("cancelled", encoding="utf-8")
+
+
 def build_server(root: Path) -> MCPServer:
     server = MCPServer("fake-files", log_level="WARNING")
 
@@ -88,8 +93,7 @@ def build_server(root: Path) -> MCPServer:
         try:
             await asyncio.Event().wait()
         except asyncio.CancelledError:
-            root.mkdir(parents=True, exist_ok=True)
-            (root / "hang-cancelled").write_text("cancelled", encoding="utf-8")
+            _mark_cancelled(root)
             raise
         return "unreachable"
 
