@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentd.engine.conversation import Conversation
-from agentd.engine.model_command import switch_model
+from agentd.engine.model_command import model_answer
 from agentd.engine.status import status_facts
 from agentd.engine.stopping import BY_COMMAND, Stop, stop_and_wait
 from agentd.events import COMMANDS, InboundEvent, Reply
@@ -200,6 +200,19 @@ async def _stop(conv: Conversation, event: InboundEvent) -> CommandResult:
     )
 
 
+async def _model(conv: Conversation, event: InboundEvent) -> CommandResult:
+    match = _COMMAND_RE.match(event.text.strip())
+    answer = model_answer(conv, (match.group(2) or "").strip() if match else "")
+    state, key = conv.agent, conv.key
+
+    def after() -> None:
+        state.chosen_models[key] = answer.chosen
+
+    return CommandResult(
+        answer.text, "model", answer.data, effects=answer.effects, after=after if answer.switched else None
+    )
+
+
 def counted(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
@@ -211,7 +224,7 @@ HANDLERS: dict[str, Command] = {
     "reset": _reset,
     "status": _status,
     "stop": _stop,
-    "model": switch_model,
+    "model": _model,
     "help": _help,
 }
 

@@ -146,6 +146,7 @@ TABLES: tuple[Table, ...] = (
         ("channel", "event_id", "conversation_key", "run_id", "received_at"),
         key=("channel", "event_id"),
     ),
+    Table("conversation_models", ("conversation_key", "model", "set_at"), key=("conversation_key",)),
     Table("approvals", APPROVAL_ROW.names, rewrite=_paused_run_thread, order=("rowid",)),
     AUDIT,  # last: its chain head is the last lock a copy takes, as in a daemon's batch
 )

@@ -115,6 +115,15 @@ class PruneDeliveries(Write[int]):
     older_than: float
 
 
+@dataclass(frozen=True, slots=True)
+class SetConversationModel(Write[None]):
+    """The model `/model` chose for a conversation (None: back to the agent file's model)."""
+
+    conversation_key: str
+    model: str | None
+    now: float
+
+
 # -- approvals -----------------------------------------------------------------------------
 
 

@@ -258,6 +258,17 @@ COPIED_ROWS: tuple[Step, ...] = (
     )""",
 )
 
+CONVERSATION_MODELS: tuple[Step, ...] = (
+    # the model /model switched a conversation to (agentd.engine.model_command)
+    f"""CREATE TABLE conversation_models (
+        agent_id bigint NOT NULL REFERENCES agents (id),
+        conversation_key text {C} NOT NULL,
+        model text NOT NULL,
+        set_at double precision NOT NULL,
+        PRIMARY KEY (agent_id, conversation_key)
+    )""",
+)
+
 MIGRATIONS: Migrations = [
     ("0001_initial", INITIAL),
     ("0002_claims", CLAIM_STATEMENTS),
@@ -266,6 +277,7 @@ MIGRATIONS: Migrations = [
     ("0005_copied_rows", COPIED_ROWS),
     ("0006_claim_tail", CLAIM_TAIL_STATEMENTS),
     ("0007_claim_fences", FENCE_STATEMENTS),
+    ("0008_conversation_models", CONVERSATION_MODELS),
 ]
 
 

@@ -209,6 +209,7 @@ def delete_conversation(cx: Cx, op: DeleteConversation) -> dict[str, int]:
     for table in ("summaries", "memory_state"):
         cx.run(f"DELETE FROM {table} WHERE thread_id IN ({threads})", scope)  # type: ignore[arg-type]
     gone = cx.run("DELETE FROM threads WHERE agent_id = %s AND conversation_key = %s RETURNING 1", scope)
+    cx.run("DELETE FROM conversation_models WHERE agent_id = %s AND conversation_key = %s", scope)
     deleted = {"threads": len(gone.fetchall()), "messages": len(messages.fetchall())}
     if deleted["threads"]:
         audit = AuditRecord("conversation", "delete", op.conversation_key, None, {**deleted, "by": op.by})

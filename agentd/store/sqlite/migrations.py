@@ -229,6 +229,17 @@ MIGRATIONS: Migrations = [
             "CREATE INDEX messages_by_user ON messages(user_id) WHERE user_id IS NOT NULL",
         ),
     ),
+    (
+        "0007_conversation_models",
+        (
+            # the model /model switched a conversation to (agentd.engine.model_command)
+            """CREATE TABLE conversation_models (
+                conversation_key TEXT PRIMARY KEY,
+                model TEXT NOT NULL,
+                set_at REAL NOT NULL
+            )""",
+        ),
+    ),
 ]
 
 

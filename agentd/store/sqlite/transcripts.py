@@ -155,6 +155,7 @@ def delete_conversation(conn: sqlite3.Connection, op: DeleteConversation) -> dic
     for table in ("summaries", "memory_state"):
         conn.execute(f"DELETE FROM {table} WHERE thread_id IN ({threads})", key)
     deleted = {"threads": conn.execute("DELETE FROM threads WHERE conversation_key = ?", key).rowcount}
+    conn.execute("DELETE FROM conversation_models WHERE conversation_key = ?", key)
     deleted["messages"] = messages
     if deleted["threads"]:
         audit = AuditRecord("conversation", "delete", op.conversation_key, None, {**deleted, "by": op.by})
