@@ -68,6 +68,14 @@ class EventHandler:
                 self._state.recent_events.pop((event.channel, event.event_id), None)
             raise
 
+    def held_by(self, event: InboundEvent) -> str | None:
+        """The approval `event` would wait behind (its conversation is held by a paused run), None when
+        it would be answered in its turn: /approve, /deny, /status and /stop never wait."""
+        waiting = self.approvals.pending_in(event.conversation_key)
+        if not waiting or is_approval_command(event.text) or command_name(event.text) in ("status", "stop"):
+            return None
+        return waiting[0].id
+
     async def _collect(
         self, event: InboundEvent, spec: AgentSpec, options: TurnOptions, parent_run_id: str | None
     ) -> Reply:

@@ -30,6 +30,7 @@ from agentd.http.bodies import (
     reply_out,
     sse_event_schema,
 )
+from agentd.http.control import add_control_routes, refuse_if_held
 from agentd.http.deletes import add_delete_routes
 from agentd.http.directory import AgentDirectory
 from agentd.http.docs import add_docs_routes
@@ -154,6 +155,7 @@ def create_app(directory: AgentDirectory) -> FastAPI:
             event_id=key,
             sent_at=message.sent_at,
         )
+        await refuse_if_held(target, event)  # not a request hanging until the approval is answered
         if key is not None:
 
             async def handle(sink: ReplySink | None = None) -> Reply:
@@ -195,6 +197,7 @@ def create_app(directory: AgentDirectory) -> FastAPI:
 
     add_read_routes(app, directory, protected)
     add_delete_routes(app, directory, protected)
+    add_control_routes(app, directory, protected)
     add_people_routes(app, directory, protected)
 
     async def platform(request: Request) -> Any:
