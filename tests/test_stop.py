@@ -11,18 +11,24 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from agentd.channels.telegram import TelegramChannel
+from agentd.config.telegram import TelegramSpec
+from agentd.daemon.host import AgentHost
 from agentd.engine.agent import Agent
 from agentd.events import InboundEvent, Reply
 from agentd.store.queries import ActiveThread
 from testkit.clock import ManualClock
 from testkit.fake_llm import FakeLLM
+from testkit.fake_telegram import FakeTelegram
 from testkit.sinks import Heard
 from testkit.waiting import wait_until
+from tests.channels.test_streamed_replies import ALICE, STREAMING
 from tests.support import Harness
 from tests.test_fallbacks import Clock, agent_on
 from tests.test_overflow import settings
@@ -168,3 +174,43 @@ async def test_stop_during_a_slow_mcp_tool_cancels_the_call_on_the_server(
 
 async def say_to(agent: Agent, text: str) -> Reply:
     return await agent.handle(InboundEvent(agent.name, KEY, text, "webhook", user_id="ana"))
+
+
+@dataclass
+class Owner:
+    """What the daemon's AgentHost reads of a fleet entry: the agent's name and the agent."""
+
+    name: str
+    agent: Agent | None
+
+
+async def test_stop_in_a_channel_ends_its_edit_stream_at_what_was_shown(tmp_path: Path) -> None:
+    """Telegram with `stream: true` (its real client library against the fake): the reply grows by
+    edits, /stop sent in the chat overtakes the turn, the message ends as what was shown, marked."""
+    with FakeLLM() as fake:
+        async with agent_on(tmp_path, settings(fake), Clock(), GPT) as agent, FakeTelegram() as telegram:
+            host = AgentHost(Owner("bot", agent), asyncio.create_task)
+            spec = TelegramSpec(token=telegram.token, api_base_url=telegram.api_base_url, **STREAMING)
+            channel = TelegramChannel("bot", spec)
+            task = asyncio.create_task(channel.run(host))
+            try:
+                await wait_until(lambda: host.statuses.get("telegram", ("",))[0] == "running", "the channel")
+                fake.reply("Once upon a time", pieces=["Once ", "upon ", "a ", "time"], delay=1.0)
+                telegram.send_text("tell me a story", user_id=ALICE)
+                await wait_until(lambda: telegram.visible(ALICE) == ["Once"], "the first edit")
+                telegram.send_text("/stop", user_id=ALICE)
+                shown = ["Once \n\n(Stopped.)", "Stopped. Your message is saved; send the next one."]
+                await wait_until(lambda: telegram.visible(ALICE) == shown, "the stopped reply and the stop's")
+            finally:
+                await channel.stop()
+                await asyncio.wait_for(task, 5)
+            [key] = {r["conversation_key"] for r in await agent.runs(None)}
+            thread = await agent.state.store.read(ActiveThread(key))
+            assert [(m.message.role, m.message.text, m.message.stopped) for m in thread.messages] == [
+                ("user", "tell me a story", None),
+                ("assistant", "Once ", True),
+            ]
+            assert [(r["trigger"], r["status"]) for r in await agent.runs(key)] == [
+                ("message", "stopped"),
+                ("command", "ok"),
+            ]
