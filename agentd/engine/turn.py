@@ -164,6 +164,9 @@ async def _drive(
                         prompt.fixed_chars(),
                     )
                     continue
+                if (shorter := guard.left_out("window", request, history)) is not None:
+                    history, history_chars = shorter, sum(m.char_count() for m in shorter)
+                    continue
             try:
                 completion = await chain.call(request)
             except ProviderError as e:
@@ -172,7 +175,10 @@ async def _drive(
                 guard.learn(e)
                 guard.check_new(prompt.system, new)
                 if not await guard.recover("overflow", request, str(e)):
-                    raise
+                    if (shorter := guard.left_out("overflow", request, history, str(e))) is None:
+                        raise
+                    history, history_chars = shorter, sum(m.char_count() for m in shorter)
+                    continue
                 prompt = await _prompt(conv, event, options)
                 history, history_chars, fixed_chars = (
                     prompt.history,
