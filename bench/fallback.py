@@ -26,6 +26,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from _common import (  # bench/_common.py: first, it puts the repository root on the path
@@ -127,6 +128,10 @@ async def one_rep(turns: int, stops: int, folder: Path) -> dict[str, dict[str, f
     return out
 
 
+def more_requests(fake: FakeLLM, seen: int) -> Callable[[], bool]:
+    return lambda: len(fake.requests) > seen
+
+
 async def stop_to_next(agent: Agent, primary: FakeLLM, stops: int) -> dict[str, float]:
     """From sending /stop (a turn's model call hanging) to the next message's reply."""
     samples = []
@@ -134,7 +139,7 @@ async def stop_to_next(agent: Agent, primary: FakeLLM, stops: int) -> dict[str, 
         primary.hang(60)
         seen = len(primary.requests)
         turn = asyncio.create_task(say(agent, f"a long question {i}"))
-        await wait_until(lambda: len(primary.requests) > seen, "the model call to be in flight")
+        await wait_until(more_requests(primary, seen), "the model call to be in flight")
         t0 = time.perf_counter()
         await say(agent, "/stop")
         nxt = await say(agent, f"next {i}")
