@@ -63,7 +63,7 @@ class Metrics:
         self.turns = counter(
             "agentd_turns",
             ("agent", "channel", "outcome"),
-            "Message turns answered, by agent, channel and outcome (ok, error).",
+            "Message turns answered, by agent, channel and outcome (ok, error, stopped).",
         )
         self.commands = counter(
             "agentd_commands",
