@@ -7,10 +7,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from agentd.engine.agent import Agent
 from agentd.events import InboundEvent, Reply
+from agentd.store.people import subject_of
+from agentd.store.queries import ConversationModel
 from testkit.fake_llm import FakeLLM
-from tests.test_fallbacks import Clock, agent_on
+from tests.test_fallbacks import Clock, agent_on, store_url
 from tests.test_overflow import settings
 
 AGENT = """\
@@ -33,9 +37,13 @@ def paths(fake: FakeLLM) -> list[str]:
     return [r.path for r in fake.requests]
 
 
-async def test_model_switches_the_conversation_and_survives_a_restart(tmp_path: Path) -> None:
+@pytest.mark.both_stores
+async def test_model_switches_the_conversation_and_survives_a_restart(
+    tmp_path: Path, store_backend: str, request: pytest.FixtureRequest
+) -> None:
+    url = store_url(store_backend, request)
     with FakeLLM() as fake:
-        async with agent_on(tmp_path, settings(fake), Clock(), ALLOWING) as agent:
+        async with agent_on(tmp_path, settings(fake), Clock(), ALLOWING, store_url=url) as agent:
             shown = await say(agent, "/model")
             assert shown.text.startswith("Model: gpt/mini\nAllowed: gpt/mini, claude/sonnet")
             switched = await say(agent, "/model claude/sonnet")
@@ -46,7 +54,7 @@ async def test_model_switches_the_conversation_and_survives_a_restart(tmp_path: 
             fake.reply("From GPT.")
             assert (await say(agent, "hi", key="webhook:other")).text == "From GPT."  # only that conversation
             assert paths(fake)[-1] == "/v1/chat/completions"
-        async with agent_on(tmp_path, settings(fake), Clock(), ALLOWING) as agent:  # a restart
+        async with agent_on(tmp_path, settings(fake), Clock(), ALLOWING, store_url=url) as agent:  # a restart
             status = await say(agent, "/status")
             assert "Model: claude/sonnet" in status.text
             fake.reply("Still Claude.")
@@ -87,3 +95,23 @@ async def test_model_is_refused_when_the_file_allows_none(tmp_path: Path) -> Non
             fake.reply("GPT.")
             await say(agent, "hi")
             assert paths(fake) == ["/v1/chat/completions"]
+
+
+async def test_the_choice_goes_with_the_conversation_when_it_is_deleted_or_its_person_erased(
+    tmp_path: Path,
+) -> None:
+    with FakeLLM() as fake:
+        async with agent_on(tmp_path, settings(fake), Clock(), ALLOWING) as agent:
+            for key in ("webhook:c", "webhook:d"):
+                await say(agent, "/model claude/sonnet", key=key)
+                assert await agent.state.store.read(ConversationModel(key)) == "claude/sonnet"
+            await agent.delete_conversation("webhook:c", by="test")
+            assert await agent.state.store.read(ConversationModel("webhook:c")) is None
+            fake.reply("GPT.")
+            await say(agent, "hi", key="webhook:c")
+            assert paths(fake)[-1] == "/v1/chat/completions"  # the file's model again
+            fake.reply("Claude.")
+            await say(agent, "hello", key="webhook:d")  # a conversation that holds only ana's words
+            await agent.erase_person("ana", subject_of("ana"), "test")
+            assert await agent.state.store.read(ConversationModel("webhook:d")) is None
+            assert "Model: gpt/mini" in (await say(agent, "/model", key="webhook:d")).text

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from agentd.channels.telegram import TelegramChannel
 from agentd.config.telegram import TelegramSpec
@@ -30,7 +31,7 @@ from testkit.sinks import Heard
 from testkit.waiting import wait_until
 from tests.channels.test_streamed_replies import ALICE, STREAMING
 from tests.support import Harness
-from tests.test_fallbacks import Clock, agent_on
+from tests.test_fallbacks import Clock, agent_on, store_url
 from tests.test_overflow import settings
 from tests.tools.support import agent_yaml, openai, stdio_server, tool_agent
 
@@ -62,9 +63,13 @@ async def stops(agent: Agent) -> list[dict[str, Any]]:
     return [e["data"] for e in await agent.audit_events(kind="run") if e["action"] == "stopped"]
 
 
-async def test_stop_during_a_slow_model_call_keeps_the_message_and_serves_the_next(tmp_path: Path) -> None:
+@pytest.mark.both_stores
+async def test_stop_during_a_slow_model_call_keeps_the_message_and_serves_the_next(
+    tmp_path: Path, store_backend: str, request: pytest.FixtureRequest
+) -> None:
+    url = store_url(store_backend, request)
     with FakeLLM() as fake:
-        async with agent_on(tmp_path, settings(fake), Clock(), GPT) as agent:
+        async with agent_on(tmp_path, settings(fake), Clock(), GPT, store_url=url) as agent:
             fake.hang(20)
             turn = asyncio.create_task(say(agent, "write me an essay"))
             await wait_until(lambda: fake.requests, "the model call")
