@@ -108,7 +108,8 @@ async def run_turn(
     said = [Message.user(e.text, e.user_id, e.sent_at) for e in (event, *also)]
     if also:  # the model and the memory read them together
         event = replace(event, text="\n\n".join(e.text for e in (event, *also)))
-    progress = TurnProgress(event, run, said, delivered=[e for e in also if e.event_id is not None])
+    delivered = [Delivery(e.channel, e.event_id, e.conversation_key) for e in also if e.event_id is not None]
+    progress = TurnProgress(event, run, said, delivered=delivered)
     return await _drive(conv, progress, None, options)
 
 
@@ -355,10 +356,7 @@ async def _commit(conv: Conversation, progress: TurnProgress, closing: str | Non
     )
     now = time.time()
     ops: list[Write[Any]] = [CommitTurn(event.conversation_key, thread.id, stored, run, usage, delivery, now)]
-    ops += [
-        RecordDelivery(Delivery(e.channel, e.event_id or "", e.conversation_key), run.id, now)
-        for e in progress.delivered
-    ]
+    ops += [RecordDelivery(d, run.id, now) for d in progress.delivered]  # busy: collect's others
     if audit or audits:
         ops.append(AppendAudit(conv.agent.name, [*audit, *audits], now))
     if closing is not None:
