@@ -104,6 +104,11 @@ async def test_a_conversation_held_by_an_approval_answers_409_at_once(tmp_path: 
             "/agents/keeper/messages", json={**later, "text": "/status", "message_id": "m3"}
         )
         assert status.status_code == 200 and f"Waiting for approval [{approval}]" in status.json()["reply"]
+        stop = await api.post("/agents/keeper/messages", json={**later, "text": "/stop", "message_id": "m4"})
+        assert (
+            f"Nothing is running in this conversation. A run waits for approval [{approval}]"
+            in (stop.json()["reply"])
+        )
         # the OpenAI-compatible endpoint, on a conversation held the same way
         fake.clear()  # (the webhook run's answer, never asked for: that run stays paused)
         script_write(fake, "Saved too.")

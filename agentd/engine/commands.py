@@ -190,9 +190,12 @@ async def _status(conv: Conversation, event: InboundEvent) -> CommandResult:
 async def _stop(conv: Conversation, event: InboundEvent) -> CommandResult:
     running = await stop_and_wait(conv.agent.stops, conv.key, Stop(BY_COMMAND, by=event.who))
     if running is None:
-        return CommandResult(
-            "Nothing is running in this conversation.", "stop", {"result": "nothing_running"}
-        )
+        # a run paused for an approval is not running: it ends when the approval is answered
+        waiting = [r.id for r in conv.agent.waiting_approvals.values() if r.conversation_key == conv.key]
+        text = "Nothing is running in this conversation."
+        if waiting:
+            text += f" A run waits for approval [{waiting[0]}]: /deny {waiting[0]} ends it."
+        return CommandResult(text, "stop", {"result": "nothing_running"})
     return CommandResult(
         "Stopped. Your message is saved; send the next one.",
         "stop",
