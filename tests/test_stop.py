@@ -146,6 +146,20 @@ async def test_max_run_s_stops_a_run_that_goes_past_it(tmp_path: Path) -> None:
             assert clock.sleepers == 0  # the watchdog went with the run
 
 
+async def test_max_run_s_on_the_real_clock_stops_each_run_past_it(tmp_path: Path) -> None:
+    """The daemon's own clock (a timer of the loop): a small limit, two runs in turn."""
+    with FakeLLM() as fake:
+        async with agent_on(tmp_path, settings(fake), Clock(), GPT + "max_run_s: 0.3\n") as agent:
+            for text in ("first", "second"):
+                fake.hang(20)
+                started = time.monotonic()
+                reply = await say(agent, text)
+                assert reply.error == "stopped" and 0.25 < time.monotonic() - started < 3
+            fake.reply("Quick.")
+            assert (await say(agent, "third")).text == "Quick."  # a run within the limit is not stopped
+            assert await runs(agent) == [("message", "stopped"), ("message", "stopped"), ("message", "ok")]
+
+
 async def test_stop_during_a_slow_mcp_tool_cancels_the_call_on_the_server(
     harness: Harness, fake: FakeLLM, client: httpx.AsyncClient, tmp_path: Path
 ) -> None:

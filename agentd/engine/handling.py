@@ -122,7 +122,7 @@ class EventHandler:
                     if is_command(event.text):
                         reply = await run_command(conv, event)
                     else:
-                        async with state.stops.running(key, spec.max_run_s):
+                        with state.stops.running(key, spec.max_run_s):
                             result = await run_turn(
                                 conv, event, options, parent_run_id=parent_run_id, also=also
                             )
@@ -162,7 +162,7 @@ class EventHandler:
         await state.tool_servers.wait_ready(RESUME_WAIT_S)
         async with state.store.claim(key, known=state.threads.known(key)) as claim:
             conv = await Conversation.open(state, key, claim, spec=spec)
-            async with state.stops.running(key, spec.max_run_s):
+            with state.stops.running(key, spec.max_run_s):
                 result = await run_turn(conv, progress.event, resume=(progress, decision))
             await state.trim(key, conv.memory)
         if result.paused is None and conv.memory.settle_due(conv.thread):

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 
-from agentd.clock import SYSTEM_CLOCK, Clock
+from agentd.clock import SYSTEM_CLOCK, Clock, SystemClock
 from agentd.engine.progress import TurnProgress
 from agentd.engine.streaming import StepSink
 from agentd.messages import Message, TextPart, ToolResultPart
@@ -44,13 +45,14 @@ class Stop:
 
 
 class Running:
-    """One turn in flight: the task to cancel, and the stop that cancelled it."""
+    """One turn in flight: the task to cancel, its deadline (`max_run_s`), and the stop that cancelled it."""
 
-    def __init__(self, task: asyncio.Task[object] | None) -> None:
+    def __init__(self, task: asyncio.Task[object] | None, deadline: float = math.inf, max_run_s: float = 0.0):
         self.task = task
+        self.deadline, self.max_run_s = deadline, max_run_s
         self.run_id: str | None = None
         self.stop: Stop | None = None
-        self.stoppable = task is not None
+        self.stoppable = False  # until the turn's loop begins (`RunStops.watch`): a stop before it waits
         self.finished = asyncio.Event()
 
     def caught(self) -> Stop | None:
@@ -67,36 +69,68 @@ class Running:
         self.stoppable = False
 
 
-NOT_REGISTERED = Running(None)  # a turn nobody can stop (a resumed run's second half, a direct call)
+NOT_REGISTERED = Running(None)  # a turn nobody can stop (run outside the event handler: a direct call)
 
 
 class RunStops:
-    """The turns of one agent running now, by conversation key."""
+    """The turns of one agent running now, by conversation key.
+
+    `max_run_s` costs no timer per turn: one wake-up, set for the earliest deadline, stops the turns
+    past theirs and is set again for the next (a turn that ended before its deadline costs nothing).
+    On the real clock it is a timer of the loop; on another (a test's ManualClock) a task waiting on
+    that clock, which goes when no turn is left.
+    """
 
     def __init__(self, clock: Clock = SYSTEM_CLOCK) -> None:
         self.clock = clock  # tests hold a ManualClock here: max_run_s without waiting
         self._running: dict[str, Running] = {}
+        self._wake: asyncio.TimerHandle | asyncio.Task[None] | None = None
+        self._wake_at = math.inf
 
-    @contextlib.asynccontextmanager
-    async def running(self, key: str, max_run_s: float) -> AsyncIterator[Running]:
-        """The turn of `key` that the current task runs, stoppable until it commits; stopped by
-        itself past `max_run_s`."""
-        running = Running(asyncio.current_task())
-        running.stoppable = False  # until the turn's loop begins (`watch`): a stop before it waits there
+    @contextlib.contextmanager
+    def running(self, key: str, max_run_s: float) -> Iterator[Running]:
+        """The turn of `key` that the current task runs, stoppable (once its loop begins) until it
+        commits; stopped by itself past `max_run_s`."""
+        running = Running(asyncio.current_task(), self.clock.time() + max_run_s, max_run_s)
         self._running[key] = running
-        deadline = self.clock.time() + max_run_s
-        watchdog = asyncio.get_running_loop().create_task(self._watch(key, running, deadline, max_run_s))
+        if running.deadline < self._wake_at:
+            self._arm(running.deadline)
         try:
             yield running
         finally:
-            watchdog.cancel()
             if self._running.get(key) is running:
                 del self._running[key]
             running.finished.set()
+            if not self._running and isinstance(self._wake, asyncio.Task):
+                self._wake.cancel()  # a test clock's waiting task goes with the last turn
+                self._wake, self._wake_at = None, math.inf
 
-    async def _watch(self, key: str, running: Running, deadline: float, max_run_s: float) -> None:
+    def _arm(self, deadline: float) -> None:
+        if self._wake is not None:
+            self._wake.cancel()
+        self._wake_at = deadline
+        loop = asyncio.get_running_loop()
+        if isinstance(self.clock, SystemClock):
+            # a run's limit is a duration: the loop's monotonic timer, not the wall clock, measures it
+            self._wake = loop.call_later(max(0.0, deadline - self.clock.time()), self._past_deadlines)
+        else:
+            self._wake = loop.create_task(self._wait_for(deadline))
+
+    async def _wait_for(self, deadline: float) -> None:
         await self.clock.sleep_until(deadline)
-        self.stop(key, Stop(BY_TIME, max_run_s=max_run_s))
+        self._wake = None  # (done: not to be cancelled by the turns it stops)
+        self._past_deadlines()
+
+    def _past_deadlines(self) -> None:
+        """Stop every turn past its deadline; wake again at the next one."""
+        self._wake, self._wake_at = None, math.inf
+        now = self.clock.time()
+        for key, running in list(self._running.items()):
+            if running.deadline <= now:
+                self.stop(key, Stop(BY_TIME, max_run_s=running.max_run_s))
+        later = [r.deadline for r in self._running.values() if r.deadline > now]
+        if later:
+            self._arm(min(later))
 
     def watch(self, key: str, run_id: str) -> Running:
         """The turn's own registration (NOT_REGISTERED when it runs outside one), called just before
