@@ -10,6 +10,9 @@ the next event if it did not finish (say, after a restart).
 A run paused for a person's approval keeps its conversation (see
 agentd.engine.approvals): `/approve` and `/deny` are answered out of band, and
 so is `/status` while the conversation waits, so neither queues behind it.
+`/stop` is always answered out of band: it stops the turn the conversation is
+running (agentd.engine.stopping). With `busy: collect`, the messages that
+arrive while a turn runs are answered together by the next (agentd.engine.collecting).
 """
 
 from __future__ import annotations
