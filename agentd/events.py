@@ -148,6 +148,9 @@ class Reply:
     error: str | None = None
     approval: str | None = None
     cut_short: bool = False  # the model stopped at its output limit (max tokens), not at its end
+    # busy: collect — this message was answered with others by one turn, whose reply the first of them
+    # got too: a chat channel posts it there, once (an HTTP caller still gets the text)
+    joined: bool = False
     files: tuple[OutgoingFile, ...] = ()
 
 

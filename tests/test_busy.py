@@ -4,13 +4,19 @@ to the fake model server (scripted to be slow); what is stored afterwards is che
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from pathlib import Path
 
+from agentd.channels.telegram import TelegramChannel
+from agentd.config.telegram import TelegramSpec
+from agentd.daemon.host import AgentHost
 from agentd.engine.agent import Agent
 from agentd.events import InboundEvent, Reply
 from agentd.store.queries import ActiveThread, DeliverySeen
 from testkit.fake_llm import FakeLLM
+from testkit.fake_telegram import FakeTelegram
 from testkit.waiting import wait_until
+from tests.channels.test_streamed_replies import ALICE
 from tests.test_fallbacks import Clock, agent_on
 from tests.test_overflow import settings
 
@@ -48,6 +54,7 @@ async def test_collect_answers_what_arrived_during_the_run_in_one_turn(tmp_path:
             first, second, third = await three_while_one_runs(agent, fake, "Both answered.")
             assert first.text == "fake reply to: one"
             assert second.text == third.text == "Both answered." and second.run_id == third.run_id
+            assert not second.joined and third.joined  # a chat channel posts it once, for the first
             # one model call read both later messages
             assert len([r for r in fake.requests if r.path == "/v1/chat/completions"]) == 2
             last = fake.requests[-1].json["messages"]
@@ -78,4 +85,53 @@ async def test_queue_answers_each_message_in_its_own_turn(tmp_path: Path) -> Non
                 "To two.",
                 "three",
                 "To three.",
+            ]
+
+
+@dataclass
+class Owner:
+    """What the daemon's AgentHost reads of a fleet entry: the agent's name and the agent."""
+
+    name: str
+    agent: Agent | None
+
+
+async def test_collect_in_a_chat_channel_posts_the_one_reply_once(tmp_path: Path) -> None:
+    """Telegram (its real client library against the fake): three messages, the last two sent while
+    the first is answered: two replies in the chat, not three."""
+    with FakeLLM() as fake:
+        spec = AGENT + "busy: collect\n"
+        async with agent_on(tmp_path, settings(fake), Clock(), spec) as agent, FakeTelegram() as telegram:
+            host = AgentHost(Owner("bot", agent), asyncio.create_task)
+            channel = TelegramChannel(
+                "bot", TelegramSpec(token=telegram.token, api_base_url=telegram.api_base_url)
+            )
+            task = asyncio.create_task(channel.run(host))
+            try:
+                await wait_until(lambda: host.statuses.get("telegram", ("",))[0] == "running", "the channel")
+                fake.hang(1.5)  # then the default reply, "fake reply to: one"
+                fake.reply("Both answered.")
+                telegram.send_text("one", user_id=ALICE)
+                await wait_until(lambda: fake.requests, "the first model call")
+                telegram.send_text("two", user_id=ALICE)
+                last = telegram.send_text("three", user_id=ALICE)
+                await wait_until(
+                    lambda: telegram.calls_to("getUpdates")[-1].get("offset", 0) > last["update_id"],
+                    "the channel to take both in",
+                )
+                shown = ["fake reply to: one", "Both answered."]
+                await wait_until(lambda: telegram.visible(ALICE) == shown, "the two replies")
+                await asyncio.sleep(0.2)  # (a third post would come at once: it would be here by now)
+                assert telegram.visible(ALICE) == shown
+            finally:
+                await channel.stop()
+                await asyncio.wait_for(task, 5)
+            [key] = {r["conversation_key"] for r in await agent.runs(None)}
+            thread = await agent.state.store.read(ActiveThread(key))
+            assert [m.message.text for m in thread.messages] == [
+                "one",
+                "fake reply to: one",
+                "two",
+                "three",
+                "Both answered.",
             ]

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 
 from agentd.config.models import AgentSpec
 from agentd.engine.approval_commands import answer_approval, is_approval_command
@@ -86,7 +87,7 @@ class EventHandler:
         turn: the first such message leads (runs the turn), the rest get its reply."""
         batch = self._collecting.join(event)
         if batch.events[0] is not event:
-            return await asyncio.shield(batch.reply)
+            return replace(await asyncio.shield(batch.reply), joined=True)
         try:
             reply = await self._run(event, spec, options, parent_run_id, batch)
         except BaseException as e:
