@@ -195,9 +195,11 @@ def create_app(directory: AgentDirectory) -> FastAPI:
             return await streamed(target, event)
         return reply_out(await target.handle(event))
 
+    # before the read routes: .../conversations/{key}/stop is matched (and its Allow header said) before
+    # .../conversations/{key:path} would take "/stop" as part of the key
+    add_control_routes(app, directory, protected)
     add_read_routes(app, directory, protected)
     add_delete_routes(app, directory, protected)
-    add_control_routes(app, directory, protected)
     add_people_routes(app, directory, protected)
 
     async def platform(request: Request) -> Any:
