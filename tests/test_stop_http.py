@@ -71,6 +71,8 @@ async def test_the_stop_route_refuses_with_reasons(tmp_path: Path) -> None:
         assert bad.status_code == 400 and "not a conversation key" in bad.json()["error"]
         missing = await api.post("/agents/nobody/conversations/webhook:c/stop")
         assert missing.status_code == 404 and missing.json()["error"] == "no agent named 'nobody'"
+        other = await api.request("OPTIONS", "/agents/bot/conversations/webhook:c/stop")
+        assert other.status_code == 405 and other.headers["allow"] == "POST"
     finally:
         await api.aclose()
         await daemon.shutdown()
