@@ -49,8 +49,10 @@ async def test_the_stop_route_ends_a_streamed_reply_at_what_was_shown(tmp_path: 
                 ("user", "tell me a story", None),
                 ("assistant", "Once ", True),
             ]
-            [stop] = [e for e in await agent.audit_events(kind="run") if e["action"] == "stopped"]
+            [stop] = (await api.get("/audit", params={"kind": "run"})).json()["events"]
+            assert stop["action"] == "stopped" and stop["run_id"] == out["run_id"]
             assert stop["data"]["reason"] == "api" and stop["data"]["by"] == "http:127.0.0.1"
+            assert (await api.get("/audit", params={"kind": "model"})).status_code == 200
             # nothing left running: the next message is answered, a second stop finds nothing
             fake.reply("Next.")
             nxt = await api.post("/agents/bot/messages", json={**body, "text": "hi"})

@@ -109,8 +109,10 @@ AUDIT_KINDS = (
     "extraction",
     "fold",
     "memory",
+    "model",  # a fallback, an overflow recovered (agentd.engine.model_chain, agentd.engine.overflow)
     "permission",
     "person",
+    "run",  # a run stopped (agentd.engine.stopping)
     "summary",
     "tool",
 )
