@@ -116,8 +116,13 @@ def _loop_thread() -> Iterator[Callable[..., Any]]:
         except concurrent.futures.CancelledError:
             future.cancel()
             raise
-        asyncio.run_coroutine_threadsafe(stop(), loop).result(STOP_WAIT_S)  # a second Ctrl-C leaves
-        return future.result(STOP_WAIT_S)
+        try:
+            asyncio.run_coroutine_threadsafe(stop(), loop).result(STOP_WAIT_S)  # a second Ctrl-C leaves
+            return future.result(STOP_WAIT_S)
+        except concurrent.futures.TimeoutError:
+            # nothing stoppable answered in time (a command such as /compact runs): leave, as Ctrl-C does
+            future.cancel()
+            raise KeyboardInterrupt from None
 
     try:
         yield run
