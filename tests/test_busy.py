@@ -7,6 +7,8 @@ import asyncio
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
+
 from agentd.channels.telegram import TelegramChannel
 from agentd.config.telegram import TelegramSpec
 from agentd.daemon.host import AgentHost
@@ -17,8 +19,11 @@ from testkit.fake_llm import FakeLLM
 from testkit.fake_telegram import FakeTelegram
 from testkit.waiting import wait_until
 from tests.channels.test_streamed_replies import ALICE
+from tests.support import Harness
 from tests.test_fallbacks import Clock, agent_on
 from tests.test_overflow import settings
+from tests.tools.support import agent_yaml, openai, stdio_server, tool_agent
+from tests.tools.test_approvals import script_write
 
 AGENT = """\
 model: {name: gpt/mini}
@@ -135,3 +140,35 @@ async def test_collect_in_a_chat_channel_posts_the_one_reply_once(tmp_path: Path
                 "three",
                 "Both answered.",
             ]
+
+
+async def test_a_collected_turn_that_pauses_for_an_approval_records_every_delivery(
+    harness: Harness, fake: FakeLLM, client: httpx.AsyncClient, tmp_path: Path
+) -> None:
+    root = tmp_path / "files"
+    yaml_text = agent_yaml({"files": stdio_server(root)}, ask=["files.write_file"]) + "busy: collect\n"
+    agent = await tool_agent(harness, openai(fake, client), yaml_text)
+
+    async def said(text: str, event_id: str) -> Reply:
+        return await agent.handle(
+            InboundEvent(agent.name, KEY, text, "webhook", user_id="ana", event_id=event_id)
+        )
+
+    fake.hang(1.0)  # the first turn, then the default reply
+    script_write(fake, "Saved.")
+    first = asyncio.create_task(said("one", "p1"))
+    await wait_until(lambda: fake.requests, "the first model call")
+    later = [asyncio.create_task(said(text, eid)) for text, eid in (("save it", "p2"), ("please", "p3"))]
+    await wait_until(lambda: agent.state.locks.waiting(KEY) >= 1, "the later messages to wait")
+    await first
+    asked, joined = [await t for t in later]
+    assert asked.approval is not None and joined.approval == asked.approval and joined.joined
+    for event_id in ("p1", "p2", "p3"):  # recorded when the run paused, not only at its end
+        assert await agent.state.store.read(DeliverySeen("webhook", event_id)), event_id
+    denied = await say_as(agent, f"/deny {asked.approval}")
+    assert denied.error is None
+    assert [t for _, t in await stored(agent)][:4] == ["one", "fake reply to: one", "save it", "please"]
+
+
+async def say_as(agent: Agent, text: str) -> Reply:
+    return await agent.handle(InboundEvent(agent.name, KEY, text, "webhook", user_id="ana"))
