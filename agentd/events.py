@@ -52,6 +52,8 @@ COMMANDS: Mapping[str, str] = MappingProxyType(
         "new": "archive this conversation's thread and start a fresh one",
         "reset": "delete this conversation's transcript",
         "status": "show the agent, model, context size, totals and approvals waiting",
+        "stop": "stop the run under way now (the model call and tool calls in flight)",
+        "model": "/model shows this conversation's model; /model <name> switches among models_allowed",
         "approve": "/approve <id>: let a tool call that waits for approval run",
         "deny": "/deny <id>: refuse a tool call that waits for approval",
         "link": "/link: a one-time code; /link <code> from your other account makes the two one person",
@@ -160,6 +162,9 @@ class Reply:
     error: str | None = None
     approval: str | None = None
     cut_short: bool = False  # the model stopped at its output limit (max tokens), not at its end
+    # busy: collect — this message was answered with others by one turn, whose reply the first of them
+    # got too: a chat channel posts it there, once (an HTTP caller still gets the text)
+    joined: bool = False
     files: tuple[OutgoingFile, ...] = ()
 
 

@@ -94,6 +94,8 @@ class Message(BaseModel):
     user_id: str | None = None
     # when the person sent it (epoch seconds), if the channel said; memories of it carry this time
     sent_at: float | None = None
+    # an assistant reply cut short by /stop or max_run_s: only what the person was shown of it
+    stopped: bool | None = None
 
     @classmethod
     def user(cls, text: str, user_id: str | None = None, sent_at: float | None = None) -> Message:

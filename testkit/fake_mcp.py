@@ -35,6 +35,11 @@ from mcp.shared.exceptions import MCPDeprecationWarning
 from testkit.serving import serve_on_loopback
 
 
+def _mark_cancelled(root: Path) -> None:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "hang-cancelled").write_text("cancelled", encoding="utf-8")
+
+
 def build_server(root: Path) -> MCPServer:
     server = MCPServer("fake-files", log_level="WARNING")
 
@@ -86,8 +91,13 @@ def build_server(root: Path) -> MCPServer:
 
     @server.tool()
     async def hang() -> str:
-        """Never answer."""
-        await asyncio.Event().wait()
+        """Never answer. Cancelled by the client (`notifications/cancelled`), it leaves the file
+        `hang-cancelled` in the folder: proof the server heard the cancellation and stopped."""
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            _mark_cancelled(root)
+            raise
         return "unreachable"
 
     @server.tool()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import pty
 import select
@@ -18,6 +19,7 @@ import pytest
 from testkit.fake_llm import FakeLLM
 from testkit.waiting import wait_until
 from tests.daemon_process import DaemonProcess
+from tests.support import agentd_cli
 
 SLOW = "purpose: You help.\nmemory: {scope: thread}\nmodel: slow/m\n"
 
@@ -140,22 +142,57 @@ async def test_ctrl_c_at_the_prompt_leaves_at_once(terminal: Terminal) -> None:
     assert terminal.exit_code(timeout=30) == 130
 
 
-def test_a_slow_model_shows_a_spinner_and_ctrl_c_leaves_while_waiting(root: Path) -> None:
+def stops_the_run_and_goes_on(term: Terminal, fake: FakeLLM) -> None:
+    """Ctrl-C while the model is slow: that run is stopped, the chat goes on and the next line is answered."""
+    fake.hang(30)
+    term.wait_for("you> ")
+    term.type("hello\r")
+    term.wait_for("thinking…")
+    term.type("\x03")
+    term.wait_for("(Stopped.)")
+    term.wait_for("you> ", times=2)  # the chat goes on
+    fake.reply("Back again.")
+    term.type("still there?\r")
+    term.wait_for("Back again.")
+    term.type("exit\r")
+    assert term.exit_code() == 0
+
+
+def stored_runs(root: Path) -> list[tuple[str, str]]:
+    out = agentd_cli(root, "runs", "assistant", "--json")
+    assert out.returncode == 0, out.stderr
+    return [(r["trigger"], r["status"]) for r in json.loads(out.stdout)]
+
+
+def test_a_slow_model_shows_a_spinner_and_ctrl_c_stops_that_run_not_the_chat(root: Path) -> None:
     with FakeLLM() as fake:
         (root / "agentd.yaml").write_text(
             f"providers: {{slow: {{kind: openai, base_url: '{fake.openai_base_url}', api_key: k}}}}\n"
         )
         (root / "agents" / "assistant.yaml").write_text(SLOW)
-        fake.hang(30)
         term = Terminal(root, "assistant")
         try:
-            term.wait_for("you> ")
-            term.type("hello\r")
-            term.wait_for("thinking…")
-            term.type("\x03")
-            assert term.exit_code(timeout=30) == 130
+            stops_the_run_and_goes_on(term, fake)
         finally:
             term.close()
+        assert sorted(stored_runs(root)) == [("message", "ok"), ("message", "stopped")]
+
+
+async def test_through_a_running_daemon_ctrl_c_stops_the_run_there(root: Path) -> None:
+    with FakeLLM() as fake:
+        (root / "agentd.yaml").write_text(
+            f"providers: {{slow: {{kind: openai, base_url: '{fake.openai_base_url}', api_key: k}}}}\n"
+        )
+        (root / "agents" / "assistant.yaml").write_text(SLOW)
+        daemon = await DaemonProcess(root).start()
+        term = Terminal(root, "assistant")
+        try:
+            stops_the_run_and_goes_on(term, fake)
+            assert f"the daemon at {daemon.url}" in term.seen
+        finally:
+            term.close()
+            assert daemon.stop() == 0
+        assert sorted(stored_runs(root)) == [("message", "ok"), ("message", "stopped")]
 
 
 # -- the reply as it is written --------------------------------------------------------------------

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import openai
 import pytest
 
@@ -311,3 +312,61 @@ async def test_the_openai_endpoint_refuses_a_message_larger_than_the_window_as_o
                     model="bot", user="ana", messages=[{"role": "user", "content": "short"}]
                 )
                 assert answer.choices[0].message.content == "Fine."
+
+
+WINDOWED = """\
+model: {name: gpt/mini}
+memory: {scope: thread, strategy: {kind: window, messages: 20}}
+channels: {webhook: {}}
+"""
+
+
+@pytest.mark.parametrize("server", ["api", "ollama"])
+async def test_a_memory_that_does_not_compact_leaves_its_oldest_turns_out_of_the_retry(
+    tmp_path: Path, server: str
+) -> None:
+    """A window memory has no compaction: the refused request is sent again without its oldest
+    turns (starting at a person's message), nothing stored is dropped, and the next turn reads the
+    window as before."""
+    with FakeLLM() as fake:
+        async with agent_on(tmp_path, settings(fake), Clock(), WINDOWED) as agent:
+            for text in ("one " + "x" * 400, "two " + "y" * 400, "three " + "z" * 400):
+                fake.reply("ok")
+                await say(agent, text)
+            fake.overflow(tokens=5000, window=4000, server=server)
+            fake.reply("Answered.")
+            reply = await say(agent, "four")
+            assert reply.error is None and reply.text == "Answered."
+            refused, retried = (r.json["messages"] for r in fake.requests[-2:])
+            assert len(retried) < len(refused)
+            assert retried[0]["role"] == "user"  # a turn starts whole (no purpose: no system message)
+            assert retried[-1]["content"] == "four" and retried == refused[len(refused) - len(retried) :]
+            [overflow] = await audit(agent, "model")
+            assert overflow["recovery"] == "left_out" and overflow["trigger"] == "overflow"
+            assert (
+                overflow["left_out_messages"] == len(refused) - len(retried)
+                and overflow["model"] == "gpt/mini"
+            )
+            assert await runs(agent) == [("message", "ok")] * 4  # no compaction: nothing to compact
+            _, stored = await thread(agent)
+            assert len(stored) == 8 and stored[0].startswith("one ")  # nothing stored was dropped
+            fake.reply("Next.")
+            await say(agent, "five")
+            assert len(fake.requests[-1].json["messages"]) == len(refused) + 2  # the window as before (+ 2)
+
+
+async def test_each_recovery_is_counted_in_the_metrics_by_model(tmp_path: Path) -> None:
+    with FakeLLM() as fake:
+        config = f"providers: {{gpt: {{kind: openai, base_url: '{fake.openai_base_url}', api_key: k, max_retries: 0}}}}\n"
+        async with daemon_on_loopback(tmp_path, {"bot": WINDOWED}, config) as (_daemon, url):
+            async with httpx.AsyncClient(base_url=url, trust_env=False) as api:
+                for text in ("one", "two"):
+                    fake.reply("ok")
+                    await api.post("/agents/bot/messages", json={"conversation_id": "c", "text": text})
+                fake.overflow(server="ollama")
+                fake.reply("Answered.")
+                sent = await api.post("/agents/bot/messages", json={"conversation_id": "c", "text": "three"})
+                assert sent.json()["reply"] == "Answered."
+                metrics = (await api.get("/metrics")).text
+    counted = 'agentd_context_overflows_total{agent="bot",model="gpt/mini",recovery="left_out",trigger="overflow"} 1.0'
+    assert counted in metrics

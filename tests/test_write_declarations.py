@@ -41,6 +41,7 @@ EXEMPT: Mapping[str, str] = {
     "AppendAudit": "audit events: ids and counts; tool arguments in them are the redacted shown_args",
     "RecordDelivery": "a platform delivery's channel, event id and conversation key",
     "StoreMedia": "a person's files as sent (bytes, names, types): kept like their messages, erased with them",
+    "SetConversationModel": "a conversation key and a model reference from the agent file's models_allowed",
     "InsertApproval": "an approval's arguments as called (the approved call runs with them) and shown redacted",
     "DecideApproval": "an approval id, a status and who decided",
     "CloseApproval": "an approval id",

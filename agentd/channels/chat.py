@@ -187,7 +187,7 @@ class ChatChannel(ABC, Generic[RawT, TargetT]):
                 await self._stream_reply(host, route, every)
                 return
             reply = await self._dispatch(host, route)
-            if reply.duplicate or not reply.text.strip():
+            if reply.duplicate or reply.joined or not reply.text.strip():
                 return
             await self._send_reply(host, route, reply)
         except Exception as exc:
@@ -199,7 +199,7 @@ class ChatChannel(ABC, Generic[RawT, TargetT]):
             reply = await self._dispatch(host, route, shown)
         finally:
             await shown.stop()
-        if reply.duplicate:
+        if reply.duplicate or reply.joined:  # (a joined reply is posted where its first message is)
             return
         try:
             await shown.settle(reply.text)

@@ -6,7 +6,9 @@ daemon over its HTTP API, so what this conversation remembers is at once what
 the daemon sees (and two processes never write one SQLite file).
 
 The terminal: line editing and history (readline), `exit`/`quit` or Ctrl-D to
-leave, Ctrl-C leaves at once (also while waiting for the model), a spinner on
+leave, Ctrl-C at the prompt leaves at once; Ctrl-C while the agent answers stops
+that run as /stop does (what was shown stays, marked stopped) and the chat goes
+on (through a daemon, by its stop route). A spinner on
 stderr while the model is thinking, and the reply printed as it is written
 (terminal.py; through the daemon, its streaming REPL route). Printed to a pipe
 instead, each reply comes whole.
@@ -28,10 +30,12 @@ from agentd.cli.local import local_agent
 from agentd.cli.remote import address, answer, reaching, running_daemon, streamed_answer
 from agentd.cli.terminal import Spinner, TerminalReply, main_thread_only
 from agentd.engine.agent import Agent
+from agentd.engine.stopping import STOP_WAIT_S
 from agentd.errors import AgentdError
-from agentd.events import CONVERSATION_ID_RE, Attachment, InboundEvent, ReplySink
+from agentd.events import CONVERSATION_ID_RE, Attachment, InboundEvent, Reply, ReplySink
 
 LEAVE = {"exit", "quit", ":q"}
+STOPPED = "(Stopped.)"
 # a line, the files attached to it (/attach), and who hears the reply as it is written
 Say = Callable[[str, tuple[Attachment, ...], ReplySink | None], str]
 
@@ -55,10 +59,18 @@ def cmd_chat(args: argparse.Namespace) -> int:
                 "text": line,
                 **({"attachments": as_json(files)} if files else {}),
             }
-            with reaching(client, "your message"):
-                if sink is not None:
-                    return str(streamed_answer(client, path, body, sink)["reply"])
-                return str(answer(client.post(path, json=body))["reply"])
+            try:
+                with reaching(client, "your message"):
+                    if sink is not None:
+                        return str(streamed_answer(client, path, body, sink)["reply"])
+                    return str(answer(client.post(path, json=body))["reply"])
+            except KeyboardInterrupt:
+                # Ctrl-C while the daemon answers: the request is given up and the run stopped there
+                # (stored as stopped); the chat goes on
+                with reaching(client, "the stop"):
+                    answer(client.post(f"/agents/{args.agent}/conversations/{key}/stop"))
+                shown = sink.shown if isinstance(sink, TerminalReply) else ""
+                return f"{shown}\n\n{STOPPED}" if shown else STOPPED
 
         where = f"{args.agent} on the daemon at {address(client.base_url)}, conversation {key}"
         return _repl(where, say)
@@ -71,9 +83,13 @@ def _in_process(args: argparse.Namespace) -> int:
         try:
 
             def say(line: str, files: tuple[Attachment, ...], sink: ReplySink | None) -> str:
-                key = f"repl:{args.session}"
                 event = InboundEvent(agent.name, key, line, "repl", user_id="local", attachments=files)
-                return run(agent.handle(event, sink=sink)).text
+                reply: Reply = run(
+                    agent.handle(event, sink=sink), stop=lambda: agent.stop_run(key, "repl:local")
+                )
+                return reply.text
+
+            key = f"repl:{args.session}"
 
             where = f"{agent.name} ({agent.spec.model.name}), conversation repl:{args.session}"
             return _repl(where, say)
@@ -82,7 +98,7 @@ def _in_process(args: argparse.Namespace) -> int:
 
 
 @contextlib.contextmanager
-def _loop_thread() -> Iterator[Callable[[Any], Any]]:
+def _loop_thread() -> Iterator[Callable[..., Any]]:
     """An event loop on a thread of its own, so the terminal stays in the main thread (readline, Ctrl-C)
     while the agent's background work goes on between lines."""
     loop = asyncio.new_event_loop()
@@ -94,13 +110,26 @@ def _loop_thread() -> Iterator[Callable[[Any], Any]]:
     thread = threading.Thread(target=serve, name="agentd-chat-loop", daemon=True)
     thread.start()
 
-    def run(coro: Any) -> Any:
+    def run(coro: Any, stop: Callable[[], Any] | None = None) -> Any:
+        """`coro`'s result; on Ctrl-C, `stop()` (a coroutine) is run and `coro` then answers (a stopped
+        run's reply), or without `stop` it is cancelled and the Ctrl-C goes on."""
         future = asyncio.run_coroutine_threadsafe(coro, loop)
         try:
             return future.result()
-        except (KeyboardInterrupt, concurrent.futures.CancelledError):
+        except KeyboardInterrupt:
+            if stop is None:
+                future.cancel()
+                raise
+        except concurrent.futures.CancelledError:
             future.cancel()
             raise
+        try:
+            asyncio.run_coroutine_threadsafe(stop(), loop).result(STOP_WAIT_S)  # a second Ctrl-C leaves
+            return future.result(STOP_WAIT_S)
+        except concurrent.futures.TimeoutError:
+            # nothing stoppable answered in time (a command such as /compact runs): leave, as Ctrl-C does
+            future.cancel()
+            raise KeyboardInterrupt from None
 
     try:
         yield run

@@ -70,6 +70,12 @@ class TerminalReply:
         with self._lock:
             self._erase()
 
+    @property
+    def shown(self) -> str:
+        """What is on the screen of this reply now."""
+        with self._lock:
+            return self._shown
+
     def finish(self, reply: str) -> None:
         """Leave exactly `reply` on the screen, then a new line."""
         with self._lock:

@@ -31,6 +31,7 @@ from agentd.config.telegram import TelegramSpec
 from agentd.config.tools import Loc, ToolsSpec, subagent_tool_name
 from agentd.errors import OperatorError
 
+BusyMode = Literal["queue", "collect"]
 AGENT_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 PROVIDER_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
 
@@ -182,6 +183,9 @@ class AgentSpec(Spec):
     subagents: list[SubagentSpec] = []
     tools: ToolsSpec = ToolsSpec()
     media: MediaSpec = MediaSpec()
+    busy: BusyMode = "queue"  # messages arriving while a turn runs (agentd.engine.collecting)
+    max_run_s: float = Field(default=300, gt=0, le=86400)  # a run past it is stopped (agentd.engine.stopping)
+    models_allowed: list[ModelRef] = []  # what /model may switch a conversation to (none: /model refuses)
 
     @field_validator("name")
     @classmethod
@@ -212,6 +216,7 @@ class AgentSpec(Spec):
         refs = {
             *self.model.chain,
             *self.model.small_chain,
+            *self.models_allowed,
         }  # fallbacks included: a dead key there is found now
         refs.update(ref for ref in (self.media.image_model, self.media.transcribe) if ref)
         for layer in self.memory.layers():

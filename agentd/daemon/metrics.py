@@ -63,7 +63,7 @@ class Metrics:
         self.turns = counter(
             "agentd_turns",
             ("agent", "channel", "outcome"),
-            "Message turns answered, by agent, channel and outcome (ok, error).",
+            "Message turns answered, by agent, channel and outcome (ok, error, stopped).",
         )
         self.commands = counter(
             "agentd_commands",
@@ -85,6 +85,12 @@ class Metrics:
             ("agent", "model", "reason"),
             "Model calls passed on to the next model of a fallback chain, by agent, the model that failed "
             "(or was skipped while its breaker is open: reason paused) and why.",
+        )
+        self.overflows = counter(
+            "agentd_context_overflows",
+            ("agent", "model", "trigger", "recovery"),
+            "Prompts past a model's context window, recovered: by agent, the provider/model, trigger (window:"
+            " caught before the call; overflow: the provider refused it) and recovery (compaction, left_out).",
         )
         self.turn_seconds = histogram(
             "agentd_turn_duration_seconds",
@@ -167,6 +173,9 @@ class Metrics:
 
     def model_fallback(self, agent: str, from_model: str, reason: str) -> None:
         self.fallbacks.labels(agent, from_model, reason).inc()
+
+    def model_overflow(self, agent: str, model: str, trigger: str, recovery: str) -> None:
+        self.overflows.labels(agent, model, trigger, recovery).inc()
 
     def store_commit(self, seconds: float) -> None:
         """Called on the store thread (prometheus-client's metrics are thread-safe)."""

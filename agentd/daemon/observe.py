@@ -35,6 +35,11 @@ class Observer(Protocol):
         """A model of a fallback chain failed (or was skipped) and the next was tried (its audit row committed)."""
         ...
 
+    def model_overflow(self, agent: str, model: str, trigger: str, recovery: str) -> None:
+        """A prompt was (`overflow`) or would have been (`window`) past the model's context window and
+        was recovered (`compaction` or `left_out`: agentd.engine.overflow); its audit row committed."""
+        ...
+
     def store_commit(self, seconds: float) -> None:
         """Called on a store thread (SQLite's, or one of PostgreSQL's)."""
         ...
@@ -72,9 +77,14 @@ class ObservedStore:
         results = await self._inner.write(*ops)
         for run in runs_in(ops):
             self._observer.run_committed(self._agent, run)
-        for record in fallbacks_in(ops):
+        for record in model_events(ops, "fallback"):
             self._observer.model_fallback(
                 self._agent, str(record.data.get("from")), str(record.data.get("reason"))
+            )
+        for record in model_events(ops, "overflow"):
+            data = record.data
+            self._observer.model_overflow(
+                self._agent, str(data.get("model")), str(data.get("trigger")), str(data.get("recovery"))
             )
         return results
 
@@ -97,14 +107,15 @@ def runs_in(ops: Sequence[Write[Any]]) -> list[RunRecord]:
     return [op.run for op in ops if isinstance(op, InsertRun | CommitTurn)]
 
 
-def fallbacks_in(ops: Sequence[Write[Any]]) -> list[AuditRecord]:
-    """The `model/fallback` audit rows of a write (agentd.engine.model_chain)."""
+def model_events(ops: Sequence[Write[Any]], action: str) -> list[AuditRecord]:
+    """The `model/<action>` audit rows of a write: `fallback` (agentd.engine.model_chain), `overflow`
+    (agentd.engine.overflow)."""
     return [
         record
         for op in ops
         if isinstance(op, AppendAudit)
         for record in op.records
-        if record.kind == "model" and record.action == "fallback"
+        if record.kind == "model" and record.action == action
     ]
 
 
@@ -151,6 +162,9 @@ class DaemonObserver:
 
     def model_fallback(self, agent: str, from_model: str, reason: str) -> None:
         self.metrics.model_fallback(agent, from_model, reason)
+
+    def model_overflow(self, agent: str, model: str, trigger: str, recovery: str) -> None:
+        self.metrics.model_overflow(agent, model, trigger, recovery)
 
     def store_commit(self, seconds: float) -> None:
         self.metrics.store_commit(seconds)

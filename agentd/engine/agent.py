@@ -26,6 +26,7 @@ from agentd.engine.resources import AgentResources
 from agentd.engine.state import AgentState
 from agentd.engine.stateless import run_stateless
 from agentd.engine.status import status_facts, tools_report
+from agentd.engine.stopping import BY_API, Stop, stop_and_wait
 from agentd.engine.turn import NO_LIMITS, TurnLimits, TurnOptions
 from agentd.errors import NewerSchema, StoreError
 from agentd.events import InboundEvent, Reply, ReplySink
@@ -202,6 +203,17 @@ class Agent:
         return await self._handler.handle(
             event, TurnOptions(sink, instructions, limits=limits), parent_run_id
         )
+
+    def held_by(self, event: InboundEvent) -> str | None:
+        """The id of the approval `event` would wait behind, None when it would not wait for one."""
+        return self._handler.held_by(event)
+
+    async def stop_run(self, conversation_key: str, by: str) -> str | None:
+        """Stop the conversation's running turn, as /stop does (audited); the stopped run's id, None
+        when nothing was running."""
+        await self.ready()
+        running = await stop_and_wait(self.state.stops, conversation_key, Stop(BY_API, by=by))
+        return None if running is None else running.run_id
 
     async def answer_stateless(
         self,

@@ -1,4 +1,4 @@
-"""The history commands every channel understands: /compact /new /reset /status /help.
+"""The commands every channel understands: /compact /new /reset /status /stop /model /help.
 
 Each command is recorded as a run (trigger `command`) and an audit event,
 committed together with what it changed.
@@ -15,7 +15,9 @@ from agentd.engine import link_commands
 from agentd.engine.command_result import Command, CommandResult
 from agentd.engine.conversation import Conversation
 from agentd.engine.metering import Served
+from agentd.engine.model_command import model_answer
 from agentd.engine.status import status_facts
+from agentd.engine.stopping import BY_COMMAND, Stop, stop_and_wait
 from agentd.engine.usage import own_usage
 from agentd.errors import ModelPaused
 from agentd.events import COMMANDS, InboundEvent, Reply
@@ -177,6 +179,35 @@ async def _status(conv: Conversation, event: InboundEvent) -> CommandResult:
     return CommandResult("\n".join(lines), "status")
 
 
+async def _stop(conv: Conversation, event: InboundEvent) -> CommandResult:
+    running = await stop_and_wait(conv.agent.stops, conv.key, Stop(BY_COMMAND, by=event.who))
+    if running is None:
+        # a run paused for an approval is not running: it ends when the approval is answered
+        waiting = [r.id for r in conv.agent.waiting_approvals.values() if r.conversation_key == conv.key]
+        text = "Nothing is running in this conversation."
+        if waiting:
+            text += f" A run waits for approval [{waiting[0]}]: /deny {waiting[0]} ends it."
+        return CommandResult(text, "stop", {"result": "nothing_running"})
+    return CommandResult(
+        "Stopped. Your message is saved; send the next one.",
+        "stop",
+        {"result": "stopped", "stopped_run": running.run_id},
+    )
+
+
+async def _model(conv: Conversation, event: InboundEvent) -> CommandResult:
+    match = _COMMAND_RE.match(event.text.strip())
+    answer = model_answer(conv, (match.group(2) or "").strip() if match else "")
+    state, key = conv.agent, conv.key
+
+    def after() -> None:
+        state.chosen_models[key] = answer.chosen
+
+    return CommandResult(
+        answer.text, "model", answer.data, effects=answer.effects, after=after if answer.switched else None
+    )
+
+
 def counted(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
@@ -195,6 +226,8 @@ HANDLERS: dict[str, Command] = {
     "reset": _reset,
     "status": _status,
     "usage": _usage,
+    "stop": _stop,
+    "model": _model,
     "help": _help,
     "link": link_commands.link,
     "unlink": link_commands.unlink,

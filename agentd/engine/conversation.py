@@ -33,7 +33,7 @@ class Conversation:
     ) -> Conversation:
         """The conversation `key` under `spec` (default: the agent's current definition). With the
         store's `claim` for a turn; without one for a view (nothing is taken; see AgentState.thread)."""
-        spec = agent.spec if spec is None else spec
+        spec = await agent.switched(agent.spec if spec is None else spec, key)  # a /model choice
         memory = agent.memory_of(spec, key)
         return cls(agent, spec, memory, await agent.thread(key, memory, claim))
 

@@ -23,6 +23,7 @@ async def delete_conversation(state: AgentState, conversation_key: str, by: str)
     async with state.locks.hold(key), state.memory_locks.hold(key), state.store.claim(key):
         deleted = await write_one(state.store, DeleteConversation(state.name, key, by, time.time()))
         state.threads.put(StoredThread(key))  # the next message starts a fresh thread
+        state.chosen_models.pop(key, None)  # its /model choice went with it
     return dict(deleted)
 
 

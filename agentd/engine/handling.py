@@ -10,10 +10,14 @@ the next event if it did not finish (say, after a restart).
 A run paused for a person's approval keeps its conversation (see
 agentd.engine.approvals): `/approve` and `/deny` are answered out of band, and
 so is `/status` while the conversation waits, so neither queues behind it.
+`/stop` is always answered out of band: it stops the turn the conversation is
+running (agentd.engine.stopping). With `busy: collect`, the messages that
+arrive while a turn runs are answered together by the next (agentd.engine.collecting).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import replace
@@ -21,6 +25,7 @@ from dataclasses import replace
 from agentd.config.models import AgentSpec
 from agentd.engine.approval_commands import answer_approval, is_approval_command
 from agentd.engine.approvals import Approvals
+from agentd.engine.collecting import Collected, Collecting
 from agentd.engine.commands import command_name, is_command, run_command
 from agentd.engine.conversation import Conversation
 from agentd.engine.elicitations import Elicitations, is_elicitation_command
@@ -48,6 +53,7 @@ class EventHandler:
         self._state = state
         self._lifecycle = lifecycle
         self._waiting: set[str] = set()  # conversations with after-run work queued beside them
+        self._collecting = Collecting()  # busy: collect — messages waiting to be answered together
         self.approvals = Approvals(state, lifecycle, self._resume)
         # what the agent's MCP servers may ask of it: the person's input, and its model
         self.elicitations = Elicitations(state)
@@ -69,8 +75,12 @@ class EventHandler:
                 return await answer_approval(self.approvals, event)
             if is_elicitation_command(event.text):  # like an approval: never behind the waiting run
                 return await self.elicitations.answer(event)
-            if command_name(event.text) == "status" and self.approvals.pending_in(event.conversation_key):
-                return await self._status_now(event, spec)
+            name = command_name(event.text)
+            if name == "stop" or (name == "status" and self.approvals.pending_in(event.conversation_key)):
+                return await self._command_now(event, spec)  # /stop overtakes the turn it stops
+            collectable = name is None and not event.attachments  # a message with files has a turn of its own
+            if spec.busy == "collect" and collectable and self._state.locks.held(event.conversation_key):
+                return await self._collect(event, spec, options, parent_run_id)
             return await self._run(event, spec, options, parent_run_id)
         except BaseException:
             # not answered (say, its file could not be opened): a redelivery must be answered
@@ -89,12 +99,43 @@ class EventHandler:
         await audit_rows(self._state.store, self._state.name, ended, limiter.clock.time())
         return None if limited is None else Reply(text=limited.reply, conversation_key=event.conversation_key)
 
-    async def _run(
+    def held_by(self, event: InboundEvent) -> str | None:
+        """The approval `event` would wait behind (its conversation is held by a paused run), None when
+        it would be answered in its turn: /approve, /deny, /status and /stop never wait."""
+        waiting = self.approvals.pending_in(event.conversation_key)
+        if not waiting or is_approval_command(event.text) or command_name(event.text) in ("status", "stop"):
+            return None
+        return waiting[0].id
+
+    async def _collect(
         self, event: InboundEvent, spec: AgentSpec, options: TurnOptions, parent_run_id: str | None
+    ) -> Reply:
+        """busy: collect — a message that arrives while its conversation's turn runs joins the next
+        turn: the first such message leads (runs the turn), the rest get its reply."""
+        batch = self._collecting.join(event)
+        if batch.events[0] is not event:
+            return replace(await asyncio.shield(batch.reply), joined=True)
+        try:
+            reply = await self._run(event, spec, options, parent_run_id, batch)
+        except BaseException as e:
+            batch.fail(e)
+            raise
+        batch.reply.set_result(reply)
+        return reply
+
+    async def _run(
+        self,
+        event: InboundEvent,
+        spec: AgentSpec,
+        options: TurnOptions,
+        parent_run_id: str | None,
+        batch: Collected | None = None,
     ) -> Reply:
         state, key = self._state, event.conversation_key
         with self._lifecycle.busy():
             release = await self._take(key)
+            # the messages collected while the turn before ran: from here on, new ones wait for the next
+            also = self._collecting.close(key, batch)
             paused = False
             try:
                 async with state.store.claim(key, known=state.threads.known(key)) as claim:
@@ -117,8 +158,13 @@ class EventHandler:
                             )
                             reply = replace(reply, text=f"{reply.text}\n{note}")
                     else:
-                        result = await run_turn(conv, event, options, parent_run_id=parent_run_id)
+                        with state.stops.running(key, spec.max_run_s):
+                            result = await run_turn(
+                                conv, event, options, parent_run_id=parent_run_id, also=also
+                            )
                         reply = result.reply
+                        if reply.error == "stopped":
+                            state.threads.forget(key)  # a stop may have cut a compaction short: read it again
                         if result.paused is not None:
                             # the paused run keeps the conversation until a person decides
                             self.approvals.hold(result.paused, release)
@@ -152,14 +198,16 @@ class EventHandler:
         await state.tool_servers.wait_ready(RESUME_WAIT_S)
         async with state.store.claim(key, known=state.threads.known(key)) as claim:
             conv = await Conversation.open(state, key, claim, spec=spec)
-            result = await run_turn(conv, progress.event, resume=(progress, decision))
+            with state.stops.running(key, spec.max_run_s):
+                result = await run_turn(conv, progress.event, resume=(progress, decision))
             await state.trim(key, conv.memory)
         if result.paused is None and conv.memory.settle_due(conv.thread):
             self._after_run(key, conv.memory, result.reply.run_id)
         return result
 
-    async def _status_now(self, event: InboundEvent, spec: AgentSpec) -> Reply:
-        """/status while the conversation waits for an approval: answered at once, not in order."""
+    async def _command_now(self, event: InboundEvent, spec: AgentSpec) -> Reply:
+        """A command answered at once, not in order: /stop (it stops the turn the conversation is
+        running), /status while the conversation waits for an approval."""
         conv = await Conversation.open(self._state, event.conversation_key, spec=spec)
         return await run_command(conv, event)
 

@@ -7,6 +7,12 @@ it, remembered for the process) is recovered the same way, and the call retried.
 an audit event of the run (`model/overflow`: trigger, estimate, window, what the compaction did),
 and their number is bounded: a compaction that changed nothing is not tried again.
 
+A memory that does not compact (a window of the last messages, a rolling summary, Σ...) or whose
+compaction failed is recovered by leaving its oldest turns out of this request (`left_out`): the
+request starts at a later message of the person's, so it fits; nothing stored is dropped, and the
+memory goes on as before at the next turn. That too is audited (`model/overflow`, `recovery:
+left_out` with the number of messages left out) and counted in the same bound.
+
 The new messages of the turn are never compacted (they are not in the thread yet): when they alone
 exceed the window, no compaction can help, and the person is told so plainly (`MessageTooLarge`).
 The message is still stored with the run; the next turn compacts it away (in pieces that fit the
@@ -17,11 +23,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import replace
 
 from agentd.engine.conversation import Conversation
 from agentd.errors import ProviderError
 from agentd.memory.base import Compacts
-from agentd.messages import Message, estimate_tokens
+from agentd.messages import Message, MessageSequence, estimate_tokens
 from agentd.providers.base import CompletionRequest
 from agentd.providers.windows import learn, window_of
 from agentd.store.records import AuditRecord, RunRecord
@@ -83,6 +90,8 @@ class OverflowGuard:
             return await self.recover(trigger, request, error)
         data = {
             "trigger": trigger,
+            "model": self._run.model or self._conv.spec.model.name,
+            "recovery": "compaction",
             "estimated_tokens": request_tokens(request),
             "window": self.window(),
             "attempt": self.recoveries,
@@ -94,3 +103,39 @@ class OverflowGuard:
             data["error"] = error
         self._audit.append(AuditRecord("model", "overflow", self._run.conversation_key, self._run.id, data))
         return outcome.status == "ok"
+
+    def left_out(
+        self, trigger: str, request: CompletionRequest, history: MessageSequence, error: str | None = None
+    ) -> MessageSequence | None:
+        """The history without its oldest turns, so that `request` fits the window (for this request
+        only: nothing stored changes); None when the bound is reached or no history is left to leave
+        out. With no window known (the error named none), half of the history's tokens go."""
+        if self.recoveries >= MAX_RECOVERIES or not len(history):
+            return None
+        self.recoveries += 1
+        window = self.window()
+        tokens = request_tokens(request)
+        fixed = request_tokens(replace(request, messages=request.messages[len(history) :]))
+        room = (window - (request.max_output_tokens or 0) if window else (tokens + fixed) // 2) - fixed
+        start, used = len(history), 0
+        for i in range(len(history) - 1, -1, -1):  # from the newest back, while it fits
+            used += estimate_tokens(history[i].char_count())
+            if used > room:
+                break
+            if history[i].role == "user":  # a turn starts at a person's message (tool results follow calls)
+                start = i
+        if start == 0:  # all of it fits by the estimate, yet the model refused: its first turn goes
+            start = next((i for i in range(1, len(history)) if history[i].role == "user"), len(history))
+        data = {
+            "trigger": trigger,
+            "model": self._run.model or self._conv.spec.model.name,
+            "recovery": "left_out",
+            "estimated_tokens": tokens,
+            "window": window,
+            "attempt": self.recoveries,
+            "left_out_messages": start,
+        }
+        if error is not None:
+            data["error"] = error
+        self._audit.append(AuditRecord("model", "overflow", self._run.conversation_key, self._run.id, data))
+        return MessageSequence(history[start:])

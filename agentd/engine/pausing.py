@@ -89,6 +89,8 @@ async def pause_run(
         ops.append(
             RecordDelivery(Delivery(event.channel, event.event_id, event.conversation_key), run.id, now)
         )
+    ops += [RecordDelivery(d, run.id, now) for d in progress.delivered]  # busy: collect's others
+    progress.delivered = []  # recorded: a resumed run records none
     if resumed is not None:
         ops.append(CloseApproval(resumed.approval))  # the run now waits on the new request instead
     await state.store.write(*ops)

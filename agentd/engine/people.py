@@ -96,6 +96,7 @@ async def erase_person(
         counts = await write_one(state.store, op)
         for key in conversations:  # read again at its next turn: gone, or with tombstones and layers rebuilt
             state.threads.forget(key)
+            state.chosen_models.pop(key, None)
     index_cache(state.store).drop(partition_of(user_id))
     await state.persistent.load()  # their persistent keys are gone from every prompt
     return dict(counts)

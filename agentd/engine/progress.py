@@ -14,6 +14,7 @@ from typing import Any
 from agentd.events import InboundEvent
 from agentd.messages import MESSAGE_ADAPTER, Message, ToolCallPart, ToolResultPart
 from agentd.store.records import AuditRecord, RunRecord
+from agentd.store.writes import Delivery
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +49,8 @@ class TurnProgress:
     steps: int = 0
     batch: ToolBatch | None = None  # the calls being answered when the run paused
     audit: list[AuditRecord] = field(default_factory=list)  # not committed yet
+    # busy: collect — the other messages this run answers, whose deliveries its commit records
+    delivered: list[Delivery] = field(default_factory=list)
 
     def to_state(self) -> dict[str, Any]:
         e = self.event

@@ -15,6 +15,7 @@ from agentd.config.models import AgentSpec
 from agentd.engine.context import AgentContext
 from agentd.engine.conversations import ConversationLocks, HotThreads
 from agentd.engine.resources import AgentResources
+from agentd.engine.stopping import RunStops
 from agentd.engine.subagents import slot_override, subagent_tools
 from agentd.engine.tools import memory_tools
 from agentd.memory.base import Memory
@@ -22,7 +23,7 @@ from agentd.memory.persistent import PersistentMemory, linked_scopes, persistent
 from agentd.memory.registry import memory_for
 from agentd.store.base import Store
 from agentd.store.claims import Claim
-from agentd.store.queries import ConversationMark
+from agentd.store.queries import ConversationMark, ConversationModel
 from agentd.store.records import ApprovalRecord, StoredThread
 from agentd.tools.base import Tool
 from agentd.tools.mcp_servers import McpServers
@@ -30,6 +31,7 @@ from agentd.tools.mcp_servers import McpServers
 NO_CLAIM = Claim()
 RECENT_EVENTS = 10_000  # platform deliveries remembered in memory (the store remembers them all)
 MEMORY_CACHE = 64
+CHOSEN_CACHE = 10_000  # conversations whose /model choice is held in memory
 
 
 class AgentState:
@@ -55,6 +57,10 @@ class AgentState:
         self.recent_events: OrderedDict[tuple[str, str], None] = OrderedDict()
         # runs paused for a person's approval, by approval id (kept by agentd.engine.approvals)
         self.waiting_approvals: dict[str, ApprovalRecord] = {}
+        self.stops = RunStops()  # the turns running now, for /stop and max_run_s
+        # the model /model chose per conversation, as read from the store (None: the agent file's)
+        self.chosen_models: dict[str, str | None] = {}
+        self._switched: dict[tuple[int, str], tuple[AgentSpec, AgentSpec]] = {}
         self._memories: dict[tuple[int, int], tuple[AgentSpec, Any, Memory]] = {}
         self._tools: tuple[AgentSpec, list[Tool]] | None = None
 
@@ -66,6 +72,33 @@ class AgentState:
         self.spec = spec
         self.persistent.max_value_chars = spec.memory.max_value_chars
         self.persistent.secrets = spec.memory.secrets
+
+    async def switched(self, spec: AgentSpec, conversation_key: str) -> AgentSpec:
+        """`spec` with the model `/model` chose for the conversation, while `models_allowed` still
+        allows it (the store is read only for an agent that allows any); built once per pair, so the
+        memory and tools cached per definition stay cached."""
+        if not spec.models_allowed:
+            return spec
+        if conversation_key not in self.chosen_models:
+            if len(self.chosen_models) >= CHOSEN_CACHE:
+                self.chosen_models.clear()
+            chosen = await self.store.read(ConversationModel(conversation_key))
+            self.chosen_models[conversation_key] = chosen
+        chosen = self.chosen_models[conversation_key]
+        if chosen is None or chosen == spec.model.name or chosen not in spec.models_allowed:
+            return spec
+        cached = self._switched.get((id(spec), chosen))
+        if cached is not None and cached[0] is spec:
+            return cached[1]
+        if len(self._switched) >= MEMORY_CACHE:
+            self._switched.clear()
+        # the chosen model goes first; the file's fallbacks stay behind it. The file's context_window
+        # is its own model's: the chosen one's comes from the table or its provider's errors.
+        fallbacks = [ref for ref in spec.model.chain if ref != chosen]
+        model = spec.model.model_copy(update={"name": chosen, "fallbacks": fallbacks, "context_window": None})
+        switched = spec.model_copy(update={"model": model})
+        self._switched[(id(spec), chosen)] = (spec, switched)
+        return switched
 
     def memory_of(self, spec: AgentSpec, conversation_key: str) -> Memory:
         """The memory a conversation gets under `spec`: a sub-agent slot's override when the

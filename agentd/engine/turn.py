@@ -14,33 +14,36 @@ commit happens at the end, as for any run.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from agentd.engine.conversation import Conversation
 from agentd.engine.media import Intake, take_media
 from agentd.engine.media_replay import images_for
-from agentd.engine.metering import BudgetExceeded, metered
-from agentd.engine.model_chain import Fallback, call_chain
+from agentd.engine.metering import BudgetExceeded
 from agentd.engine.overflow import MessageTooLarge, OverflowGuard
 from agentd.engine.pausing import TurnResult, pause_run
 from agentd.engine.progress import Decision, ToolBatch, TurnProgress
 from agentd.engine.prompt import Prompt, build_prompt, build_system
-from agentd.engine.streaming import StepSink, call_model
+from agentd.engine.stopping import stopped_turn
+from agentd.engine.streaming import StepSink
 from agentd.engine.subagents import CHANNEL as SUBAGENT_CHANNEL
 from agentd.engine.tool_gate import ToolGate
+from agentd.engine.turn_calls import ModelChain
 from agentd.errors import CONTEXT_OVERFLOW, OperatorError, ProviderError
 from agentd.events import InboundEvent, Reply, ReplySink
 from agentd.memory.base import TurnInput
 from agentd.memory.screening import transcript_copy
 from agentd.messages import Message, ToolResultPart, estimate_tokens
-from agentd.providers.base import Completion, CompletionRequest, ModelProvider
+from agentd.providers.base import CompletionRequest
 from agentd.run_context import current_run
 from agentd.store.records import AuditRecord, RunRecord, StoredMessage
-from agentd.store.writes import AppendAudit, CloseApproval, CommitTurn, Delivery, Write
+from agentd.store.writes import AppendAudit, CloseApproval, CommitTurn, Delivery, RecordDelivery, Write
 from agentd.tools.base import ToolCall
 
 log = logging.getLogger(__name__)
@@ -81,12 +84,14 @@ async def run_turn(
     *,
     parent_run_id: str | None = None,
     resume: tuple[TurnProgress, Decision] | None = None,
+    also: Sequence[InboundEvent] = (),
 ) -> TurnResult:
     """A message turn. `options.sink` hears the reply as it is written; `options.instructions` are
     appended to the system prompt of this turn only (an API client's own system messages);
     `options.can_ask` False: a call that needs a person's approval is refused (nobody could be
     asked). With `resume`, a paused run goes on from its progress: the call that waited is answered
-    with the decision, then the run continues as any turn."""
+    with the decision, then the run continues as any turn. `also`: messages collected after `event`
+    (busy: collect), each stored as sent and answered by this one turn."""
     if event.channel == SUBAGENT_CHANNEL:
         options = replace(options, can_ask=False)  # a sub-agent call has no person to ask
     if resume is not None:
@@ -103,9 +108,14 @@ async def run_turn(
         thread_id=conv.thread.id,
         parent_run_id=parent_run_id,
     )
-    # a message's files are taken in (and stored) before the turn runs: agentd.engine.media
+    # a message's files are taken in (and stored) before the turn runs: agentd.engine.media (busy:
+    # collect joins only messages without files: handling.py)
     intake = await take_media(conv, event) if event.attachments else Intake()
-    progress = TurnProgress(event, run, [intake.message(event)], audit=intake.audit)
+    said = [intake.message(event), *(Message.user(e.text, e.user_id, e.sent_at) for e in also)]
+    if also:  # the model and the memory read them together
+        event = replace(event, text="\n\n".join(e.text for e in (event, *also)))
+    delivered = [Delivery(e.channel, e.event_id, e.conversation_key) for e in also if e.event_id is not None]
+    progress = TurnProgress(event, run, said, audit=intake.audit, delivered=delivered)
     return await _drive(conv, progress, None, options, intake)
 
 
@@ -138,6 +148,7 @@ async def _drive(
     reply_text = ""
     error: str | None = None
     cut_short = False
+    running = state.stops.watch(event.conversation_key, run.id)  # /stop and max_run_s cancel it
     try:
         if progress.batch is not None:
             if decision is not None:
@@ -171,6 +182,9 @@ async def _drive(
                         prompt.fixed_chars(),
                     )
                     continue
+                if (shorter := guard.left_out("window", request, history)) is not None:
+                    history, history_chars = shorter, sum(m.char_count() for m in shorter)
+                    continue
             try:
                 completion = await chain.call(request)
             except ProviderError as e:
@@ -179,7 +193,10 @@ async def _drive(
                 guard.learn(e)
                 guard.check_new(prompt.system, new)
                 if not await guard.recover("overflow", request, str(e)):
-                    raise
+                    if (shorter := guard.left_out("overflow", request, history, str(e))) is None:
+                        raise
+                    history, history_chars = shorter, sum(m.char_count() for m in shorter)
+                    continue
                 prompt = await _prompt(conv, event, options)
                 media = await images_for(conv, prompt.history.extended(new), intake.blobs)
                 history, history_chars, fixed_chars = (
@@ -264,6 +281,11 @@ async def _drive(
                 AuditRecord("budget", "refused", event.conversation_key, run.id, e.audit_data())
             )
         log.info("agent %s run %s: %s", state.name, run.id, e)
+    except asyncio.CancelledError:
+        if (stop := running.caught()) is None:
+            raise  # not a stop: the daemon is shutting down
+        reply_text, error = stopped_turn(progress, step_sink, stop), "stopped"
+        log.info("agent %s run %s stopped (%s)", state.name, run.id, stop.reason)
     except MessageTooLarge as e:
         # told plainly; the message is stored with the run (the next turn compacts it away)
         run.status, run.error, error = "error", str(e), "too_large"
@@ -273,6 +295,7 @@ async def _drive(
         log.warning("agent %s run %s: %s", state.name, run.id, e)
     if not reply_text and error is None:
         reply_text = "(the model returned an empty reply)"
+    running.committing()
     run.duration_ms = (time.time() - run.started_at) * 1000
     closing = decision.approval if decision is not None else None
     await _commit(conv, progress, closing)
@@ -295,48 +318,6 @@ async def _prompt(conv: Conversation, event: InboundEvent, options: TurnOptions)
     if options.instructions:
         prompt = replace(prompt, system=build_system(prompt.system, [options.instructions]))
     return prompt
-
-
-class ModelChain:
-    """The turn's model calls down the agent's fallback chain: each fallback joins the run's audit
-    rows (once per turn), and the run records the model that answered last."""
-
-    def __init__(self, conv: Conversation, run: RunRecord, progress: TurnProgress, sink: StepSink | None):
-        self._conv, self._run, self._progress, self._sink = conv, run, progress, sink
-        self._seen: set[tuple[str, str]] = set()
-
-    async def call(self, request: CompletionRequest) -> Completion:
-        resources, model = self._conv.agent.resources, self._conv.spec.model
-        completion, ref = await metered(
-            resources.meter,
-            self._conv.agent.name,
-            (model.chain, model.small_chain if model.small else None),
-            request,
-            lambda chain: call_chain(
-                chain,
-                request,
-                providers=resources.providers,
-                breakers=resources.breakers,
-                call=self._call,
-                on_fallback=self._fell_back,
-                shown=lambda: self._sink is not None and self._sink.showing,
-            ),
-            self._run.trigger,  # a scheduled run's calls count as `schedule`, a message's as `message`
-        )
-        self._run.model = ref
-        return completion
-
-    async def _call(self, provider: ModelProvider, request: CompletionRequest) -> Completion:
-        return await call_model(provider, request, self._sink)
-
-    def _fell_back(self, step: Fallback) -> None:
-        if (key := (step.from_ref, step.to_ref)) in self._seen:  # a later call skipping it says nothing new
-            return
-        self._seen.add(key)
-        log.warning("run %s: model %s %s: trying %s", self._run.id, step.from_ref, step.reason, step.to_ref)
-        self._progress.audit.append(
-            AuditRecord("model", "fallback", self._run.conversation_key, self._run.id, step.audit_data())
-        )
 
 
 async def _answer_batch(
@@ -370,6 +351,7 @@ async def _commit(conv: Conversation, progress: TurnProgress, closing: str | Non
     )
     now = time.time()
     ops: list[Write[Any]] = [CommitTurn(event.conversation_key, thread.id, stored, run, usage, delivery, now)]
+    ops += [RecordDelivery(d, run.id, now) for d in progress.delivered]  # busy: collect's others
     if audit or audits:
         ops.append(AppendAudit(conv.agent.name, [*audit, *audits], now))
     if closing is not None:

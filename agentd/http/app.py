@@ -30,6 +30,7 @@ from agentd.http.bodies import (
     reply_out,
     sse_event_schema,
 )
+from agentd.http.control import add_control_routes, refuse_if_held
 from agentd.http.deletes import add_delete_routes
 from agentd.http.directory import AgentDirectory
 from agentd.http.docs import add_docs_routes
@@ -160,6 +161,7 @@ def create_app(directory: AgentDirectory) -> FastAPI:
             sent_at=message.sent_at,
             attachments=files,
         )
+        await refuse_if_held(target, event)  # not a request hanging until the approval is answered
         if key is not None:
 
             async def handle(sink: ReplySink | None = None) -> Reply:
@@ -202,6 +204,9 @@ def create_app(directory: AgentDirectory) -> FastAPI:
             return await streamed(target, event)
         return reply_out(await target.handle(event))
 
+    # before the read routes: .../conversations/{key}/stop is matched (and its Allow header said) before
+    # .../conversations/{key:path} would take "/stop" as part of the key
+    add_control_routes(app, directory, protected)
     add_read_routes(app, directory, protected)
     add_delete_routes(app, directory, protected)
     add_people_routes(app, directory, protected)

@@ -39,13 +39,17 @@ class ErrorOut(BaseModel):
 
     error: str = Field(description="what went wrong and, where it helps, what to do")
     detail: list[FieldProblem] | None = Field(default=None, description="422 only: one entry per field")
+    approval: str | None = Field(
+        default=None, description="409 only, when the conversation waits for this approval (answer it first)"
+    )
 
 
 WHEN = {
     400: "Malformed JSON, or a value of the wrong form (a conversation key, a user id, `since`)",
     401: "Missing or wrong bearer token (only when http.token is set)",
     404: "No such agent, conversation item or route",
-    409: "The request conflicts with what is stored now (an approval already decided or expired)",
+    409: "The request conflicts with what is stored now (an approval already decided or expired; a "
+    "conversation held by a run that waits for an approval: `approval` names it)",
     413: "The request body is over http.max_body_bytes",
     422: "A field failed validation: `detail` names each",
     503: "The agent cannot serve now (its file was rejected, it failed to start, it is stopping) or its "

@@ -45,6 +45,7 @@ from pydantic import BaseModel, Field
 from agentd.engine.agent import Agent
 from agentd.events import InboundEvent, Reply, ReplySink
 from agentd.http.bodies import read_json
+from agentd.http.control import refuse_if_held
 from agentd.http.directory import AgentDirectory
 from agentd.http.errors import ApiError
 from agentd.http.idempotency import (
@@ -267,6 +268,8 @@ def add_openai_routes(
             event_id=event_id,
             attachments=call.attachments,
         )
+        if not stateless:
+            await refuse_if_held(agent, event, openai=True)  # a 409 naming the approval, not a hang
 
         async def turn(sink: ReplySink | None) -> Reply:
             if call.earlier is not None:

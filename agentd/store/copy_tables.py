@@ -151,6 +151,7 @@ TABLES: tuple[Table, ...] = (
         _columns("conversation_key sender sha256 kind mime_type filename size data created_at"),
         key=("conversation_key", "sender", "sha256"),
     ),
+    Table("conversation_models", ("conversation_key", "model", "set_at"), key=("conversation_key",)),
     Table("approvals", APPROVAL_ROW.names, rewrite=_paused_run_thread, order=("rowid",)),
     AUDIT,  # last: its chain head is the last lock a copy takes, as in a daemon's batch
 )

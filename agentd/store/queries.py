@@ -211,6 +211,13 @@ class DeliverySeen(Query[bool]):
     event_id: str
 
 
+@dataclass(frozen=True, slots=True)
+class ConversationModel(Query[str | None]):
+    """The model `/model` chose for the conversation (None: the agent file's)."""
+
+    conversation_key: str
+
+
 # -- persistent memory and facts ---------------------------------------------------------
 
 

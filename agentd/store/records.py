@@ -111,9 +111,11 @@ AUDIT_KINDS = (
     "fold",
     "media",
     "memory",
+    "model",  # a fallback, an overflow recovered (agentd.engine.model_chain, agentd.engine.overflow)
     "permission",
     "person",
     "rate_limit",
+    "run",  # a run stopped (agentd.engine.stopping)
     "summary",
     "tool",
 )

@@ -134,6 +134,18 @@ class PruneMedia(Write[int]):
     older_than: float
 
 
+# -- the model a conversation was switched to ----------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SetConversationModel(Write[None]):
+    """The model `/model` chose for a conversation (None: back to the agent file's model)."""
+
+    conversation_key: str
+    model: str | None
+    now: float
+
+
 # -- approvals -----------------------------------------------------------------------------
 
 

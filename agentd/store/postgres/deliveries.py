@@ -1,14 +1,15 @@
 """Platform deliveries already answered: a redelivery, to this daemon or another, is answered once.
 
 The de-duplication is the table's primary key (agent, channel, event id), not any daemon's memory.
+Beside them, the model a conversation was switched to (`/model`), its own setting.
 """
 
 from __future__ import annotations
 
 from agentd.store.postgres.handlers import Cx, Later, handles, rowcount
-from agentd.store.queries import DeliveredReply, DeliverySeen
+from agentd.store.queries import ConversationModel, DeliveredReply, DeliverySeen
 from agentd.store.records import Delivered
-from agentd.store.writes import PruneDeliveries, RecordDelivery
+from agentd.store.writes import PruneDeliveries, RecordDelivery, SetConversationModel
 
 
 def record_delivery(
@@ -57,4 +58,28 @@ def prune_deliveries(cx: Cx, op: PruneDeliveries) -> Later[int]:
             "DELETE FROM inbound_events WHERE agent_id = %s AND received_at < %s",
             (cx.agent_id, op.older_than),
         )
+    )
+
+
+@handles(ConversationModel)
+def conversation_model(cx: Cx, q: ConversationModel) -> Later[str | None]:
+    cur = cx.run(
+        "SELECT model FROM conversation_models WHERE agent_id = %s AND conversation_key = %s",
+        (cx.agent_id, q.conversation_key),
+    )
+    return Later(lambda: None if (row := cur.fetchone()) is None else str(row[0]))
+
+
+@handles(SetConversationModel)
+def set_conversation_model(cx: Cx, op: SetConversationModel) -> None:
+    if op.model is None:
+        cx.run(
+            "DELETE FROM conversation_models WHERE agent_id = %s AND conversation_key = %s",
+            (cx.agent_id, op.conversation_key),
+        )
+        return
+    cx.run(
+        "INSERT INTO conversation_models (agent_id, conversation_key, model, set_at) VALUES (%s, %s, %s, %s)"
+        " ON CONFLICT (agent_id, conversation_key) DO UPDATE SET model = excluded.model, set_at = excluded.set_at",
+        (cx.agent_id, op.conversation_key, op.model, op.now),
     )

@@ -299,6 +299,17 @@ MEDIA: tuple[Step, ...] = (
     "CREATE INDEX media_by_age ON media (agent_id, created_at)",
 )
 
+CONVERSATION_MODELS: tuple[Step, ...] = (
+    # the model /model switched a conversation to (agentd.engine.model_command)
+    f"""CREATE TABLE conversation_models (
+        agent_id bigint NOT NULL REFERENCES agents (id),
+        conversation_key text {C} NOT NULL,
+        model text NOT NULL,
+        set_at double precision NOT NULL,
+        PRIMARY KEY (agent_id, conversation_key)
+    )""",
+)
+
 MIGRATIONS: Migrations = [
     ("0001_initial", INITIAL),
     ("0002_claims", CLAIM_STATEMENTS),
@@ -310,6 +321,7 @@ MIGRATIONS: Migrations = [
     ("0009_person_links", PERSON_LINKS),
     ("0011_media", MEDIA),
     ("0010_budgets", BUDGETS),
+    ("0008_conversation_models", CONVERSATION_MODELS),
 ]
 
 

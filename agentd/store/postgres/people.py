@@ -200,6 +200,9 @@ class PostgresErasure:
         counts["threads"] = self._count(
             "DELETE FROM threads WHERE agent_id = %s AND conversation_key = ANY(%s)", keys
         )
+        self._count(
+            "DELETE FROM conversation_models WHERE agent_id = %s AND conversation_key = ANY(%s)", keys
+        )
         counts["runs"] = self._count(
             "DELETE FROM runs WHERE agent_id = %s AND (conversation_key = ANY(%s) OR id = ANY(%s))",
             keys,

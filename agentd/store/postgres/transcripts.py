@@ -211,6 +211,7 @@ def delete_conversation(cx: Cx, op: DeleteConversation) -> dict[str, int]:
     gone = cx.run("DELETE FROM threads WHERE agent_id = %s AND conversation_key = %s RETURNING 1", scope)
     # its files go with it: nothing refers to them any more (the audit row says how many)
     media = cx.run("DELETE FROM media WHERE agent_id = %s AND conversation_key = %s RETURNING 1", scope)
+    cx.run("DELETE FROM conversation_models WHERE agent_id = %s AND conversation_key = %s", scope)
     deleted = {"threads": len(gone.fetchall()), "messages": len(messages.fetchall())}
     files = len(media.fetchall())
     if deleted["threads"]:

@@ -1,13 +1,14 @@
-"""Platform deliveries already answered, so a redelivery (or a restart) never answers twice."""
+"""Platform deliveries already answered, so a redelivery (or a restart) never answers twice; and the
+model a conversation was switched to (`/model`), which is its own setting beside them."""
 
 from __future__ import annotations
 
 import sqlite3
 
-from agentd.store.queries import DeliveredReply, DeliverySeen
+from agentd.store.queries import ConversationModel, DeliveredReply, DeliverySeen
 from agentd.store.records import Delivered
 from agentd.store.sqlite.handlers import handles
-from agentd.store.writes import PruneDeliveries, RecordDelivery
+from agentd.store.writes import PruneDeliveries, RecordDelivery, SetConversationModel
 
 
 @handles(DeliverySeen)
@@ -48,3 +49,23 @@ def record_delivery(conn: sqlite3.Connection, op: RecordDelivery) -> None:
 @handles(PruneDeliveries)
 def prune_deliveries(conn: sqlite3.Connection, op: PruneDeliveries) -> int:
     return conn.execute("DELETE FROM inbound_events WHERE received_at < ?", (op.older_than,)).rowcount
+
+
+@handles(ConversationModel)
+def conversation_model(conn: sqlite3.Connection, q: ConversationModel) -> str | None:
+    row = conn.execute(
+        "SELECT model FROM conversation_models WHERE conversation_key = ?", (q.conversation_key,)
+    ).fetchone()
+    return None if row is None else str(row[0])
+
+
+@handles(SetConversationModel)
+def set_conversation_model(conn: sqlite3.Connection, op: SetConversationModel) -> None:
+    if op.model is None:
+        conn.execute("DELETE FROM conversation_models WHERE conversation_key = ?", (op.conversation_key,))
+        return
+    conn.execute(
+        "INSERT INTO conversation_models (conversation_key, model, set_at) VALUES (?, ?, ?)"
+        " ON CONFLICT (conversation_key) DO UPDATE SET model = excluded.model, set_at = excluded.set_at",
+        (op.conversation_key, op.model, op.now),
+    )

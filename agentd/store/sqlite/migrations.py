@@ -311,6 +311,17 @@ MIGRATIONS: Migrations = [
             )""",
         ),
     ),
+    (
+        "0007_conversation_models",
+        (
+            # the model /model switched a conversation to (agentd.engine.model_command)
+            """CREATE TABLE conversation_models (
+                conversation_key TEXT PRIMARY KEY,
+                model TEXT NOT NULL,
+                set_at REAL NOT NULL
+            )""",
+        ),
+    ),
 ]
 
 

@@ -180,6 +180,7 @@ class SqliteErasure:
         ):
             counts[kind] = self._count(f"DELETE FROM {table} WHERE thread_id IN ({_THREADS_OF})", keys)
         counts["threads"] = self._count(f"DELETE FROM threads WHERE conversation_key IN {_IN}", keys)
+        self._count(f"DELETE FROM conversation_models WHERE conversation_key IN {_IN}", keys)
         counts["runs"] = self._count(
             f"DELETE FROM runs WHERE conversation_key IN {_IN} OR id IN {_IN}", keys, their_runs
         )

@@ -155,6 +155,7 @@ def delete_conversation(conn: sqlite3.Connection, op: DeleteConversation) -> dic
     for table in ("summaries", "memory_state"):
         conn.execute(f"DELETE FROM {table} WHERE thread_id IN ({threads})", key)
     deleted = {"threads": conn.execute("DELETE FROM threads WHERE conversation_key = ?", key).rowcount}
+    conn.execute("DELETE FROM conversation_models WHERE conversation_key = ?", key)
     deleted["messages"] = messages
     # its files go with it: nothing refers to them any more (the audit row says how many)
     files = conn.execute("DELETE FROM media WHERE conversation_key = ?", key).rowcount
