@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, get_args, get_type_hints
 
 from agentd.memory.screening import SecretScreen
-from agentd.store import writes
+from agentd.store import job_writes, writes
 from agentd.store.declarations import memory_text_fields
 from agentd.store.records import LayerState, NewEpisode, RunRecord
 from agentd.store.writes import (
@@ -50,13 +50,20 @@ EXEMPT: Mapping[str, str] = {
     "PruneEpisodes": "deletes; its audit row holds counts",
     "DeletePartitionEpisodes": "deletes; its audit row holds counts and who asked",
     "ErasePerson": "erases; its audit row holds counts and a salted hash of the person",
+    "InsertJob": "a job's text as the person asked for it: a reminder is delivered as written",
+    "UpdateJob": "a job's text as the person asked for it: a reminder is delivered as written",
+    "CompleteFire": "a fire's ids, status and an error message agentd wrote",
+    "InsertDelivery": "a reply already screened by its turn, or a reminder's text as written",
+    "DeliveryAttempt": "a delivery id, a status and the platform's error",
+    "DeletePersonJobs": "deletes a person's jobs",
 }
 
 
 def write_kinds() -> list[type]:
     return [
         obj
-        for obj in vars(writes).values()
+        for module in (writes, job_writes)
+        for obj in vars(module).values()
         if isinstance(obj, type)
         and issubclass(obj, Write)
         and obj is not Write

@@ -108,6 +108,7 @@ AUDIT_KINDS = (
     "conversation",
     "extraction",
     "fold",
+    "job",
     "memory",
     "permission",
     "person",

@@ -16,6 +16,7 @@ from agentd.store.postgres import (
     episodes,
     facts,
     identity,
+    jobs,
     memories,
     memory_state,
     people,
@@ -37,6 +38,7 @@ MODULES = (
     episode_reads,
     memory_state,
     people,
+    jobs,
 )
 __all__ = ["HANDLERS", "MODULES", "Cx", "apply", "one_statement", "reads_midway", "resolve"]
 

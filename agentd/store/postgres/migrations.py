@@ -21,6 +21,7 @@ from agentd.store.postgres.audit import seal_unchained
 from agentd.store.postgres.claim_fence_sql import FENCE_STATEMENTS
 from agentd.store.postgres.claim_sql import CLAIM_STATEMENTS, CLAIM_TAIL_STATEMENTS
 from agentd.store.postgres.connection import SCHEMA, Pooler
+from agentd.store.postgres.job_schema import JOB_TABLES
 
 Step = str | Callable[[psycopg.Connection[Any]], None]  # a statement, or what SQL alone cannot do
 Migrations = list[tuple[str, tuple[Step, ...]]]
@@ -266,6 +267,7 @@ MIGRATIONS: Migrations = [
     ("0005_copied_rows", COPIED_ROWS),
     ("0006_claim_tail", CLAIM_TAIL_STATEMENTS),
     ("0007_claim_fences", FENCE_STATEMENTS),
+    ("0008_jobs", JOB_TABLES),
 ]
 
 

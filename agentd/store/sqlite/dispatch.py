@@ -15,6 +15,7 @@ from agentd.store.sqlite import (
     episodes,
     facts,
     identity,
+    jobs,
     memories,
     memory_state,
     people,
@@ -36,6 +37,7 @@ MODULES = (
     episode_reads,
     memory_state,
     people,
+    jobs,
 )
 __all__ = ["HANDLERS", "MODULES", "apply"]
 

@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from agentd.errors import NewerSchema
 from agentd.store.sqlite.audit import seal_unchained
+from agentd.store.sqlite.job_schema import JOB_TABLES
 
 Step = str | Callable[[sqlite3.Connection], None]
 Migrations = list[tuple[str, tuple[Step, ...]]]
@@ -229,6 +230,7 @@ MIGRATIONS: Migrations = [
             "CREATE INDEX messages_by_user ON messages(user_id) WHERE user_id IS NOT NULL",
         ),
     ),
+    ("0007_jobs", JOB_TABLES),
 ]
 
 
