@@ -54,6 +54,7 @@ COMMANDS: Mapping[str, str] = MappingProxyType(
         "status": "show the agent, model, context size, totals and approvals waiting",
         "approve": "/approve <id>: let a tool call that waits for approval run",
         "deny": "/deny <id>: refuse a tool call that waits for approval",
+        "jobs": "list this conversation's jobs; /jobs cancel|pause|resume <id>",
         "help": "list these commands",
     }
 )

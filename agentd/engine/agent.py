@@ -23,6 +23,7 @@ from agentd.engine.inspect import inspect_conversation, next_prompt
 from agentd.engine.lifecycle import Lifecycle
 from agentd.engine.people import erase_person, person_data
 from agentd.engine.resources import AgentResources
+from agentd.engine.scheduled import ScheduledRun
 from agentd.engine.state import AgentState
 from agentd.engine.stateless import run_stateless
 from agentd.engine.status import status_facts, tools_report
@@ -193,6 +194,13 @@ class Agent:
         return await self._handler.handle(
             event, TurnOptions(sink, instructions, limits=limits), parent_run_id
         )
+
+    async def handle_scheduled(self, event: InboundEvent, scheduled: ScheduledRun) -> Reply:
+        """Run a job's task or a heartbeat in its conversation, in order with its messages; what the
+        fire writes is committed with the run (see agentd.engine.job_fire). Nobody can be asked to
+        approve a call: a call that would ask is refused."""
+        await self.ready()
+        return await self._handler.handle(event, TurnOptions(can_ask=False, schedule=scheduled), None)
 
     async def answer_stateless(
         self,

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentd.engine.conversation import Conversation
+from agentd.engine.job_commands import jobs_command
 from agentd.engine.status import status_facts
 from agentd.events import COMMANDS, InboundEvent, Reply
 from agentd.store.records import AuditRecord, RunRecord, StoredThread
@@ -185,6 +186,11 @@ async def _status(conv: Conversation, event: InboundEvent) -> CommandResult:
     return CommandResult("\n".join(lines), "status")
 
 
+async def _jobs(conv: Conversation, event: InboundEvent) -> CommandResult:
+    text, data = await jobs_command(conv, event)
+    return CommandResult(text, "jobs", data)
+
+
 def counted(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
@@ -196,6 +202,7 @@ HANDLERS: dict[str, Command] = {
     "reset": _reset,
     "status": _status,
     "help": _help,
+    "jobs": _jobs,
 }
 
 

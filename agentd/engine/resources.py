@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from agentd.clock import SYSTEM_CLOCK, Clock
 from agentd.engine.breakers import Breakers
 from agentd.engine.hot_cache import HotBudget
 from agentd.engine.outbox import NoOutbox, Outbox
@@ -31,3 +32,4 @@ class AgentResources:
     peers: Peers = field(default_factory=NoPeers)
     breakers: Breakers = field(default_factory=Breakers)  # per memory model, daemon-wide
     outbox: Outbox = field(default_factory=NoOutbox)  # posts into conversations outside a reply
+    clock: Clock = SYSTEM_CLOCK  # what scheduled jobs read the time from (tests move a ManualClock)

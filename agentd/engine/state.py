@@ -13,9 +13,11 @@ from typing import Any
 
 from agentd.config.models import AgentSpec
 from agentd.engine.context import AgentContext
+from agentd.engine.jobs import JobBook
 from agentd.engine.conversations import ConversationLocks, HotThreads
 from agentd.engine.resources import AgentResources
 from agentd.engine.subagents import slot_override, subagent_tools
+from agentd.engine.job_tools import job_tools
 from agentd.engine.tools import memory_tools
 from agentd.memory.base import Memory
 from agentd.memory.persistent import PersistentMemory, persistent_scope
@@ -57,6 +59,7 @@ class AgentState:
         self.waiting_approvals: dict[str, ApprovalRecord] = {}
         self._memories: dict[tuple[int, int], tuple[AgentSpec, Any, Memory]] = {}
         self._tools: tuple[AgentSpec, list[Tool]] | None = None
+        self.jobs = JobBook(spec.name, store, lambda: self.spec, resources.clock)  # scheduled jobs
 
     @property
     def name(self) -> str:
@@ -121,6 +124,8 @@ class AgentState:
                     self.persistent,
                     lambda call: persistent_scope(memory_spec, call.conversation_key, call.user_id),
                 )
+            if spec.schedule is not None and spec.schedule.from_chat:
+                built += job_tools(self.jobs)
             cached = self._tools = (spec, built)
         # Sub-agent tools describe peers, which reload on their own, and MCP servers' tools change
         # while they run: both are read per turn.

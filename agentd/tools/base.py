@@ -24,6 +24,7 @@ class ToolCall:
     run_id: str
     user_id: str | None
     sent_at: float | None = None  # when the message being answered was sent, if the channel said
+    who: str | None = None  # the person (InboundEvent.who): what they own (jobs) is theirs to change
 
 
 Handler = Callable[[dict[str, Any], ToolCall], Awaitable[str]]
