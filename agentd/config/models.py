@@ -22,10 +22,12 @@ from agentd.config.refs import (
     normalise_model_ref,
     provider_names,
 )
+from agentd.config.schedule import ScheduleSpec
 from agentd.config.slack import SlackSpec
 from agentd.config.strategies import CompositeStrategy, StrategySpec
 from agentd.config.telegram import TelegramSpec
 from agentd.config.tools import Loc, ToolsSpec, subagent_tool_name
+from agentd.config.webhook import WebhookSpec
 from agentd.errors import OperatorError
 
 AGENT_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
@@ -126,10 +128,6 @@ class TranscriptsSpec(Spec):
     redact_secrets: bool = False
 
 
-class WebhookSpec(Spec):
-    """`channels.webhook: {}` enables POST /agents/<name>/messages."""
-
-
 def _written_means_enabled(schema: JsonDict) -> None:
     """`discord:` with nothing after it is `discord: {}` (`_null_channel_is_empty`), which lacks the
     channel's token: the schema offers no null for a channel that needs settings."""
@@ -173,6 +171,7 @@ class AgentSpec(Spec):
     max_tool_steps: int = Field(default=8, ge=1, le=100)
     subagents: list[SubagentSpec] = []
     tools: ToolsSpec = ToolsSpec()
+    schedule: ScheduleSpec | None = None  # jobs and heartbeat (agentd/config/schedule.py); none: no jobs
 
     @field_validator("name")
     @classmethod
@@ -188,6 +187,11 @@ class AgentSpec(Spec):
         """Cross-references between parts of the file that are wrong (located by path); with
         `known_agents` (`agentd check`: the folder's agents), a sub-agent must name one of them."""
         problems = self.tools.reference_problems([subagent_tool_name(s.agent) for s in self.subagents])
+        problems += (
+            self.schedule.reference_problems(self.channels.enabled(), self.channels.webhook)
+            if self.schedule
+            else []
+        )
         if known_agents is not None:
             known = ", ".join(sorted(known_agents)) or "none"
             problems += [

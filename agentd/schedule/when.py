@@ -224,10 +224,10 @@ def _parse_at(text: str, tzinfo: ZoneInfo) -> float:
         raise WhenError(f"{text!r} is not an ISO date-time (expected e.g. 2026-12-24T18:00)") from None
     if moment.tzinfo is not None:
         return moment.timestamp()  # an offset was given: that instant, whatever the zone
-    return _local_epoch(moment, tzinfo)
+    return local_epoch(moment, tzinfo)
 
 
-def _local_epoch(wall: datetime, tzinfo: ZoneInfo) -> float:
+def local_epoch(wall: datetime, tzinfo: ZoneInfo) -> float:
     """The epoch of a wall-clock time in `tzinfo`: the first occurrence of a repeated one, and for
     one the clock skipped, the first valid moment after it (the end of the gap)."""
     first = wall.replace(tzinfo=tzinfo, fold=0)
