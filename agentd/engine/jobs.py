@@ -127,7 +127,7 @@ class JobBook:
                 )
         now = self.clock.time()
         job = JobRecord(
-            id=_new_id(),
+            id=new_job_id(),
             name=None,
             conversation_key=asker.conversation_key,
             deliver_to=asker.conversation_key,
@@ -255,5 +255,5 @@ def _text(text: str, kind: str) -> str:
     return text
 
 
-def _new_id() -> str:
+def new_job_id() -> str:
     return "j" + secrets.token_hex(5)  # short (people type it after /jobs cancel), unique among many
