@@ -4,6 +4,7 @@ id, its fires kept), cancelled when the file no longer has them. They are the op
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from agentd.clock import Clock
 from agentd.config.schedule import DeliverySpec, ScheduleSpec
@@ -29,33 +30,63 @@ async def sync_file_jobs(agent: Agent, clock: Clock) -> None:
     store, now = agent.state.store, clock.time()
     wanted = _wanted(schedule, now) if schedule is not None else {}
     have = {j.name: j for j in await store.read(Jobs(ended=True, limit=100_000)) if j.name is not None}
-    ops: list[Write[object]] = []
+    ops: list[Write[Any]] = []
     audits: list[AuditRecord] = []
     for name, (kind, text, when, target) in wanted.items():
         old = have.get(name)
         if old is None:
             job = JobRecord(
-                new_job_id(), name, target or "", target, None, None, kind, text, schedule_of(when),
-                when.tz, "active", when.next_after(now), 0, now, now,
+                new_job_id(),
+                name,
+                target or "",
+                target,
+                None,
+                None,
+                kind,
+                text,
+                schedule_of(when),
+                when.tz,
+                "active",
+                when.next_after(now),
+                0,
+                now,
+                now,
             )
             ops.append(InsertJob(job))
-            audits.append(AuditRecord("job", "create", target, None, {"job": job.id, "name": name, "by": "file"}))
+            audits.append(
+                AuditRecord("job", "create", target, None, {"job": job.id, "name": name, "by": "file"})
+            )
             continue
         same_when = when_of(old).spec() == when.spec() and old.timezone == when.tz
-        if same_when and (old.kind, old.text, old.deliver_to) == (kind, text, target) and old.status != "cancelled":
+        if (
+            same_when
+            and (old.kind, old.text, old.deliver_to) == (kind, text, target)
+            and old.status != "cancelled"
+        ):
             continue
         changed = replace(
-            old, kind=kind, text=text, deliver_to=target, conversation_key=target or "", updated_at=now,
+            old,
+            kind=kind,
+            text=text,
+            deliver_to=target,
+            conversation_key=target or "",
+            updated_at=now,
             status="active" if old.status == "cancelled" else old.status,
         )
         if not same_when or old.status == "cancelled":
-            changed = replace(changed, schedule=schedule_of(when), timezone=when.tz, next_fire_at=when.next_after(now))
+            changed = replace(
+                changed, schedule=schedule_of(when), timezone=when.tz, next_fire_at=when.next_after(now)
+            )
         ops.append(UpdateJob(changed))
         audits.append(AuditRecord("job", "update", target, None, {"job": old.id, "name": name, "by": "file"}))
     for name, old in have.items():
         if name not in wanted and old.status in ("active", "paused"):
             ops.append(UpdateJob(replace(old, status="cancelled", updated_at=now)))
-            audits.append(AuditRecord("job", "cancel", old.deliver_to, None, {"job": old.id, "name": name, "by": "file"}))
+            audits.append(
+                AuditRecord(
+                    "job", "cancel", old.deliver_to, None, {"job": old.id, "name": name, "by": "file"}
+                )
+            )
     if ops:
         await store.write(*ops, AppendAudit(agent.name, audits, now))
 

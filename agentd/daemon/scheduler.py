@@ -58,18 +58,24 @@ class AgentScheduler:
         self.agent, self._leases, self._daemon_id, self._lease_s = agent, leases, daemon_id, lease_s
         self.clock, self.metrics, self.deliverer = clock, metrics, deliverer
         self._wake = asyncio.Event()
+        self._resync = True  # the file's jobs are made (or updated) as rows first
+        deliverer.wake = self._wake.set
         self._slots = asyncio.Semaphore(WORKERS)
         self._manual: set[asyncio.Task[Any]] = set()
         book = agent.state.jobs
         book.on_change, book.run_now = self._wake.set, self._run_now
 
-    def wake(self) -> None:
+    def resync(self) -> None:
+        """The agent's file was reloaded: its jobs are brought in line before anything else fires."""
+        self._resync = True
         self._wake.set()
 
     async def run(self) -> None:
-        await sync_file_jobs(self.agent, self.clock)
         while True:
             self._wake.clear()
+            if self._resync:
+                self._resync = False
+                await sync_file_jobs(self.agent, self.clock)
             await self.fire_due()
             await self.deliverer.deliver_due()
             await self._sleep()
@@ -149,14 +155,15 @@ class AgentScheduler:
             return
         self.metrics.fired(self.agent.name, trigger, outcome.status, now - fire_at)
         if outcome.delivery is not None:
-            self.deliverer.wake()
+            self._wake.set()
 
     async def _missed(self, job: JobRecord, now: float) -> bool:
         """Audit each fire missed while no daemon ran; True when one catch-up is to run now, else the
         job is moved on past them here."""
         assert job.next_fire_at is not None
         schedule, when = self.agent.spec.schedule, when_of(job)
-        missed, t = [], job.next_fire_at
+        missed: list[float] = []
+        t: float | None = job.next_fire_at
         while t is not None and t <= now and len(missed) <= MAX_MISSES_AUDITED:
             missed.append(t)
             t = when.next_after(t)
@@ -191,7 +198,7 @@ class AgentScheduler:
             outcome = await fire_job(self.agent, job, now, "manual", asker.who or "operator")
             self.metrics.fired(self.agent.name, "manual", outcome.status, 0.0)
             if outcome.delivery is not None:
-                self.deliverer.wake()
+                self._wake.set()
 
         task = asyncio.ensure_future(self._guarded(run()))
         self._manual.add(task)
