@@ -82,7 +82,9 @@ async def test_a_failed_delivery_is_retried_with_backoff_and_reported(
 ) -> None:
     monkeypatch.setattr(TelegramChannel, "retry_base", 0.01)  # the channel's own quick retries, quicker
     clock = ManualClock(T0)
-    async with scheduling_daemon(tmp_path, {"bot": bot(telegram)}, clock, {"scripted": ScriptedProvider()}) as d:
+    async with scheduling_daemon(
+        tmp_path, {"bot": bot(telegram)}, clock, {"scripted": ScriptedProvider()}
+    ) as d:
         agent = agent_of(d)
         [job] = await until(lambda: jobs_of(agent), "the file's job made")
         telegram.fail("sendMessage", NETWORK_RETRIES + 1, how="500")  # past the channel's own retries

@@ -16,10 +16,10 @@ import pytest
 from agentd.store.job_records import JobRecord
 from agentd.store.job_writes import InsertJob
 from agentd.store.postgres import PostgresBackend
+from testkit.waiting import wait_until
 from tests.daemon_process import DaemonProcess
 from tests.schedule.receiver import Receiver
 from tests.schedule.support import T0
-from testkit.waiting import wait_until
 
 JOBS = 1000
 DAEMONS = 3
@@ -37,8 +37,21 @@ SETTINGS = 'store: {{url: "{url}", lease_s: {lease}}}\n'
 def job(n: int) -> JobRecord:
     at = T0 + 60 + n * 60 / JOBS  # spread over one minute
     return JobRecord(
-        f"j{n:04d}", None, "webhook:deliver_url", "webhook:deliver_url", "webhook:ana", "ana", "reminder",
-        f"number {n}", {"kind": "at", "expr": "x", "tz": "UTC", "at": at}, "UTC", "active", at, 0, T0, T0,
+        f"j{n:04d}",
+        None,
+        "webhook:deliver_url",
+        "webhook:deliver_url",
+        "webhook:ana",
+        "ana",
+        "reminder",
+        f"number {n}",
+        {"kind": "at", "expr": "x", "tz": "UTC", "at": at},
+        "UTC",
+        "active",
+        at,
+        0,
+        T0,
+        T0,
     )
 
 
