@@ -46,6 +46,11 @@ schedule: {{}}
 SETTINGS = 'providers: {{fake: {{kind: openai, base_url: "{llm}", api_key: k, max_retries: 0}}}}\n'
 
 
+def set_clock(path: Path, epoch: float) -> None:
+    """What the daemon's clock reads from now on (a few bytes: no wait worth a thread)."""
+    path.write_text(str(epoch))
+
+
 async def read_store(path: Path, *queries: object) -> list[object]:
     executor = StoreExecutor()
     store = SqliteStore(path, executor)
@@ -77,7 +82,7 @@ async def test_killed_inside_a_fires_model_call_the_fire_runs_again_and_delivers
             try:
                 await wait_until(lambda: (tmp_path / "data" / "bot.sqlite").exists(), "the job made", 20)
                 llm.hang(60)
-                clock_file.write_text(str(T0 + 3600))
+                set_clock(clock_file, T0 + 3600)
                 await asyncio.to_thread(llm.wait_for_requests, 1, 20)
                 daemon.kill()  # -9 inside the fire's model call
                 llm.reply("Two things happened.")
@@ -138,7 +143,7 @@ async def test_killed_during_deliveries_every_one_arrives_and_the_duplicate_wind
             await daemon.start()
             before = len(receiver.ids)
             now += 60
-            clock_file.write_text(str(now))
+            set_clock(clock_file, now)
             kill_after = before + rng.randrange(1, PER_ROUND - 10)
             await wait_until(lambda k=kill_after: len(receiver.ids) >= k, "some deliveries", 30)
             daemon.kill()  # -9 with deliveries in flight
