@@ -31,7 +31,7 @@ pytestmark = pytest.mark.filterwarnings(
 )
 
 ALICE, BOB = 1111, 2222
-COMMAND_NAMES = {"compact", "new", "reset", "status", "approve", "deny", "help"}
+COMMAND_NAMES = {"compact", "new", "reset", "status", "approve", "deny", "jobs", "help"}
 GROUP = -1001234567890
 
 
