@@ -149,7 +149,8 @@ async def _status(conv: Conversation, event: InboundEvent) -> CommandResult:
         f"Context: {size}"
         + (f" of {threshold} before compaction" if threshold else " (auto-compaction off)"),
         f"Runs: {counted(totals['message_runs'], 'message')}, {counted(totals['compactions'], 'compaction')}, "
-        f"{counted(totals['errors'], 'error')}; tokens in {totals['input_tokens']}, "
+        + (f"{counted(totals['scheduled_runs'], 'scheduled run')}, " if totals["scheduled_runs"] else "")
+        + f"{counted(totals['errors'], 'error')}; tokens in {totals['input_tokens']}, "
         f"out {totals['output_tokens']}",
     ]
     if spec.memory.persistent:

@@ -8,12 +8,14 @@ from typing import Any
 from agentd.engine.conversation import Conversation
 from agentd.engine.jobs import Asker, JobRefused, describe
 from agentd.events import InboundEvent
+from agentd.store.job_queries import JobDeliveries
 
 USAGE = "/jobs lists this conversation's jobs; /jobs cancel <id>, /jobs pause <id>, /jobs resume <id>"
 STATUS_OF = {"cancel": "cancelled", "pause": "paused", "resume": "active"}
 
 
-Said = tuple[str, dict[str, Any]]  # the reply, and what the command's audit event records
+Said = tuple[str, dict[str, Any]]
+TROUBLE = 5  # the newest deliveries of a job looked at for a failing one  # the reply, and what the command's audit event records
 
 
 async def jobs_command(conv: Conversation, event: InboundEvent) -> Said:
@@ -23,7 +25,7 @@ async def jobs_command(conv: Conversation, event: InboundEvent) -> Said:
         jobs = await book.of_conversation(event.conversation_key)
         if not jobs:
             return ("No jobs in this conversation.", {"count": 0})
-        lines = [describe(j) for j in jobs]
+        lines = [describe(j) + await _delivery_trouble(conv, j.id) for j in jobs]
         return ("Jobs:\n" + "\n".join(lines), {"count": len(jobs)})
     if len(words) != 2 or words[0].lower() not in STATUS_OF:
         return (USAGE, {"result": "usage"})
@@ -38,3 +40,13 @@ async def jobs_command(conv: Conversation, event: InboundEvent) -> Said:
         return (f"Not done: {e}.", {"result": "refused", "verb": verb, "job": job_id})
     done = {"cancel": "Cancelled", "pause": "Paused", "resume": "Resumed"}[verb]
     return (f"{done} {describe(job)}", {"result": verb, "job": job.id})
+
+
+async def _delivery_trouble(conv: Conversation, job_id: str) -> str:
+    """What /jobs says of a job whose message did not get through: retrying, or given up."""
+    for delivery in await conv.agent.store.read(JobDeliveries(job_id, limit=TROUBLE)):
+        if delivery.status == "failed":
+            return f"\n  a message was not delivered after {delivery.attempts} tries: {delivery.last_error}"
+        if delivery.status == "pending" and delivery.attempts:
+            return f"\n  delivery failing ({delivery.attempts} tries so far, retrying): {delivery.last_error}"
+    return ""

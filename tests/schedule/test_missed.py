@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from agentd.channels.telegram import NETWORK_RETRIES, TelegramChannel
+from agentd.events import InboundEvent
 from agentd.store.job_queries import PersonJobs
 from testkit.clock import ManualClock
 from testkit.fake_telegram import FakeTelegram
@@ -95,6 +96,10 @@ async def test_a_failed_delivery_is_retried_with_backoff_and_reported(
         failed = [e for e in await agent.audit_events(kind="job") if e["action"] == "delivery_failed"]
         assert failed[0]["data"]["attempts"] == 1 and not failed[0]["data"]["final"]
         assert telegram.sent == []  # never logged as delivered when it was not
+        listing = await d.agent("bot").handle(  # type: ignore[union-attr]
+            InboundEvent("bot", "telegram:42", "/jobs", "telegram", user_id="42")
+        )
+        assert "delivery failing (1 tries so far, retrying)" in listing.text
         clock.advance(5)
         sent = await telegram.wait_for_sent(1)
         assert sent[0]["text"] == "Reminder: drink water"

@@ -90,6 +90,11 @@ async def test_a_reminder_arrives_in_the_same_chat_at_its_time_and_weekly_change
         assert {r["trigger"] for r in runs} == {"message", "schedule"}
         actions = [e["action"] for e in await agent.audit_events(kind="job")]
         assert actions == ["create", "fire", "delivered", "update"]
+        assert "1 scheduled run" in await say(telegram, "/status")
+        text, _ = daemon.metrics_text()
+        assert b'agentd_job_fires_total{agent="bot",status="ok",trigger="schedule"} 1.0' in text
+        assert b'agentd_scheduled_runs_total{agent="bot",outcome="ok"} 1.0' in text
+        assert b"agentd_job_fire_lateness_seconds_count 1.0" in text
 
 
 async def _sent(agent: object, job_id: str) -> list[object]:
