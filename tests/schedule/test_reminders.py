@@ -15,6 +15,8 @@ from testkit.clock import ManualClock
 from testkit.fake_telegram import FakeTelegram
 from testkit.scripted import ScriptedProvider
 from tests.schedule.support import T0, agent_of, deliveries_of, fires_of, jobs_of, scheduling_daemon, until
+from tests.support import Harness
+from tests.support import say as talk
 
 BOT = """\
 model: scripted/m
@@ -156,3 +158,25 @@ async def test_bad_jobs_from_the_chat_are_refused_with_a_reason_the_model_reads(
         assert len(await jobs_of(agent)) == 2
         refused = [json.dumps(e) for e in await agent.audit_events(kind="job")]
         assert len(refused) == 2  # only the two made are events
+
+
+POLICED = """\
+model: scripted/m
+channels: {webhook: {}}
+schedule: {}
+tools:
+  deny: [jobs.cancel_job]
+  ask: [jobs.schedule_job]
+"""
+
+
+async def test_the_job_tools_are_under_the_tools_policy(harness: Harness) -> None:
+    model = ScriptedProvider()
+    agent = await harness.agent(POLICED, providers={"scripted": model})
+    await talk(agent)("hello")
+    offered = {t.name for t in model.requests[-1].tools}
+    assert {"schedule_job", "list_jobs", "update_job", "run_job_now"} <= offered
+    assert "cancel_job" not in offered  # deny: not offered
+    model.call("schedule_job", when="every 1d", what="stretch").reply("a")
+    reply = await talk(agent)("remind me daily to stretch")
+    assert reply.approval is not None  # ask: a person approves the call first
