@@ -180,3 +180,35 @@ async def test_the_job_tools_are_under_the_tools_policy(harness: Harness) -> Non
     model.call("schedule_job", when="every 1d", what="stretch").reply("a")
     reply = await talk(agent)("remind me daily to stretch")
     assert reply.approval is not None  # ask: a person approves the call first
+
+
+async def test_run_job_now_fires_once_and_does_not_shift_the_schedule(
+    tmp_path: Path, telegram: FakeTelegram
+) -> None:
+    model = ScriptedProvider()
+    clock = ManualClock(T0)
+    async with scheduling_daemon(tmp_path, {"bot": bot(telegram)}, clock, {"scripted": model}) as daemon:
+        agent = agent_of(daemon)
+        model.call("schedule_job", when="every 1d", what="stretch").reply("Daily.")
+        await say(telegram, "remind me daily to stretch")
+        [job] = await jobs_of(agent)
+        model.call("run_job_now", id=job.id).reply("Sent it now.")
+        clock.advance(600)
+        await say(telegram, "send it now too")
+        sent = await telegram.wait_for_sent(3)
+        assert "Reminder: stretch" in [s["text"] for s in sent]
+        [fire] = await fires_of(agent, job.id)
+        assert (fire.trigger, fire.fire_at) == ("manual", T0 + 600)
+        [same] = await jobs_of(agent)
+        assert same.next_fire_at == T0 + DAY  # the schedule stays as it was
+
+
+async def test_a_job_where_nothing_can_be_delivered_later_is_refused(harness: Harness) -> None:
+    model = ScriptedProvider()
+    agent = await harness.agent(
+        "model: scripted/m\nchannels: {webhook: {}}\nschedule: {}\n", providers={"scripted": model}
+    )
+    model.call("schedule_job", when="every 1d", what="stretch").reply("a")
+    await talk(agent)("remind me daily to stretch")
+    [result] = tool_results(model)
+    assert "nothing can be delivered into this conversation later" in result and "deliver_url" in result
