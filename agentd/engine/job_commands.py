@@ -31,7 +31,9 @@ async def jobs_command(conv: Conversation, event: InboundEvent) -> Said:
     if event.who is None:
         return "This conversation does not say who you are: a job is its owner's.", {"result": "refused"}
     try:
-        job = await book.set_status(Asker(event.who, event.user_id, event.conversation_key), job_id, STATUS_OF[verb])
+        job = await book.set_status(
+            Asker(event.who, event.user_id, event.conversation_key), job_id, STATUS_OF[verb]
+        )
     except JobRefused as e:
         return (f"Not done: {e}.", {"result": "refused", "verb": verb, "job": job_id})
     done = {"cancel": "Cancelled", "pause": "Paused", "resume": "Resumed"}[verb]

@@ -61,14 +61,18 @@ class _Fire:
         self.started = self.clock.time()
         self.outcome = FireOutcome("ok")
 
-    def writes(self, text: str, run: RunRecord | None, status: str, error: str | None = None) -> list[Write[Any]]:
+    def writes(
+        self, text: str, run: RunRecord | None, status: str, error: str | None = None
+    ) -> list[Write[Any]]:
         job, now = self.job, self.clock.time()
         schedule = self.agent.spec.schedule
         failures = job.failures + 1 if status == "error" else 0
         limit = schedule.pause_after_failures if schedule is not None else None
         paused = limit is not None and failures >= limit
         next_fire = when_of(job).next_after(max(now, self.fire_at))
-        job_status = "paused" if paused else ("done" if next_fire is None and self.trigger != "manual" else "active")
+        job_status = (
+            "paused" if paused else ("done" if next_fire is None and self.trigger != "manual" else "active")
+        )
         reason = f"paused after {failures} failed runs in a row (last: {error})" if paused else None
         run_id = run.id if run is not None else None
         fire = FireRecord(job.id, self.fire_at, self.trigger, status, run_id, self.started, now, error)
@@ -136,6 +140,11 @@ async def _run(agent: Agent, job: JobRecord, fire_at: float, trigger: str, by: s
             await agent.state.store.write(*fire.writes("", None, "skipped"))
             return fire.outcome
         fire.conversation = str(latest[0]["conversation_key"])
+    beat = agent.spec.schedule.heartbeat if agent.spec.schedule is not None else None
+    hours = beat.hours if heartbeat and beat is not None else None
+    if hours is not None and not hours.contains(fire.started, job.timezone):
+        await agent.state.store.write(*fire.writes("", None, "skipped"))  # outside its active hours
+        return fire.outcome
     text = f"{HEARTBEAT_NOTE}\n\n{job.text}" if heartbeat else job.text
     event = InboundEvent(
         agent=agent.name,
@@ -152,4 +161,3 @@ async def _run(agent: Agent, job: JobRecord, fire_at: float, trigger: str, by: s
 
     await agent.handle_scheduled(event, ScheduledRun(writes, quiet_when_empty=heartbeat))
     return fire.outcome
-

@@ -92,7 +92,9 @@ def job_tools(book: JobBook) -> list[Tool]:
     optional = {"when": _string(WHEN), "what": _string(WHAT), "kind": kind, "timezone": _string(ZONE)}
 
     def tool(name: str, description: str, schema: dict[str, Any], handler: Any) -> Tool:
-        return Tool(ToolSpec(name, description, schema), handler, source=JOBS_SOURCE, plain_args=frozenset({"id"}))
+        return Tool(
+            ToolSpec(name, description, schema), handler, source=JOBS_SOURCE, plain_args=frozenset({"id"})
+        )
 
     return [
         tool(
@@ -101,7 +103,9 @@ def job_tools(book: JobBook) -> list[Tool]:
             object_schema(optional, required=["when", "what"]),
             schedule_job,
         ),
-        tool("list_jobs", "List this conversation's jobs with their next fire.", object_schema({}), list_jobs),
+        tool(
+            "list_jobs", "List this conversation's jobs with their next fire.", object_schema({}), list_jobs
+        ),
         tool(
             "update_job",
             "Change a job of this conversation (e.g. 'make it weekly instead'): give only what changes.",

@@ -98,7 +98,9 @@ class JobBook:
         if job is None or job.status in ("cancelled", "done"):
             raise JobRefused(f"there is no job {job_id!r} (cancelled or done ones are gone)")
         if not asker.operator and job.owner != asker.who:
-            raise JobRefused(f"job {job.id} is not yours: only the person who made it (or an operator) may change it")
+            raise JobRefused(
+                f"job {job.id} is not yours: only the person who made it (or an operator) may change it"
+            )
         return job
 
     # -- changing --------------------------------------------------------------------------------
@@ -127,7 +129,7 @@ class JobBook:
                 )
         now = self.clock.time()
         job = JobRecord(
-            id=_new_id(),
+            id=new_job_id(),
             name=None,
             conversation_key=asker.conversation_key,
             deliver_to=asker.conversation_key,
@@ -226,7 +228,9 @@ class JobBook:
             + "): a job can be made from Telegram, Slack or Discord, or the webhook with a deliver_url"
         )
 
-    def _audit(self, action: str, job: JobRecord, asker: Asker, changed: list[str] | None = None) -> AppendAudit:
+    def _audit(
+        self, action: str, job: JobRecord, asker: Asker, changed: list[str] | None = None
+    ) -> AppendAudit:
         data: dict[str, Any] = {"job": job.id, "kind": job.kind, "by": asker.who or "operator"}
         data |= {"schedule": when_of(job).spec(), "timezone": job.timezone, "next_fire_at": job.next_fire_at}
         if changed:
@@ -255,5 +259,5 @@ def _text(text: str, kind: str) -> str:
     return text
 
 
-def _new_id() -> str:
+def new_job_id() -> str:
     return "j" + secrets.token_hex(5)  # short (people type it after /jobs cancel), unique among many

@@ -13,11 +13,11 @@ from typing import Any
 
 from agentd.config.models import AgentSpec
 from agentd.engine.context import AgentContext
-from agentd.engine.jobs import JobBook
 from agentd.engine.conversations import ConversationLocks, HotThreads
+from agentd.engine.job_tools import job_tools
+from agentd.engine.jobs import JobBook
 from agentd.engine.resources import AgentResources
 from agentd.engine.subagents import slot_override, subagent_tools
-from agentd.engine.job_tools import job_tools
 from agentd.engine.tools import memory_tools
 from agentd.memory.base import Memory
 from agentd.memory.persistent import PersistentMemory, persistent_scope
