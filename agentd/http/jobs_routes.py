@@ -54,7 +54,7 @@ def add_job_routes(app: FastAPI, directory: AgentDirectory, protected: Sequence[
         """One job with its newest fires (scheduled, catch-up, manual: how each ended) and deliveries (pending,
         sent once the platform acknowledged it, failed after its retries), newest first."""
         runtime = running_agent(directory, agent)
-        if not re.match(JOB_ID_PATTERN, job_id):
+        if not re.fullmatch(JOB_ID_PATTERN, job_id):
             raise ApiError(
                 400, f"not a job id: {job_id!r} (letters, digits, '_' and '-', as /jobs lists them)"
             )

@@ -41,7 +41,7 @@ def add_job_pages(page: Register, running: Callable[[str], Agent]) -> None:
     @page("/ui/agents/{agent}/jobs/{job_id}")
     async def job_page(request: Request, agent: str, job_id: str) -> Page:
         runtime = running(agent)
-        if not re.match(JOB_ID_PATTERN, job_id):
+        if not re.fullmatch(JOB_ID_PATTERN, job_id):
             raise Problem(400, "Bad job id", f"Not a job id: {job_id}")
         await runtime.ready()
         detail = await job_detail(runtime.state.store, job_id)
