@@ -11,6 +11,7 @@ from fastapi import FastAPI, Path, Query
 
 from agentd.engine.agent import Agent
 from agentd.engine.job_views import iso_times, job_detail, list_jobs
+from agentd.events import CONVERSATION_KEY_PATTERN
 from agentd.http.bodies import agent_param, documented_pattern
 from agentd.http.directory import AgentDirectory
 from agentd.http.errors import ApiError, routes
@@ -29,7 +30,15 @@ def add_job_routes(app: FastAPI, directory: AgentDirectory, protected: Sequence[
     async def jobs(
         agent: str = agent_param(),
         conversation_key: str | None = Query(
-            default=None, description=f"only this conversation's: {KEY_DESCRIPTION}"
+            default=None,
+            # checked by the route (a 400 with the reason); empty: every conversation's
+            json_schema_extra={
+                "anyOf": [
+                    {"type": "string", "pattern": CONVERSATION_KEY_PATTERN},
+                    {"type": "string", "maxLength": 0},
+                ]
+            },
+            description=f"only this conversation's: {KEY_DESCRIPTION}; empty: every conversation's",
         ),
         ended: bool = Query(default=False, description="cancelled and done jobs too"),
         limit: int = Query(default=500, ge=1, le=5000),
