@@ -42,6 +42,7 @@ MAX_MISSES_AUDITED = 100  # a job down for months: the first ones, then one even
 DUE_BATCH = 200
 WORKERS = 16  # fires at once per agent
 FAILED_FIRE_PAUSE_S = 2.0
+SYNC_RETRY_S = 0.5
 
 
 class AgentScheduler:
@@ -74,11 +75,26 @@ class AgentScheduler:
         while True:
             self._wake.clear()
             if self._resync:
-                self._resync = False
-                await sync_file_jobs(self.agent, self.clock)
+                self._resync = not await self._sync()
+                if self._resync:
+                    await asyncio.sleep(SYNC_RETRY_S)  # another daemon is syncing the file's jobs
+                    continue
             await self.fire_due()
             await self.deliverer.deliver_due()
             await self._sleep()
+
+    async def _sync(self) -> bool:
+        """The file's jobs as rows, under the agent's sync lease (daemons starting together would
+        each make them otherwise); False when another daemon holds it."""
+        name = f"jobs-sync:{self.agent.name}"
+        token = await self._leases.acquire(name, self._daemon_id, self._lease_s)
+        if token is None:
+            return False
+        try:
+            await sync_file_jobs(self.agent, self.clock)
+        finally:
+            await self._leases.release(name, self._daemon_id, token)
+        return True
 
     async def _sleep(self) -> None:
         store = self.agent.state.store
