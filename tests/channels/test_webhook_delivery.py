@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import re
 import socket
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -177,3 +180,28 @@ async def test_no_answer_is_a_failure_to_retry(receiver: tuple[Receiver, str]) -
     )
     assert (refused.value.status, refused.value.retryable) == (None, True)
     assert str(refused.value).startswith(f"{closed} could not be reached")
+
+
+def readme_verifier() -> Any:
+    """The README's standard-library check of a delivery, as a receiver would paste it."""
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    [code] = re.findall(r"^```python\n(# verify an agentd job delivery.*?)^```", readme, re.M | re.S)
+    scope: dict[str, Any] = {}
+    exec(compile(code, "README.md", "exec"), scope)
+    return scope["verify"]
+
+
+async def test_the_readmes_check_verifies_a_real_delivery(receiver: tuple[Receiver, str]) -> None:
+    hook, url = receiver
+    async with httpx.AsyncClient() as client:
+        await send_signed(client, url, SECRET, delivery_id="d-1", payload=PAYLOAD, now=time.time())
+        await send_signed(client, url, SECRET, delivery_id="d-2", payload=PAYLOAD, now=time.time() - 600)
+    verify = readme_verifier()
+    (fresh, body), (stale, stale_body) = hook.got
+    assert verify(SECRET, fresh, body) == PAYLOAD
+    with pytest.raises(ValueError, match="bad signature"):
+        verify(SECRET + "x", fresh, body)
+    with pytest.raises(ValueError, match="bad signature"):
+        verify(SECRET, fresh, body.replace(b"drink water", b"drink wine!"))
+    with pytest.raises(ValueError, match="stale"):
+        verify(SECRET, stale, stale_body)
