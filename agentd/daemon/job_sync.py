@@ -29,7 +29,9 @@ async def sync_file_jobs(agent: Agent, clock: Clock) -> None:
     schedule = agent.spec.schedule
     store, now = agent.state.store, clock.time()
     wanted = _wanted(schedule, now) if schedule is not None else {}
-    have = {j.name: j for j in await store.read(Jobs(ended=True, limit=100_000)) if j.name is not None}
+    have = {
+        j.name: j for j in await store.read(Jobs(ended=True, limit=100_000, named=True)) if j.name is not None
+    }
     ops: list[Write[Any]] = []
     audits: list[AuditRecord] = []
     for name, (kind, text, when, target) in wanted.items():

@@ -38,12 +38,13 @@ class JobNamed(Query[JobRecord | None]):
 @dataclass(frozen=True, slots=True)
 class Jobs(Query[list[JobRecord]]):
     """Jobs of one conversation, or of one owner, or all; cancelled and done ones only with `ended`;
-    the oldest first."""
+    with `named`, only the agent file's (read off the index on names, not every row); the oldest first."""
 
     conversation_key: str | None = None
     owner: str | None = None
     ended: bool = False
     limit: int = 500
+    named: bool = False
 
 
 @dataclass(frozen=True, slots=True)

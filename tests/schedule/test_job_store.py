@@ -78,9 +78,10 @@ async def test_the_next_fire_is_the_earliest_active_job(store: Store) -> None:
         InsertJob(job("a", T0 + 60)),
         InsertJob(job("b", T0 + 30, status="paused")),
         InsertJob(job("c", T0 + 45)),
-        InsertJob(job("d", None)),
+        InsertJob(job("d", None, name="standup")),
     )
     assert await store.read(NextFireAt()) == T0 + 45
+    assert [j.id for j in await store.read(Jobs(named=True))] == ["d"]  # the agent file's
     assert [j.id for j in await store.read(DueJobs(T0 + 60))] == ["c", "a"]
     assert [j.id for j in await store.read(Jobs("telegram:42"))] == ["a", "b", "c", "d"]
     got = await store.read(JobById("a"))

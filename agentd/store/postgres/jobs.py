@@ -99,6 +99,8 @@ def jobs(cx: Cx, q: Jobs) -> Later[list[JobRecord]]:
         args.append(q.owner)
     if not q.ended:
         where.append("status IN ('active', 'paused')")
+    if q.named:
+        where.append("name IS NOT NULL")
     sql = _JOBS + "".join(f" AND {w}" for w in where) + " ORDER BY created_at, id LIMIT %s"
     return _jobs(cx, sql, (*args, q.limit))
 

@@ -87,6 +87,8 @@ def jobs(conn: sqlite3.Connection, q: Jobs) -> list[JobRecord]:
         args.append(q.owner)
     if not q.ended:
         where.append("status IN ('active', 'paused')")
+    if q.named:
+        where.append("name IS NOT NULL")
     sql = f"{_JOBS} WHERE {' AND '.join(where)} ORDER BY created_at, id LIMIT ?"
     return _jobs(conn, sql, (*args, q.limit))
 
