@@ -139,3 +139,16 @@ async def test_a_silent_heartbeat_sends_nothing_and_keeps_no_turn(tmp_path: Path
 
 async def _heartbeat(agent: object) -> object:
     return next((j for j in await jobs_of(agent) if j.kind == "heartbeat"), None)  # type: ignore[arg-type]
+
+
+async def test_a_heartbeat_outside_its_active_hours_does_not_run(tmp_path: Path, slack: FakeSlack) -> None:
+    model = ScriptedProvider()
+    clock = ManualClock(T0)  # 08:00 in Lisbon
+    beat = HEARTBEAT + '    active_hours: "10:00-22:00"\n'
+    async with scheduling_daemon(tmp_path, {"bot": bot(slack, beat)}, clock, {"scripted": model}) as daemon:
+        agent = agent_of(daemon)
+        job = await until(lambda: _heartbeat(agent), "the heartbeat job")
+        clock.advance(1200)
+        [fire] = await until(lambda: fires_of(agent, job.id), "the heartbeat's time")  # type: ignore[attr-defined]
+        assert (fire.status, fire.run_id) == ("skipped", None)
+        assert model.requests == []  # no model call, no cost
