@@ -16,6 +16,7 @@ import pytest
 from agentd.store.job_records import JobRecord
 from agentd.store.job_writes import InsertJob
 from agentd.store.postgres import PostgresBackend
+from testkit.fake_llm import FakeLLM
 from testkit.waiting import wait_until
 from tests.daemon_process import DaemonProcess
 from tests.schedule.receiver import Receiver
@@ -114,3 +115,66 @@ async def test_three_daemons_fire_1000_jobs_once_each_and_one_killed_hands_over(
             f" duplicate deliveries {receiver.duplicates}"
         )
         assert receiver.duplicates <= 8
+
+
+TASK = """\
+model: fake/m
+channels:
+  webhook: {{deliver_url: "{url}", signing_secret: "{secret}"}}
+schedule:
+  jobs:
+    summary:
+      every: 1h
+      prompt: Summarise the day.
+      deliver: {{channel: webhook}}
+"""
+LLM_SETTINGS = (
+    'store: {{url: "{url}", lease_s: {lease}}}\n'
+    'providers: {{fake: {{kind: openai, base_url: "{llm}", api_key: k, max_retries: 0}}}}\n'
+)
+
+
+async def test_a_daemon_killed_inside_a_task_fire_hands_it_to_another_within_the_lease(
+    tmp_path: Path, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock_file = tmp_path / "clock"
+    clock_file.write_text(str(T0))
+    monkeypatch.setenv("AGENTD_TEST_CLOCK_FILE", str(clock_file))
+    with FakeLLM() as llm:
+        async with Receiver(SECRET) as receiver:
+            daemons = []
+            for n in range(2):
+                root = tmp_path / f"host{n}"
+                (root / "agents").mkdir(parents=True)
+                (root / "agents" / "bot.yaml").write_text(TASK.format(url=receiver.url, secret=SECRET))
+                settings = LLM_SETTINGS.format(url=postgres_url, lease=LEASE_S, llm=llm.openai_base_url)
+                (root / "agentd.yaml").write_text(settings)
+                daemons.append(DaemonProcess(root))
+            try:
+                await asyncio.gather(*(d.start() for d in daemons))
+                jobs = "SELECT id FROM agentd.jobs"
+                await wait_until(lambda: count(postgres_url, jobs), "the file's job made", 20)
+                [(job_id,)] = count(postgres_url, jobs)
+                ids = {d.get("/healthz")["daemon"]: d for d in daemons}
+                llm.hang(60)
+                clock_file.write_text(str(T0 + 3600))
+                await asyncio.to_thread(llm.wait_for_requests, 1, 20)
+                holder = f"SELECT holder FROM agentd.leases WHERE name = 'job:bot:{job_id}'"
+                [(firing,)] = count(postgres_url, holder)
+                victim = ids[firing]
+                assert victim.proc is not None
+                llm.reply("The day, summarised.")
+                victim.proc.kill()  # -9 inside the fire's model call, holding the job's lease
+                killed_at = time.monotonic()
+                await wait_until(lambda: len(receiver.accepted) >= 1, "the other daemon's delivery", 60)
+                took_s = time.monotonic() - killed_at
+                await asyncio.sleep(1.0)  # (time for a second one, were there one)
+            finally:
+                for d in daemons:
+                    d.kill()
+    fires = count(postgres_url, "SELECT fire_at, status, daemon FROM agentd.job_fires")
+    assert [(at, status) for at, status, _ in fires] == [(T0 + 3600, "ok")]
+    assert fires[0][2] != firing  # fired by the survivor
+    assert [a["data"]["text"] for a in receiver.accepted] == ["The day, summarised."]
+    print(f"\nthe task's fire was handed over and delivered {took_s:.1f} s after the kill")
+    assert took_s < 30, took_s  # the lease (2 s) and the conversation's claim lapse, then it runs
