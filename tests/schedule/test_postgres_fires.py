@@ -106,7 +106,9 @@ async def test_three_daemons_fire_1000_jobs_once_each_and_one_killed_hands_over(
         spread = Counter(
             dict(count(postgres_url, "SELECT daemon, count(*) FROM agentd.job_fires GROUP BY daemon"))
         )
-        assert len(spread) == DAEMONS and min(spread.values()) >= JOBS // 50, spread  # (the victim: until killed)
+        assert len(spread) == DAEMONS and min(spread.values()) >= JOBS // 50, (
+            spread
+        )  # (the victim: until killed)
         # every delivery arrived; a duplicate only from the window between the receiver's 2xx and our
         # record of it, for the sends the victim had in flight when it died
         assert len(receiver.ids) == JOBS
