@@ -62,6 +62,7 @@ COMMANDS: Mapping[str, str] = MappingProxyType(
         "answer": "/answer <id> <text>: answer a tool server's question",
         "decline": "/decline <id>: decline to answer a tool server's question",
         "usage": "your own tokens and spend today and this month, and your limits",
+        "jobs": "list this conversation's jobs; /jobs cancel|pause|resume <id>",
         "help": "list these commands",
     }
 )

@@ -52,8 +52,9 @@ import numpy as np
 import psycopg
 from _common import log, write_results  # bench/_common.py: first, it puts the repository root on the path
 
+from agentd.config.http_store import StoreSpec
 from agentd.config.loader import parse_agent
-from agentd.config.models import DaemonSpec, StoreSpec
+from agentd.config.models import DaemonSpec
 from agentd.daemon.audit_trail import export_line, verify_store
 from agentd.daemon.resources import Resources
 from agentd.engine.agent import Agent

@@ -34,7 +34,8 @@ from _common import (
     write_results,
 )  # bench/_common.py: first, it puts the repository root on the path
 
-from agentd.config.models import DaemonSpec, StoreSpec
+from agentd.config.http_store import StoreSpec
+from agentd.config.models import DaemonSpec
 from agentd.daemon.resources import DAEMON_STORE, Resources
 from agentd.engine.linking import People
 from agentd.events import InboundEvent

@@ -49,8 +49,9 @@ from _common import (  # bench/_common.py: first, it puts the repository root on
 )
 from fastapi import FastAPI, Request
 
+from agentd.config.http_store import StoreSpec
 from agentd.config.loader import parse_agent
-from agentd.config.models import AgentSpec, DaemonSpec, StoreSpec
+from agentd.config.models import AgentSpec, DaemonSpec
 from agentd.daemon import Daemon, EmbeddedServer, Resources
 from agentd.engine.agent import Agent
 from agentd.events import InboundEvent

@@ -190,7 +190,7 @@ def test_the_unknown_key_hint_never_offers_name() -> None:
     assert problem("nme: other\n") == (
         "agents/bot.yaml:1:1: unknown key 'nme'; "
         "expected one of: purpose, model, memory, transcripts, channels, max_tool_steps, subagents, tools, "
-        "media, busy, max_run_s, models_allowed"
+        "media, busy, max_run_s, models_allowed, schedule"
     )
 
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from agentd.cli.main import build_parser
+from agentd.config.http_store import is_loopback
 from agentd.config.loader import parse_daemon
-from agentd.config.models import is_loopback
 from agentd.daemon.fleet import DRAIN_TIMEOUT
 from agentd.errors import ConfigError
 

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from agentd.config.models import DaemonSpec, StoreSpec
+from agentd.config.http_store import StoreSpec
+from agentd.config.models import DaemonSpec
 from agentd.daemon.resources import Resources
 from agentd.engine.agent import Agent
 from agentd.engine.conversation import Conversation

@@ -12,8 +12,9 @@ from pydantic import BaseModel
 
 from agentd import __version__
 from agentd.cli import main
+from agentd.config.http_store import HttpSpec, StoreSpec
 from agentd.config.loader import parse_daemon
-from agentd.config.models import DaemonSpec, HttpSpec, StoreSpec
+from agentd.config.models import DaemonSpec
 from agentd.daemon import Daemon
 from agentd.http.app import create_app
 

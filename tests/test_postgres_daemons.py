@@ -14,7 +14,8 @@ from typing import Any
 import httpx
 import pytest
 
-from agentd.config.models import DaemonSpec, StoreSpec
+from agentd.config.http_store import StoreSpec
+from agentd.config.models import DaemonSpec
 from agentd.daemon import Daemon
 from agentd.engine.agent import Agent
 from agentd.errors import LeaseLost

@@ -15,7 +15,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from agentd.config.models import DaemonSpec, StoreSpec
+from agentd.config.http_store import StoreSpec
+from agentd.config.models import DaemonSpec
 from agentd.daemon.resources import STORE_URL_ENV, Resources
 from agentd.errors import NewerSchema, StoreError
 from agentd.store.base import write_one

@@ -92,6 +92,21 @@ AGENTS: list[tuple[str, str, bool]] = [
     ("busy collect", "busy: collect\n", True),
     ("busy queue and a run limit", "busy: queue\nmax_run_s: 30\n", True),
     ("models allowed", "models_allowed: [anthropic/claude-haiku-4-5, ollama/llama3.2]\n", True),
+    ("schedule with every default", "schedule: {}\n", True),
+    (
+        "the issue's schedule",
+        "channels: {slack: {bot_token: x, app_token: y}}\nschedule: {timezone: Europe/Lisbon, min_interval: 5m, "
+        "catch_up_within: 6h, missed: skip, jobs: {standup: {cron: '0 9 * * 1-5', prompt: p, "
+        "deliver: {channel: slack, to: C0123ABC}}}, heartbeat: {every: 30m, active_hours: '08:00-22:00', "
+        "deliver: last}}\n",
+        True,
+    ),
+    (
+        "a signed webhook delivery",
+        "channels: {webhook: {deliver_url: 'https://h/hook', signing_secret: 0123456789abcdef}}\n"
+        "schedule: {jobs: {j: {every: 1h, kind: reminder, prompt: p, deliver: {channel: webhook}}}}\n",
+        True,
+    ),
     ("empty file", "", False),
     ("busy of another kind", "busy: drop\n", False),
     ("a run limit of nothing", "max_run_s: 0\n", False),
@@ -161,6 +176,31 @@ AGENTS: list[tuple[str, str, bool]] = [
     ),
     ("discord with nothing after it", "channels:\n  discord:\n", False),
     ("temperature out of range", "model: {name: offline, temperature: 3}\n", False),
+    ("unknown schedule key", "schedule: {time_zone: UTC}\n", False),
+    (
+        "a job with two schedules",
+        "schedule: {jobs: {j: {cron: '* * * * *', every: 1h, prompt: p, "
+        "deliver: {channel: slack, to: C1}}}}\n",
+        False,
+    ),
+    (
+        "a job with no schedule",
+        "schedule: {jobs: {j: {prompt: p, deliver: {channel: slack, to: C1}}}}\n",
+        False,
+    ),
+    ("missed neither run_once nor skip", "schedule: {missed: twice}\n", False),
+    ("a duration in words", "schedule: {min_interval: five minutes}\n", False),
+    (
+        "active hours past midnight",
+        "schedule: {heartbeat: {every: 1h, active_hours: '08:00-25:00'}}\n",
+        False,
+    ),
+    ("deliver_url without a secret", "channels: {webhook: {deliver_url: 'https://h/hook'}}\n", False),
+    (
+        "deliver_url not http",
+        "channels: {webhook: {deliver_url: 'ftp://h/hook', signing_secret: 0123456789abcdef}}\n",
+        False,
+    ),
 ]
 
 DAEMONS: list[tuple[str, str, bool]] = [
@@ -218,6 +258,24 @@ LOADER_ONLY: list[tuple[str, str, str]] = [
         "agent",
         "state fields named twice",
         "memory: {strategy: {kind: state, spec: s, fields: [{name: a, description: d}, {name: a, description: e}]}}\n",
+    ),
+    (
+        "agent",
+        "a cron that does not parse",
+        "schedule: {jobs: {j: {cron: '61 9 * * *', prompt: p, "
+        "deliver: {channel: slack, to: C1}}}}\nchannels: {slack: {bot_token: x, app_token: y}}\n",
+    ),
+    ("agent", "an unknown time zone", "schedule: {timezone: Mars/Base}\n"),
+    (
+        "agent",
+        "an at: in the past",
+        "schedule: {jobs: {j: {at: '2020-01-01T09:00', prompt: p, "
+        "deliver: {channel: slack, to: C1}}}}\nchannels: {slack: {bot_token: x, app_token: y}}\n",
+    ),
+    (
+        "agent",
+        "a delivery on a channel the agent lacks",
+        "schedule: {jobs: {j: {every: 1h, prompt: p, deliver: {channel: telegram, to: '1'}}}}\n",
     ),
     ("daemon", "embedder of an undeclared provider", "embedder: nowhere/model\n"),
     ("daemon", "an account declared for two people", "people: {ana: [telegram:42], bo: [telegram:42]}\n"),

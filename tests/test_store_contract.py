@@ -17,7 +17,7 @@ import pytest
 
 from agentd.errors import StoreError
 from agentd.messages import Message
-from agentd.store import queries, writes
+from agentd.store import job_queries, job_writes, queries, writes
 from agentd.store.base import Store, write_one
 from agentd.store.postgres import PostgresBackend
 from agentd.store.postgres.dispatch import HANDLERS as PG_HANDLERS
@@ -159,7 +159,7 @@ VEC = b"\x00\x00\x80?" * 4  # float32 [1, 1, 1, 1]
 def test_every_query_and_write_has_a_handler(handlers: dict[type, Any]) -> None:
     kinds = [
         obj
-        for module in (queries, writes)
+        for module in (queries, writes, job_queries, job_writes)
         for obj in vars(module).values()
         if isinstance(obj, type) and issubclass(obj, Query | Write) and obj not in (Query, Write)
     ]

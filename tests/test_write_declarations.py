@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, get_args, get_type_hints
 
 from agentd.memory.screening import SecretScreen
-from agentd.store import budget_writes, link_writes, writes
+from agentd.store import budget_writes, job_writes, link_writes, writes
 from agentd.store.declarations import memory_text_fields
 from agentd.store.records import LayerState, NewEpisode, RunRecord
 from agentd.store.writes import (
@@ -60,13 +60,19 @@ EXEMPT: Mapping[str, str] = {
     "AddSpend": "budget counters: budget ids, who is charged and amounts agentd computed",
     "RecordUsage": "usage counts per day, agent, person, channel, model and trigger",
     "TakeToken": "a rate limit's bucket: its scope and whom it limits",
+    "InsertJob": "a job's text as the person asked for it: a reminder is delivered as written",
+    "UpdateJob": "a job's text as the person asked for it: a reminder is delivered as written",
+    "CompleteFire": "a fire's ids, status and an error message agentd wrote",
+    "InsertDelivery": "a reply already screened by its turn, or a reminder's text as written",
+    "DeliveryAttempt": "a delivery id, a status and the platform's error",
+    "DeletePersonJobs": "deletes a person's jobs",
 }
 
 
 def write_kinds() -> list[type]:
     return [
         obj
-        for module in (writes, link_writes, budget_writes)
+        for module in (writes, link_writes, budget_writes, job_writes)
         for obj in vars(module).values()
         if isinstance(obj, type)
         and issubclass(obj, Write)

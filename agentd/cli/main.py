@@ -54,6 +54,7 @@ cmd_audit_verify = _lazy("agentd.cli.audit:cmd_audit_verify")
 cmd_audit_export = _lazy("agentd.cli.audit:cmd_audit_export")
 cmd_tools = _lazy("agentd.cli.tools:cmd_tools")
 cmd_usage = _lazy("agentd.cli.usage:cmd_usage")
+cmd_jobs = _lazy("agentd.cli.jobs:cmd_jobs")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -188,6 +189,18 @@ def build_parser() -> argparse.ArgumentParser:
     common(tools)
     tools.add_argument("--config", type=Path, default=None)
     tools.set_defaults(func=cmd_tools)
+
+    jobs = sub.add_parser(
+        "jobs", help="list an agent's scheduled jobs, or one job with its fires and deliveries"
+    )
+    jobs.add_argument("agent")
+    jobs.add_argument("job", nargs="?", default=None, help="one job's id: its fires and deliveries too")
+    jobs.add_argument("--all", action="store_true", help="cancelled and done jobs too")
+    jobs.add_argument("--conversation", default=None, help="only this conversation key's jobs")
+    jobs.add_argument("--json", action="store_true")
+    common(jobs)
+    jobs.add_argument("--config", type=Path, default=None)
+    jobs.set_defaults(func=cmd_jobs)
 
     person = sub.add_parser(
         "person",

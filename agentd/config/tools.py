@@ -35,7 +35,8 @@ from agentd.config.refs import ModelRef
 # Where a tool comes from, when it is not an MCP server: the patterns and the audit name them so.
 MEMORY_SOURCE = "memory"
 AGENTS_SOURCE = "agents"
-BUILTIN_SOURCES = (MEMORY_SOURCE, AGENTS_SOURCE)
+JOBS_SOURCE = "jobs"  # schedule_job, list_jobs, ... (agentd/engine/job_tools.py)
+BUILTIN_SOURCES = (MEMORY_SOURCE, AGENTS_SOURCE, JOBS_SOURCE)
 SERVER_NAME_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]|_(?!_)){0,31}$")
 PATTERN_RE = re.compile(r"^([A-Za-z0-9_-]+)\.(\S+)$")
 APPROVER_RE = re.compile(r"^[a-z][a-z0-9_]*:\S{1,128}$")
@@ -215,7 +216,7 @@ class ToolsSpec(Spec):
                 if not any(fnmatch.fnmatchcase(t, tool) for t in subagent_tools):
                     defined = ", ".join(subagent_tools) or "none (no subagents:)"
                     problems.append((loc, f"{pattern!r} matches no sub-agent tool; defined: {defined}"))
-            elif source != MEMORY_SOURCE and source not in self.mcp:
+            elif source not in (MEMORY_SOURCE, JOBS_SOURCE) and source not in self.mcp:
                 known = ", ".join([*self.mcp, *BUILTIN_SOURCES])
                 problems.append((loc, f"{pattern!r} names no tool source {source!r}; known: {known}"))
             elif which == "allow" and source in BUILTIN_SOURCES:

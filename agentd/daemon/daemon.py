@@ -23,11 +23,13 @@ from typing import Any
 import uvicorn
 
 from agentd.channels.base import HttpChannel
-from agentd.clock import SYSTEM_CLOCK, Clock
+from agentd.clock import Clock, clock_from_environment
+from agentd.config.http_store import is_loopback
 from agentd.config.loader import parse_daemon
-from agentd.config.models import DaemonSpec, is_loopback
+from agentd.config.models import DaemonSpec
 from agentd.daemon.budgets import metering_for
 from agentd.daemon.fleet import DRAIN_TIMEOUT, Fleet, log_startup
+from agentd.daemon.job_metrics import JobMetrics
 from agentd.daemon.metrics import Metrics
 from agentd.daemon.observe import DaemonObserver
 from agentd.daemon.people import attach_people, erase_linked, export_linked
@@ -41,6 +43,7 @@ from agentd.daemon.periodic import (
 )
 from agentd.daemon.provider_checks import warn_unused_providers
 from agentd.daemon.resources import _FROM_SETTINGS, DAEMON_STORE, Resources
+from agentd.daemon.schedules import Schedules
 from agentd.daemon.server import EmbeddedServer, bind, url
 from agentd.daemon.watcher import FolderWatcher
 from agentd.engine.agent import Agent
@@ -77,6 +80,7 @@ class Daemon:
         embedder: Embedder | None = _FROM_SETTINGS,
         providers: dict[str, ModelProvider] | None = None,
         breakers: Breakers | None = None,
+        clock: Clock | None = None,
     ):
         self.agents_dir = agents_dir
         self.data_dir = data_dir
@@ -92,7 +96,9 @@ class Daemon:
                 "(every request then needs Authorization: Bearer <token>), or bind to 127.0.0.1"
             )
         self.reload_interval = reload_interval
-        self.clock: Clock = SYSTEM_CLOCK  # budgets' days and rate buckets read it (tests set a ManualClock)
+        # scheduled fires, budgets' days and rate buckets read it (tests give a ManualClock, or a FileClock
+        # through AGENTD_TEST_CLOCK_FILE)
+        self.clock: Clock = clock or clock_from_environment()
         self.metrics = Metrics(lambda: self.fleet.entries, lambda: self.resources.stats())
         self.resources = Resources(
             self.settings,
@@ -101,9 +107,11 @@ class Daemon:
             providers=providers,
             breakers=breakers,
             observer=DaemonObserver(self.metrics),
+            clock=self.clock,
         )
         self.watcher = FolderWatcher(agents_dir)
-        self.fleet = Fleet(self.resources, self.daemon_audit, self.spawn)
+        self.schedules = Schedules(self.resources, self.spawn, JobMetrics(self.metrics.registry))
+        self.fleet = Fleet(self.resources, self.daemon_audit, self.spawn, self.schedules)
         self.daemon_store: Store | None = None
         self.server: EmbeddedServer | None = None
         self._stack: contextlib.AsyncExitStack | None = None
@@ -164,6 +172,7 @@ class Daemon:
             self._group = await stack.enter_async_context(asyncio.TaskGroup())
             stack.push_async_callback(self._cancel_tasks)
             stack.push_async_callback(self.fleet.close_all)
+            stack.push_async_callback(self.schedules.close)  # (first: no fire starts while agents drain)
             # The first load builds every agent (10,000 at most starts): the cyclic collector would
             # walk that growing heap again and again (~40% of the load) and find nothing, since
             # loading leaves no cyclic garbage; so it stays off until the load is frozen out of reach.

@@ -21,6 +21,7 @@ from agentd.config.models import AgentSpec
 from agentd.daemon.host import AgentChannels, AgentHost, Spawn
 from agentd.daemon.provider_checks import agent_warnings
 from agentd.daemon.resources import Resources
+from agentd.daemon.schedules import Schedules
 from agentd.engine.agent import Agent
 from agentd.engine.model_chain import chain_facts
 from agentd.errors import AgentdError, ConfigError, OperatorError
@@ -69,8 +70,9 @@ class Fleet:
     """Every agent of the daemon by name; also the `Peers` each agent's sub-agent tools reach, and the
     `Outbox` a run resumed after an approval posts its answer through."""
 
-    def __init__(self, resources: Resources, audit: Audit, spawn: Spawn):
+    def __init__(self, resources: Resources, audit: Audit, spawn: Spawn, schedules: Schedules | None = None):
         self.resources = resources
+        self.schedules = schedules  # each agent's scheduled jobs (agentd/daemon/schedules.py)
         resources.outbox = self  # resumed runs post into conversations through the agents' channels
         self._audit = audit
         self._spawn = spawn
@@ -169,6 +171,8 @@ class Fleet:
             await self._audit("config", "reloaded", name, {"file": str(path)})
             log.info("agent %s: reloaded", name)
         self._check_providers(entry, spec)
+        if self.schedules is not None and entry.agent is not None:
+            self.schedules.apply(entry.agent)
         if old is None or old.channels != spec.channels or entry.channels is None:
             await self._stop_channels(entry)
             resources = self.resources
@@ -231,6 +235,8 @@ class Fleet:
             await self._teardown(entry)
 
     async def _teardown(self, entry: AgentEntry) -> None:
+        if self.schedules is not None:
+            await self.schedules.stop(entry.name)  # no fire starts while the agent drains
         await self._stop_channels(entry)
         if entry.agent is not None:
             await entry.agent.drain(timeout=DRAIN_TIMEOUT)

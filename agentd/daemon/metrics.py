@@ -65,6 +65,11 @@ class Metrics:
             ("agent", "channel", "outcome"),
             "Message turns answered, by agent, channel and outcome (ok, error, stopped).",
         )
+        self.scheduled_runs = counter(
+            "agentd_scheduled_runs",
+            ("agent", "outcome"),
+            "Runs of scheduled jobs and heartbeats (trigger schedule), by agent and outcome (ok, error).",
+        )
         self.commands = counter(
             "agentd_commands",
             ("agent", "channel"),
@@ -146,6 +151,8 @@ class Metrics:
                 self.turn_seconds.labels(channel).observe(run.duration_ms / 1000)
         elif run.trigger == "command":
             self.commands.labels(agent, channel_of(run.conversation_key)).inc()
+        elif run.trigger == "schedule":
+            self.scheduled_runs.labels(agent, outcome).inc()
         else:
             self.memory_runs.labels(agent, run.trigger, outcome).inc()
         if run.input_tokens:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from agentd.clock import SYSTEM_CLOCK, Clock
 from agentd.config.models import AgentSpec, DaemonSpec
 from agentd.daemon.observe import ObservedStore, Observer
 from agentd.engine.agent import Agent
@@ -68,6 +69,7 @@ class Resources:
         providers: dict[str, ModelProvider] | None = None,
         breakers: Breakers | None = None,
         observer: Observer | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ):
         """`embedder` and `providers` replace what agentd.yaml names (tests and benchmarks pass fakes);
         `breakers` the memory models' breakers (tests pass ones with their own pauses); `observer`
@@ -82,6 +84,7 @@ class Resources:
         self.leases: Leases = SoleOwner(self.daemon_id)  # of bot connections among daemons sharing a store
         self.breakers = breakers or Breakers()  # per memory model, shared by every agent of the process
         self.observer = observer
+        self.clock = clock  # what scheduled jobs read the time from (tests pass a clock they move)
         # where a run resumed after an approval posts its answer: the daemon sets its fleet here
         self.outbox: Outbox = NoOutbox()
         self.people = People()  # accounts linked into people; the daemon keeps them in its own store
@@ -187,6 +190,7 @@ class Resources:
             people=self.people,
             meter=self.meter,
             rate_limiter=self.rate_limiter,
+            clock=self.clock,
         )
 
     def _metered_embedder(self) -> Embedder | None:

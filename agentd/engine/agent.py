@@ -14,15 +14,16 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agentd.config.models import AgentSpec
+from agentd.engine.agent_reads import AgentReads
 from agentd.engine.approvals import OPERATOR, Outcome, describe_pending
 from agentd.engine.context import AgentContext
 from agentd.engine.conversation import Conversation
 from agentd.engine.deletions import delete_conversation, forget_memory
 from agentd.engine.handling import EventHandler
-from agentd.engine.inspect import inspect_conversation, next_prompt
 from agentd.engine.lifecycle import Lifecycle
 from agentd.engine.people import audit_merged_memories, erase_person, person_data
 from agentd.engine.resources import AgentResources
+from agentd.engine.scheduled import ScheduledRun
 from agentd.engine.state import AgentState
 from agentd.engine.stateless import run_stateless
 from agentd.engine.status import status_facts, tools_report
@@ -31,24 +32,17 @@ from agentd.engine.turn import NO_LIMITS, TurnLimits, TurnOptions
 from agentd.errors import NewerSchema, StoreError
 from agentd.events import InboundEvent, Reply, ReplySink
 from agentd.memory.episode_writes import forget_partition
-from agentd.memory.persistent import persistent_scope
-from agentd.messages import MESSAGE_ADAPTER, Message
+from agentd.messages import Message
 from agentd.store.base import KnowsIfAbsent, Store
 from agentd.store.queries import (
-    ActiveThread,
     AuditEvents,
-    Conversations,
-    DeliveredReply,
-    MediaBlobs,
-    MemoryValue,
-    Runs,
 )
-from agentd.store.records import Delivered, Linked
+from agentd.store.records import Linked
 from agentd.store.writes import EnsureIdentity
 from agentd.tools.mcp_servers import McpServers
 
 
-class Agent:
+class Agent(AgentReads):
     def __init__(
         self, spec: AgentSpec, store: Store, resources: AgentResources, tool_servers: McpServers | None = None
     ):
@@ -63,10 +57,6 @@ class Agent:
     @property
     def name(self) -> str:
         return self.state.name
-
-    @property
-    def spec(self) -> AgentSpec:
-        return self.state.spec
 
     @property
     def status(self) -> str:
@@ -215,6 +205,13 @@ class Agent:
         running = await stop_and_wait(self.state.stops, conversation_key, Stop(BY_API, by=by))
         return None if running is None else running.run_id
 
+    async def handle_scheduled(self, event: InboundEvent, scheduled: ScheduledRun) -> Reply:
+        """Run a job's task or a heartbeat in its conversation, in order with its messages; what the
+        fire writes is committed with the run (see agentd.engine.job_fire). Nobody can be asked to
+        approve a call: a call that would ask is refused."""
+        await self.ready()
+        return await self._handler.handle(event, TurnOptions(can_ask=False, schedule=scheduled), None)
+
     async def answer_stateless(
         self,
         event: InboundEvent,
@@ -230,16 +227,6 @@ class Agent:
         event = await self.state.resources.people.resolve(event)
         options = TurnOptions(sink, instructions, limits=limits)
         return await run_stateless(self.state, self.lifecycle, event, earlier, options)
-
-    # -- what the API and the CLI read --------------------------------------------------------
-
-    async def next_prompt(self, conversation_key: str, user_id: str | None = None) -> dict[str, Any]:
-        await self.ready()
-        return await next_prompt(self.state, conversation_key, user_id)
-
-    async def inspect(self, conversation_key: str) -> dict[str, Any]:
-        await self.ready()
-        return await inspect_conversation(self.state, conversation_key)
 
     # -- tools and approvals --------------------------------------------------------------------
 
@@ -276,44 +263,6 @@ class Agent:
             # the keys that conversation's model sees: with persistent_scope user, only that person's
             facts["memory_keys"] = self.state.memory_keys(spec, conversation_key, user_id)
         return facts
-
-    async def transcript(self, conversation_key: str) -> list[dict[str, Any]]:
-        """The active thread's uncompacted messages, as JSON-ready dicts (read from the store: the hot
-        thread may hold only what the memory reads)."""
-        await self.ready()
-        thread = await self.state.store.read(ActiveThread(conversation_key))
-        return [
-            MESSAGE_ADAPTER.dump_python(m.message, mode="json", exclude_none=True) for m in thread.messages
-        ]
-
-    async def media_file(self, conversation_key: str, sha256: str) -> bytes | None:
-        """A file sent in the conversation, by its hash (the inspector's thumbnails); None: not kept."""
-        await self.ready()
-        found: dict[str, bytes] = await self.state.store.read(MediaBlobs(conversation_key, [sha256]))
-        return found.get(sha256)
-
-    def memory_keys(self, conversation_key: str, user_id: str | None) -> list[str]:
-        """The persistent-memory keys the prompt of `user_id` in this conversation lists."""
-        return self.state.memory_keys(self.spec, conversation_key, user_id)
-
-    async def memory_value(self, conversation_key: str, key: str, user_id: str | None) -> str | None:
-        """What `recall key` returns to `user_id` in this conversation (None: no such key in their scope)."""
-        await self.ready()
-        scope = persistent_scope(self.spec.memory, conversation_key, user_id)
-        return await self.state.store.read(MemoryValue(scope, key))
-
-    async def runs(self, conversation_key: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
-        await self.ready()
-        return await self.state.store.read(Runs(conversation_key, limit))
-
-    async def delivered(self, channel: str, event_id: str) -> Delivered | None:
-        """What a delivery already answered became (an idempotent retry is answered with it)."""
-        await self.ready()
-        return await self.state.store.read(DeliveredReply(channel, event_id))
-
-    async def conversations(self, limit: int = 200, offset: int = 0) -> list[dict[str, Any]]:
-        await self.ready()
-        return await self.state.store.read(Conversations(limit, offset))
 
     async def audit_events(
         self, kind: str | None = None, since: float | None = None, limit: int = 100, tool: str | None = None

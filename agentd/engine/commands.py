@@ -14,6 +14,7 @@ from typing import Any
 from agentd.engine import link_commands
 from agentd.engine.command_result import Command, CommandResult
 from agentd.engine.conversation import Conversation
+from agentd.engine.job_commands import jobs_command
 from agentd.engine.metering import Served
 from agentd.engine.model_command import model_answer
 from agentd.engine.status import status_facts
@@ -142,7 +143,8 @@ async def _status(conv: Conversation, event: InboundEvent) -> CommandResult:
         f"Context: {size}"
         + (f" of {threshold} before compaction" if threshold else " (auto-compaction off)"),
         f"Runs: {counted(totals['message_runs'], 'message')}, {counted(totals['compactions'], 'compaction')}, "
-        f"{counted(totals['errors'], 'error')}; tokens in {totals['input_tokens']}, "
+        + (f"{counted(totals['scheduled_runs'], 'scheduled run')}, " if totals["scheduled_runs"] else "")
+        + f"{counted(totals['errors'], 'error')}; tokens in {totals['input_tokens']}, "
         f"out {totals['output_tokens']}",
     ]
     if spec.memory.persistent:
@@ -208,6 +210,11 @@ async def _model(conv: Conversation, event: InboundEvent) -> CommandResult:
     )
 
 
+async def _jobs(conv: Conversation, event: InboundEvent) -> CommandResult:
+    text, data = await jobs_command(conv, event)
+    return CommandResult(text, "jobs", data)
+
+
 def counted(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
@@ -232,6 +239,7 @@ HANDLERS: dict[str, Command] = {
     "link": link_commands.link,
     "unlink": link_commands.unlink,
     "whoami": link_commands.whoami,
+    "jobs": _jobs,
 }
 
 

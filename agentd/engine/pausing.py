@@ -70,7 +70,9 @@ async def pause_run(
     # from here on the run's progress is the saved one: the delivery below is its only record
     progress.event = replace(event, event_id=None)
     record.state = progress.to_state()
-    caller = ToolCall(event.conversation_key, run.id, event.user_id, event.sent_at, event.linked_user_ids)
+    caller = ToolCall(
+        event.conversation_key, run.id, event.user_id, event.sent_at, event.linked_user_ids, who=event.who
+    )
     requested = tool_audit(
         "approval_requested",
         needed.call,

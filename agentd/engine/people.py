@@ -19,7 +19,9 @@ from agentd.engine.approvals import OPERATOR, Approvals
 from agentd.engine.state import AgentState
 from agentd.memory.erasure import layer_erasure
 from agentd.memory.vectors import index_cache
-from agentd.store.base import Store, write_one
+from agentd.store.base import Store
+from agentd.store.job_queries import PersonJobs
+from agentd.store.job_writes import DeletePersonJobs
 from agentd.store.people import names, partition_of
 from agentd.store.queries import Memories, PersonConversations, PersonData
 from agentd.store.records import AuditRecord, Linked
@@ -68,7 +70,8 @@ async def audit_memory_clashes(store: Store, agent: str, linked: Linked) -> list
 
 
 async def person_data(state: AgentState, user_id: str) -> dict[str, Any]:
-    return await state.store.read(PersonData(user_id))
+    data, jobs = await state.store.read_many(PersonData(user_id), PersonJobs(user_id))
+    return {**data, **jobs} if jobs["jobs"] or jobs["deliveries"] else data
 
 
 async def erase_person(
@@ -93,7 +96,9 @@ async def erase_person(
             layer_erasure().rebuild,
             layer_erasure().drop,
         )
-        counts = await write_one(state.store, op)
+        # their scheduled jobs and every delivery made for them go in the same batch
+        counts, jobs = await state.store.write(op, DeletePersonJobs(user_id))
+        counts = {**counts, **{f"job_{kind}": n for kind, n in jobs.items() if n}}
         for key in conversations:  # read again at its next turn: gone, or with tombstones and layers rebuilt
             state.threads.forget(key)
             state.chosen_models.pop(key, None)

@@ -54,6 +54,8 @@ async def build_prompt(conv: Conversation, turn: TurnInput) -> Prompt:
         keys = state.memory_keys(spec, turn.conversation_key, turn.user_id, turn.linked)
         sections.append(memory_preamble(keys))
         hints = replace(hints, memory_keys=tuple(keys))
+    if spec.schedule is not None and spec.schedule.from_chat:
+        sections.append(await state.jobs.prompt_section(turn.conversation_key))
     await state.tool_servers.wait_started()  # servers still connecting: their tools belong in this prompt
     known = {
         t.spec.name: t

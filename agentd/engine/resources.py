@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from agentd.clock import SYSTEM_CLOCK, Clock
 from agentd.engine.breakers import Breakers
 from agentd.engine.hot_cache import HotBudget
 from agentd.engine.linking import People
@@ -37,3 +38,4 @@ class AgentResources:
     people: People = field(default_factory=People)  # accounts linked into people, daemon-wide
     meter: Meter | None = None  # budgets and usage (agentd.engine.metering); None: calls are not counted
     rate_limiter: RateLimiter | None = None  # rate_limits: (agentd.engine.rate_limits); None: no limits
+    clock: Clock = SYSTEM_CLOCK  # what scheduled jobs read the time from (tests move a ManualClock)

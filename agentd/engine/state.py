@@ -14,6 +14,8 @@ from typing import Any
 from agentd.config.models import AgentSpec
 from agentd.engine.context import AgentContext
 from agentd.engine.conversations import ConversationLocks, HotThreads
+from agentd.engine.job_tools import job_tools
+from agentd.engine.jobs import JobBook
 from agentd.engine.resources import AgentResources
 from agentd.engine.stopping import RunStops
 from agentd.engine.subagents import slot_override, subagent_tools
@@ -63,6 +65,7 @@ class AgentState:
         self._switched: dict[tuple[int, str], tuple[AgentSpec, AgentSpec]] = {}
         self._memories: dict[tuple[int, int], tuple[AgentSpec, Any, Memory]] = {}
         self._tools: tuple[AgentSpec, list[Tool]] | None = None
+        self.jobs = JobBook(spec.name, store, lambda: self.spec, resources.clock)  # scheduled jobs
 
     @property
     def name(self) -> str:
@@ -159,6 +162,8 @@ class AgentState:
                     lambda call: persistent_scope(memory_spec, call.conversation_key, call.user_id),
                     lambda call: linked_scopes(memory_spec, call.linked),
                 )
+            if spec.schedule is not None and spec.schedule.from_chat:
+                built += job_tools(self.jobs)
             cached = self._tools = (spec, built)
         # Sub-agent tools describe peers, which reload on their own, and MCP servers' tools change
         # while they run: both are read per turn.

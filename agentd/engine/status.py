@@ -88,6 +88,7 @@ async def status_facts(conv: Conversation) -> dict[str, Any]:
         "totals": {
             "message_runs": totals.get("message", {}).get("runs", 0),
             "compactions": totals.get("compaction", {}).get("runs", 0),
+            "scheduled_runs": totals.get("schedule", {}).get("runs", 0),  # jobs' tasks and reminders
             "errors": sum(t["errors"] for t in totals.values()),
             "input_tokens": sum(t["input_tokens"] for t in totals.values()),
             "output_tokens": sum(t["output_tokens"] for t in totals.values()),

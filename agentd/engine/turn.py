@@ -30,6 +30,7 @@ from agentd.engine.overflow import MessageTooLarge, OverflowGuard
 from agentd.engine.pausing import TurnResult, pause_run
 from agentd.engine.progress import Decision, ToolBatch, TurnProgress
 from agentd.engine.prompt import Prompt, build_prompt, build_system
+from agentd.engine.scheduled import ScheduledRun
 from agentd.engine.stopping import stopped_turn
 from agentd.engine.streaming import StepSink
 from agentd.engine.subagents import CHANNEL as SUBAGENT_CHANNEL
@@ -71,6 +72,7 @@ class TurnOptions:
     can_ask: bool = True
     # a caller's limits for this turn; the agent file's max_output_tokens still caps every call
     limits: TurnLimits = NO_LIMITS
+    schedule: ScheduledRun | None = None  # a job's or heartbeat's run (trigger `schedule`)
 
 
 def _lower(a: int | None, b: int | None) -> int | None:
@@ -101,7 +103,7 @@ async def run_turn(
     run = RunRecord(
         id=uuid.uuid4().hex,
         conversation_key=event.conversation_key,
-        trigger="message",
+        trigger="message" if options.schedule is None else "schedule",
         model=conv.spec.model.name,
         status="ok",
         started_at=time.time(),
@@ -140,7 +142,13 @@ async def _drive(
     fixed_chars, history_chars = prompt.fixed_chars(), prompt.history_chars
     on_progress = step_sink.progress if step_sink is not None else None
     caller = ToolCall(
-        event.conversation_key, run.id, event.user_id, event.sent_at, event.linked_user_ids, on_progress
+        event.conversation_key,
+        run.id,
+        event.user_id,
+        event.sent_at,
+        event.linked_user_ids,
+        on_progress,
+        who=event.who,
     )
     gate = ToolGate(spec, prompt.known, caller, progress.audit, can_ask=options.can_ask)
 
@@ -293,12 +301,15 @@ async def _drive(
             step_sink.restart()
         reply_text = str(e)
         log.warning("agent %s run %s: %s", state.name, run.id, e)
-    if not reply_text and error is None:
+    schedule = options.schedule
+    quiet = schedule is not None and schedule.quiet_when_empty and error is None and not reply_text.strip()
+    if not reply_text and error is None and not quiet:
         reply_text = "(the model returned an empty reply)"
     running.committing()
     run.duration_ms = (time.time() - run.started_at) * 1000
     closing = decision.approval if decision is not None else None
-    await _commit(conv, progress, closing)
+    extra = schedule.writes("" if quiet else reply_text, run) if schedule is not None else ()
+    await _commit(conv, progress, closing, extra, keep=not quiet)
     reply = Reply(
         text=intake.said_first(reply_text),  # what became of their files first (refused, not understood)
         conversation_key=event.conversation_key,
@@ -333,11 +344,19 @@ async def _answer_batch(
     return None
 
 
-async def _commit(conv: Conversation, progress: TurnProgress, closing: str | None) -> None:
+async def _commit(
+    conv: Conversation,
+    progress: TurnProgress,
+    closing: str | None,
+    extra: Sequence[Write[Any]] = (),
+    *,
+    keep: bool = True,
+) -> None:
     """The run's one commit: its messages, the run row, its audit rows, the delivery id; then the
-    hot thread. `closing`: the approval this run was resumed from, whose saved state goes."""
+    hot thread. `closing`: the approval this run was resumed from, whose saved state goes; `extra`: what
+    a scheduled run writes with it (its fire, its delivery); `keep` False: no messages (a silent heartbeat)."""
     thread, event, run, new, audit = conv.thread, progress.event, progress.run, progress.new, progress.audit
-    keep = conv.memory.keeps_transcript
+    keep = keep and conv.memory.keeps_transcript
     # transcripts.redact_secrets: the stored copy (which later turns replay) has secrets redacted;
     # the model of this turn saw them as sent
     redact = keep and conv.spec.transcripts.redact_secrets
@@ -356,6 +375,7 @@ async def _commit(conv: Conversation, progress: TurnProgress, closing: str | Non
         ops.append(AppendAudit(conv.agent.name, [*audit, *audits], now))
     if closing is not None:
         ops.append(CloseApproval(closing))  # the paused run is done: its saved state goes
+    ops.extend(extra)
     [thread_id, *_] = await conv.agent.store.write(*ops)
     audit.clear()
     run.thread_id = thread_id

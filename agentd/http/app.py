@@ -44,6 +44,7 @@ from agentd.http.idempotency import (
     key_of,
     replay_headers,
 )
+from agentd.http.jobs_routes import add_job_routes
 from agentd.http.lookup import running_agent
 from agentd.http.media_in import attachments_of
 from agentd.http.openai_api import add_openai_routes, is_openai_path, openai_error
@@ -225,6 +226,7 @@ def create_app(directory: AgentDirectory) -> FastAPI:
     add_openai_routes(app, directory, require_token, turns, once)
     add_responses_routes(app, directory, require_token, turns, once)
     add_tool_routes(app, directory, protected)
+    add_job_routes(app, directory, protected)
     add_ui_routes(app, directory)
     add_docs_routes(app, directory, require_token)
     return app

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentd.store.job_records import DELIVERY_ROW, FIRE_ROW, JOB_ROW
 from agentd.store.records import APPROVAL_ROW, EPISODE_ROW, FACT_ROW, RUN_ROW
 
 Row = tuple[Any, ...]
@@ -153,6 +154,9 @@ TABLES: tuple[Table, ...] = (
     ),
     Table("conversation_models", ("conversation_key", "model", "set_at"), key=("conversation_key",)),
     Table("approvals", APPROVAL_ROW.names, rewrite=_paused_run_thread, order=("rowid",)),
+    Table("jobs", JOB_ROW.names),
+    Table("job_fires", FIRE_ROW.names, key=("job_id", "fire_at")),
+    Table("job_deliveries", DELIVERY_ROW.names),
     AUDIT,  # last: its chain head is the last lock a copy takes, as in a daemon's batch
 )
 # The daemon's links: daemon-wide in the database, so beside the agents' tables (postgres/copy_links.py).

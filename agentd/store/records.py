@@ -110,6 +110,7 @@ AUDIT_KINDS = (
     "extraction",
     "fold",
     "media",
+    "job",
     "memory",
     "model",  # a fallback, an overflow recovered (agentd.engine.model_chain, agentd.engine.overflow)
     "permission",

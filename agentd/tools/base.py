@@ -27,6 +27,7 @@ class ToolCall:
     linked: tuple[str, ...] = ()  # the user ids of the caller's other accounts (one person, linked)
     # hears how far a long call is, in words (an MCP server's progress), to show in the streamed reply
     on_progress: Callable[[str], None] | None = None
+    who: str | None = None  # the person (InboundEvent.who): what they own (jobs) is theirs to change
 
 
 Handler = Callable[[dict[str, Any], ToolCall], Awaitable[str]]

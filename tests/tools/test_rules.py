@@ -140,7 +140,7 @@ tools:
   allow: [memory.forget]
 """
     assert problems(text) == [
-        "agents/bot.yaml:6:10: tools.deny: 'filez.rm' names no tool source 'filez'; known: files, memory, agents",
+        "agents/bot.yaml:6:10: tools.deny: 'filez.rm' names no tool source 'filez'; known: files, memory, agents, jobs",
         "agents/bot.yaml:6:20: tools.deny: 'agents.ask_nobody' matches no sub-agent tool; defined: ask_helper",
         "agents/bot.yaml:7:11: tools.allow: 'memory.forget': allow applies to MCP servers; built-in tools are "
         "always allowed (use deny or ask for them)",

@@ -13,6 +13,7 @@ from fastapi.responses import Response
 from agentd.engine.usage import money, report
 from agentd.events import is_conversation_key
 from agentd.http.ui.access import check_access
+from agentd.http.ui.jobs_pages import add_job_pages
 from agentd.http.ui.paging import AUDIT_PAGE, audit_href, audit_page_number, audit_page_of
 from agentd.http.ui.persistent import persistent_keys, whose
 from agentd.http.ui.render import HEADERS, Problem, auto_refresh, reload_links, render, render_problem
@@ -99,6 +100,8 @@ def add_ui_routes(app: FastAPI, directory: AgentDirectory) -> None:
             "approvals": await runtime.approvals(),
             "warnings": described(agent).get("warnings") or [],
         }
+
+    add_job_pages(page, running)
 
     def conversation(agent: str, conversation_key: str) -> Agent:
         runtime = running(agent)

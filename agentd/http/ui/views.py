@@ -78,6 +78,14 @@ def conversation_href(agent: str, key: str) -> str:
     return "/ui" + conversation_path(agent, key)
 
 
+def jobs_href(agent: str) -> str:
+    return f"{agent_href(agent)}/jobs"
+
+
+def job_href(agent: str, job_id: str) -> str:
+    return f"{jobs_href(agent)}/{quote(job_id, safe='')}"
+
+
 def memory_href(agent: str, key: str, name: str, user: str | None) -> str:
     href = f"{conversation_href(agent, key)}/memories/{quote(name, safe='')}"
     return href + (f"?{urlencode({'user': user})}" if user else "")
@@ -179,4 +187,11 @@ GLOBALS = {
     "conversation_href": conversation_href,
     "memory_href": memory_href,
     "media_href": media_href,
+}
+GLOBALS = {
+    "agent_href": agent_href,
+    "conversation_href": conversation_href,
+    "memory_href": memory_href,
+    "jobs_href": jobs_href,
+    "job_href": job_href,
 }

@@ -17,6 +17,7 @@ from agentd.store.postgres import (
     episodes,
     facts,
     identity,
+    jobs,
     links,
     media,
     memories,
@@ -43,6 +44,7 @@ MODULES = (
     people,
     links,
     budgets,
+    jobs,
 )
 __all__ = ["HANDLERS", "MODULES", "Cx", "apply", "one_statement", "reads_midway", "resolve"]
 

@@ -22,6 +22,7 @@ from agentd.store.postgres.budget_sql import BUDGETS
 from agentd.store.postgres.claim_fence_sql import FENCE_STATEMENTS
 from agentd.store.postgres.claim_sql import CLAIM_STATEMENTS, CLAIM_TAIL_STATEMENTS
 from agentd.store.postgres.connection import SCHEMA, Pooler
+from agentd.store.postgres.job_schema import JOB_TABLES
 
 Step = str | Callable[[psycopg.Connection[Any]], None]  # a statement, or what SQL alone cannot do
 Migrations = list[tuple[str, tuple[Step, ...]]]
@@ -318,10 +319,11 @@ MIGRATIONS: Migrations = [
     ("0005_copied_rows", COPIED_ROWS),
     ("0006_claim_tail", CLAIM_TAIL_STATEMENTS),
     ("0007_claim_fences", FENCE_STATEMENTS),
-    ("0009_person_links", PERSON_LINKS),
-    ("0011_media", MEDIA),
+    ("0008_person_links", PERSON_LINKS),
+    ("0009_media", MEDIA),
     ("0010_budgets", BUDGETS),
-    ("0008_conversation_models", CONVERSATION_MODELS),
+    ("0011_conversation_models", CONVERSATION_MODELS),
+    ("0012_jobs", JOB_TABLES),
 ]
 
 

@@ -16,6 +16,7 @@ from agentd.store.sqlite import (
     episodes,
     facts,
     identity,
+    jobs,
     links,
     media,
     memories,
@@ -42,6 +43,7 @@ MODULES = (
     people,
     links,
     budgets,
+    jobs,
 )
 __all__ = ["HANDLERS", "MODULES", "apply"]
 

@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from agentd.errors import NewerSchema
 from agentd.store.sqlite.audit import seal_unchained
+from agentd.store.sqlite.job_schema import JOB_TABLES
 
 Step = str | Callable[[sqlite3.Connection], None]
 Migrations = list[tuple[str, tuple[Step, ...]]]
@@ -230,7 +231,7 @@ MIGRATIONS: Migrations = [
         ),
     ),
     (
-        "0008_person_links",
+        "0007_person_links",
         (
             # Accounts ("telegram:42") linked into one person (agentd/engine/linking.py): kept in the
             # daemon's own file (_daemon.sqlite); an agent's file has the tables, empty.
@@ -252,7 +253,7 @@ MIGRATIONS: Migrations = [
         ),
     ),
     (
-        "0010_media",
+        "0008_media",
         (
             # The files people send (agentd/store/sqlite/media.py): the bytes once per conversation,
             # sender and content hash; the transcript's messages refer to them by hash.
@@ -312,7 +313,7 @@ MIGRATIONS: Migrations = [
         ),
     ),
     (
-        "0007_conversation_models",
+        "0010_conversation_models",
         (
             # the model /model switched a conversation to (agentd.engine.model_command)
             """CREATE TABLE conversation_models (
@@ -322,6 +323,7 @@ MIGRATIONS: Migrations = [
             )""",
         ),
     ),
+    ("0011_jobs", JOB_TABLES),
 ]
 
 
