@@ -30,7 +30,7 @@ from typing import Any, Generic, TypeVar
 
 from agentd.channels.splitting import split_message
 from agentd.channels.streaming import PartFailed, StreamedReply
-from agentd.events import ChannelHost, InboundEvent, Reply, ReplySink
+from agentd.events import Attachment, ChannelHost, InboundEvent, OutgoingFile, Reply, ReplySink
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +52,7 @@ class Route(Generic[TargetT]):
     where: dict[str, Any] = field(default_factory=dict)  # platform ids every audit of it names
     metadata: dict[str, Any] = field(default_factory=dict)  # travels on the InboundEvent
     sent_at: float | None = None  # when the person sent it, as the platform says (epoch seconds)
+    attachments: tuple[Attachment, ...] = ()  # the message's files, fetched only when the engine asks
 
 
 @dataclass(frozen=True)
@@ -114,6 +115,11 @@ class ChatChannel(ABC, Generic[RawT, TargetT]):
     async def send_chunk(self, target: TargetT, text: str, part: int) -> Any:
         """Send one piece (`part` counts from 1) of a reply; raise when it did not go out. Returns the
         platform's handle of the message, which `edit_chunk` and `delete_chunk` take."""
+
+    async def send_file(self, target: TargetT, file: OutgoingFile, part: int) -> Any:
+        """Send one file of a reply as an attachment (`part` numbers it after the text's chunks);
+        raise when it did not go out."""
+        raise NotImplementedError(f"the {self.name} channel cannot send files")
 
     async def edit_chunk(self, target: TargetT, sent: Any, text: str) -> None:
         """Change the text of a message `send_chunk` sent (streamed replies only)."""
@@ -187,9 +193,11 @@ class ChatChannel(ABC, Generic[RawT, TargetT]):
                 await self._stream_reply(host, route, every)
                 return
             reply = await self._dispatch(host, route)
-            if reply.duplicate or not reply.text.strip():
+            if reply.duplicate:
                 return
-            await self._send_reply(host, route, reply)
+            if reply.text.strip():
+                await self._send_reply(host, route, reply)
+            await self._send_files(host, route, reply)
         except Exception as exc:
             self.on_handler_error(route, exc)
 
@@ -206,6 +214,7 @@ class ChatChannel(ABC, Generic[RawT, TargetT]):
         except PartFailed as failed:
             cause = failed.__cause__ or failed
             await self._send_failed(host, route, reply, failed.part, failed.parts, cause)
+        await self._send_files(host, route, reply)
 
     async def _deny(self, host: ChannelHost, route: Route[TargetT], reason: str) -> None:
         if route.event_id in self._denied:
@@ -227,6 +236,7 @@ class ChatChannel(ABC, Generic[RawT, TargetT]):
             event_id=route.event_id,
             metadata=route.metadata,
             sent_at=route.sent_at,
+            attachments=route.attachments,
         )
         typing = None
         if self.typing_every is not None:
@@ -260,6 +270,29 @@ class ChatChannel(ABC, Generic[RawT, TargetT]):
             except Exception as exc:
                 await self._send_failed(host, route, reply, part, len(chunks), exc)
                 return
+
+    async def _send_files(self, host: ChannelHost, route: Route[TargetT], reply: Reply) -> None:
+        """Send a reply's files after its text, each on its own; the ones that cannot go out are
+        audited and then said in one message, and never stop the others."""
+        first = len(split_message(reply.text, self.message_limit)) + 1 if reply.text.strip() else 1
+        failed: list[str] = []
+        for part, file in enumerate(reply.files, start=first):
+            try:
+                await self.retrying(functools.partial(self.send_file, route.target, file, part))
+            except Exception as exc:
+                error = self.describe_error(exc)
+                log.error(
+                    "%s: file %s in %s not sent: %s", self.name, file.filename, route.conversation_key, error
+                )
+                data = {"channel": self.name, **route.where, "run_id": reply.run_id, "error": error}
+                data |= {"filename": file.filename, "mime_type": file.mime_type, "bytes": len(file.data)}
+                await host.audit("channel", "file_failed", conversation_key=route.conversation_key, data=data)
+                failed.append(file.filename)
+        if failed:
+            notice = f"(I could not send {', '.join(failed)}: the upload failed.)"
+            part = first + len(reply.files)  # a part of its own: Discord's nonce tells sends apart by it
+            with contextlib.suppress(Exception):  # already audited; nothing further to fall back on
+                await self.retrying(functools.partial(self.send_chunk, route.target, notice, part))
 
     async def _send_failed(
         self,

@@ -1,0 +1,106 @@
+"""Telegram's files both ways: a message's photo, document, voice note or audio as Attachments, and a
+reply's files sent with sendPhoto / sendDocument.
+
+A download is Telegram's two steps: getFile turns the file_id into a file_path, then
+`<api>/file/bot<token>/<file_path>` serves the bytes (PTB's `get_file` already writes that URL). The
+Bot API serves bots files of at most 20 MB (getFile answers "file is too big" past it), and a
+message declares each file's size, so an oversized one is refused before either call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from telegram import InputFile, Message
+from telegram.error import BadRequest
+from telegram.ext import ExtBot
+
+from agentd.channels.media import DOWNLOAD_TIMEOUT, check_declared, fetch_limited, kind_of
+from agentd.events import Attachment, OutgoingFile
+
+PHOTO_UPLOAD_LIMIT = 10 * 1024 * 1024  # sendPhoto takes photos up to 10 MB; larger images go as documents
+Redact = Callable[[str], str]
+
+
+def has_media(message: Message) -> bool:
+    return bool(message.photo or message.document or message.voice or message.audio)
+
+
+def attachments_of(
+    message: Message, bot: ExtBot[Any], redact: Redact, timeout: float = DOWNLOAD_TIMEOUT
+) -> tuple[Attachment, ...]:
+    """The files of one message, each fetched only when the engine asks (and within its limit)."""
+    found: list[Attachment] = []
+    if message.photo:
+        # Telegram sends each photo in several sizes, smallest first; the last is the original's size
+        photo = message.photo[-1]
+        found.append(
+            Attachment(
+                kind="image",
+                mime_type="image/jpeg",  # Telegram re-encodes every photo as JPEG
+                filename=f"photo_{photo.file_unique_id}.jpg",
+                size=photo.file_size,
+                download=_downloader(bot, photo.file_id, photo.file_size, redact, timeout),
+            )
+        )
+    if message.document:
+        doc = message.document
+        found.append(
+            _attachment(bot, doc.file_id, doc.mime_type, doc.file_name, doc.file_size, redact, timeout)
+        )
+    if message.voice:
+        voice = message.voice
+        mime = voice.mime_type or "audio/ogg"  # voice notes are OGG/Opus
+        found.append(_attachment(bot, voice.file_id, mime, "voice.ogg", voice.file_size, redact, timeout))
+    if message.audio:
+        audio = message.audio
+        name = audio.file_name or "audio"
+        found.append(_attachment(bot, audio.file_id, audio.mime_type, name, audio.file_size, redact, timeout))
+    return tuple(found)
+
+
+def _attachment(
+    bot: ExtBot[Any],
+    file_id: str,
+    mime_type: str | None,
+    filename: str | None,
+    size: int | None,
+    redact: Redact,
+    timeout: float,
+) -> Attachment:
+    return Attachment(
+        kind=kind_of(mime_type),
+        mime_type=mime_type,
+        filename=filename,
+        size=size,
+        download=_downloader(bot, file_id, size, redact, timeout),
+    )
+
+
+def _downloader(
+    bot: ExtBot[Any], file_id: str, declared: int | None, redact: Redact, timeout: float
+) -> Callable[[int], Awaitable[bytes]]:
+    async def download(max_bytes: int) -> bytes:
+        check_declared(declared, max_bytes)
+        try:
+            file = await bot.get_file(file_id)
+        except BadRequest as exc:  # "file is too big" (over 20 MB), "wrong file_id" ...
+            raise ConnectionError(f"Telegram getFile refused: {redact(str(exc))}") from None
+        check_declared(file.file_size, max_bytes)
+        if not file.file_path:
+            raise ConnectionError("Telegram getFile gave no file_path")
+        try:
+            return await fetch_limited(file.file_path, max_bytes, timeout=timeout)
+        except ConnectionError as exc:
+            raise ConnectionError(redact(str(exc))) from None  # the URL carries the bot token
+
+    return download
+
+
+async def send_file(bot: ExtBot[Any], chat_id: int, thread_id: int | None, file: OutgoingFile) -> Message:
+    """One file into a chat: a photo where Telegram shows it as one, else a document."""
+    upload = InputFile(file.data, filename=file.filename)
+    if file.mime_type.startswith("image/") and len(file.data) <= PHOTO_UPLOAD_LIMIT:
+        return await bot.send_photo(chat_id, upload, message_thread_id=thread_id)
+    return await bot.send_document(chat_id, upload, filename=file.filename, message_thread_id=thread_id)
