@@ -1,0 +1,171 @@
+"""Files on Telegram: real python-telegram-bot against the fake Bot API (getFile, the file URL,
+sendPhoto / sendDocument), with a host that takes files the way the engine does."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from agentd.channels.telegram import TelegramChannel
+from agentd.config.telegram import TelegramSpec
+from agentd.events import MediaTooLarge, OutgoingFile
+from testkit.fake_telegram import FakeTelegram
+from testkit.waiting import wait_until
+from tests.channels.media_support import JPEG, OGG, PDF, MediaHost, png
+
+ALICE = 1111
+GROUP = -1001234567890
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeTelegram]:
+    async with FakeTelegram() as server:
+        yield server
+
+
+@contextlib.asynccontextmanager
+async def running(fake: FakeTelegram, host: MediaHost, **fields: Any) -> AsyncIterator[TelegramChannel]:
+    channel = TelegramChannel("bot", TelegramSpec(token=fake.token, api_base_url=fake.api_base_url, **fields))
+    channel.retry_base = 0.01
+    task = asyncio.create_task(channel.run(host))
+    try:
+        await wait_until(lambda: host.last_status("telegram") == "running" or task.done(), "the channel")
+        yield channel
+    finally:
+        await channel.stop()
+        await asyncio.wait_for(task, 5.0)
+
+
+async def test_a_photo_reaches_the_host_as_an_image_with_the_largest_sizes_bytes(fake: FakeTelegram) -> None:
+    host = MediaHost()
+    async with running(fake, host):
+        update = fake.send_file("photo", JPEG, user_id=ALICE, caption="what is on this receipt?")
+        await fake.wait_for_sent(1)
+
+    [event] = host.events
+    assert event.text == "what is on this receipt?"  # the caption is the message's text
+    [image] = event.attachments
+    largest = update["message"]["photo"][-1]
+    assert (image.kind, image.mime_type, image.size) == ("image", "image/jpeg", len(JPEG))
+    assert host.fetched == [[JPEG]]
+    # one getFile, for the largest size only, and one download of its file_path
+    assert [c["file_id"] for c in fake.calls_to("getFile")] == [largest["file_id"]]
+    assert fake.downloads == [fake.files[largest["file_id"]].path]
+
+
+async def test_a_document_without_a_caption_is_a_message_with_no_text(fake: FakeTelegram) -> None:
+    host = MediaHost()
+    async with running(fake, host):
+        fake.send_file("document", PDF, user_id=ALICE, mime_type="application/pdf", filename="invoice.pdf")
+        await fake.wait_for_sent(1)
+
+    [event] = host.events
+    assert event.text == ""
+    [doc] = event.attachments
+    assert (doc.kind, doc.mime_type, doc.filename, doc.size) == (
+        "document",
+        "application/pdf",
+        "invoice.pdf",
+        len(PDF),
+    )
+    assert host.fetched == [[PDF]]
+
+
+async def test_a_voice_note_and_an_audio_file_are_audio(fake: FakeTelegram) -> None:
+    host = MediaHost()
+    async with running(fake, host):
+        fake.send_file("voice", OGG, user_id=ALICE, mime_type="audio/ogg")
+        fake.send_file(
+            "audio", b"ID3" + bytes(500), user_id=ALICE, mime_type="audio/mpeg", filename="song.mp3"
+        )
+        await fake.wait_for_sent(2)
+
+    voice, audio = (event.attachments[0] for event in host.events)
+    assert (voice.kind, voice.mime_type, voice.filename) == ("audio", "audio/ogg", "voice.ogg")
+    assert (audio.kind, audio.mime_type, audio.filename) == ("audio", "audio/mpeg", "song.mp3")
+    assert host.fetched == [[OGG], [b"ID3" + bytes(500)]]
+
+
+async def test_a_file_declared_too_large_is_refused_before_getfile(fake: FakeTelegram) -> None:
+    host = MediaHost(max_bytes=1000)
+    async with running(fake, host):
+        fake.send_file(
+            "document", bytes(5000), user_id=ALICE, mime_type="application/zip", filename="big.zip"
+        )
+        await fake.wait_for_sent(1)
+
+    [[refused]] = host.fetched
+    assert isinstance(refused, MediaTooLarge) and refused.limit == 1000
+    assert fake.calls_to("getFile") == [] and fake.downloads == []  # not one request for it
+
+
+async def test_a_file_larger_than_its_message_said_is_refused_on_getfiles_size(fake: FakeTelegram) -> None:
+    host = MediaHost(max_bytes=1000)
+    async with running(fake, host):
+        fake.send_file("document", bytes(5000), user_id=ALICE, mime_type="text/plain", declared_size=10)
+        await fake.wait_for_sent(1)
+    [[refused]] = host.fetched
+    assert isinstance(refused, MediaTooLarge)
+    assert len(fake.calls_to("getFile")) == 1 and fake.downloads == []
+
+
+async def test_a_file_over_telegrams_20_mb_is_said_as_telegram_refused_it(fake: FakeTelegram) -> None:
+    host = MediaHost(max_bytes=64 << 20)
+    async with running(fake, host):
+        fake.send_file(
+            "document", bytes((20 << 20) + 1), user_id=ALICE, mime_type="video/mp4", filename="v.mp4"
+        )
+        await fake.wait_for_sent(1)
+    [[refused]] = host.fetched
+    assert isinstance(refused, ConnectionError) and "file is too big" in str(refused).lower()
+    assert fake.token not in str(refused)
+
+
+async def test_in_a_group_a_photo_is_answered_when_its_caption_mentions_the_bot(fake: FakeTelegram) -> None:
+    host = MediaHost()
+    group = {"chat_id": GROUP, "chat_type": "supergroup", "user_id": ALICE}
+    async with running(fake, host):
+        fake.send_file("photo", JPEG, caption="nice view", **group)  # not for the bot
+        fake.send_file("photo", JPEG, caption="@agentd_test_bot where is this?", **group)
+        await fake.wait_for_sent(1)
+
+    [event] = host.events
+    assert event.text == "where is this?" and event.attachments[0].kind == "image"
+
+
+async def test_a_reply_with_files_sends_the_text_then_a_photo_and_a_document(fake: FakeTelegram) -> None:
+    chart = png()
+    files = [
+        OutgoingFile("chart.png", "image/png", chart),
+        OutgoingFile("report.pdf", "application/pdf", PDF),
+    ]
+    host = MediaHost(reply_files=files, reply_with=lambda event: "here you are")
+    async with running(fake, host):
+        fake.send_text("make me a chart", user_id=ALICE)
+        await wait_until(lambda: len(fake.uploads) == 2, "both uploads")
+
+    order = [c.method for c in fake.calls if c.method in ("sendMessage", "sendPhoto", "sendDocument")]
+    assert order == ["sendMessage", "sendPhoto", "sendDocument"]
+    photo, document = fake.uploads
+    assert (photo.chat_id, photo.data) == (ALICE, chart)
+    assert (document.filename, document.data) == ("report.pdf", PDF)
+    assert host.audits == []
+
+
+async def test_a_failed_upload_is_said_and_audited_and_the_other_files_still_go(fake: FakeTelegram) -> None:
+    files = [OutgoingFile("empty.txt", "text/plain", b""), OutgoingFile("chart.png", "image/png", png())]
+    host = MediaHost(reply_files=files, reply_with=lambda event: "two files")
+    async with running(fake, host):
+        fake.send_text("files please", user_id=ALICE)
+        await fake.wait_for_sent(2)  # the text, then the notice
+        await wait_until(lambda: len(fake.uploads) == 1, "the good upload")
+
+    assert fake.sent[1]["text"] == "(I could not send empty.txt: the upload failed.)"
+    assert [u.filename for u in fake.uploads] == ["chart.png"]
+    [audit] = host.audits
+    assert (audit["kind"], audit["action"]) == ("channel", "file_failed")
+    assert audit["data"]["filename"] == "empty.txt" and "non-empty" in audit["data"]["error"]
