@@ -1,0 +1,160 @@
+"""Files on Slack: real slack-bolt and slack-sdk against the fake Slack (files behind
+url_private_download and the bot token, uploads by files.getUploadURLExternal +
+files.completeUploadExternal), with a host that takes files the way the engine does."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from agentd.channels.slack import SlackChannel
+from agentd.channels.slack_files import attachments_of
+from agentd.config.slack import SlackSpec
+from agentd.events import MediaTooLarge, OutgoingFile
+from testkit.fake_slack import FakeSlack
+from testkit.waiting import wait_until
+from tests.channels.media_support import PDF, MediaHost, png
+
+DM = "D0ALICE"
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeSlack]:
+    async with FakeSlack() as server:
+        yield server
+
+
+@contextlib.asynccontextmanager
+async def running(fake: FakeSlack, host: MediaHost) -> AsyncIterator[SlackChannel]:
+    spec = SlackSpec(bot_token=fake.bot_token, app_token=fake.app_token, api_base_url=fake.api_url)
+    channel = SlackChannel("bot", spec)
+    task = asyncio.create_task(channel.run(host))
+    try:
+        await fake.wait_for_connections(1)
+        await wait_until(lambda: host.last_status("slack") == "running", "the channel")
+        yield channel
+    finally:
+        await channel.stop()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(task, 5)
+
+
+def in_dm(fake: FakeSlack, text: str, files: list[dict[str, Any]]) -> dict[str, Any]:
+    return fake.file_message_event(text, files, channel=DM, channel_type="im")
+
+
+async def test_a_shared_image_is_fetched_with_the_bot_token(fake: FakeSlack) -> None:
+    screenshot = png(40, 30)
+    host = MediaHost()
+    async with running(fake, host):
+        item = fake.file_object(screenshot, "screenshot.png", "image/png")
+        await fake.push_event(in_dm(fake, "what does this error mean?", [item]))
+        await fake.wait_for_posts(1)
+
+    [event] = host.events
+    assert event.text == "what does this error mean?"
+    [image] = event.attachments
+    assert (image.kind, image.mime_type, image.filename, image.size) == (
+        "image",
+        "image/png",
+        "screenshot.png",
+        len(screenshot),
+    )
+    assert host.fetched == [[screenshot]]
+    [(path, authorised)] = fake.downloads
+    assert authorised and path.endswith("/download/screenshot.png")  # url_private_download, Bearer token
+
+
+async def test_a_voice_clip_and_a_pdf_in_one_message_are_two_attachments(fake: FakeSlack) -> None:
+    clip = b"\x1aE\xdf\xa3" + bytes(300)  # a WebM header, as Slack records clips
+    host = MediaHost()
+    async with running(fake, host):
+        files = [
+            fake.file_object(clip, "audio_message.webm", "audio/webm", subtype="slack_audio"),
+            fake.file_object(PDF, "invoice.pdf", "application/pdf"),
+        ]
+        await fake.push_event(in_dm(fake, "", files))
+        await fake.wait_for_posts(1)
+
+    [event] = host.events
+    assert event.text == ""
+    assert [(a.kind, a.filename) for a in event.attachments] == [
+        ("audio", "audio_message.webm"),
+        ("document", "invoice.pdf"),
+    ]
+    assert host.fetched == [[clip, PDF]]
+
+
+async def test_a_file_declared_too_large_is_refused_without_a_download(fake: FakeSlack) -> None:
+    host = MediaHost(max_bytes=100)
+    async with running(fake, host):
+        await fake.push_event(
+            in_dm(fake, "look", [fake.file_object(bytes(5000), "big.bin", "application/zip")])
+        )
+        await fake.wait_for_posts(1)
+    [[refused]] = host.fetched
+    assert isinstance(refused, MediaTooLarge) and refused.limit == 100
+    assert fake.downloads == []
+
+
+async def test_a_file_larger_than_declared_is_cut_off_at_the_limit(fake: FakeSlack) -> None:
+    item = fake.file_object(bytes(5000), "liar.txt", "text/plain", declared_size=10)
+    [attachment] = attachments_of({"files": [item]}, fake.bot_token)
+    assert attachment.download is not None
+    with pytest.raises(MediaTooLarge):
+        await attachment.download(100)
+    assert len(fake.downloads) == 1
+
+
+async def test_slacks_sign_in_page_is_never_taken_for_the_file(fake: FakeSlack) -> None:
+    # A token without access gets a 200 HTML page from Slack, not an error: that page is not the image.
+    item = fake.file_object(png(), "photo.png", "image/png")
+    [attachment] = attachments_of({"files": [item]}, "xoxb-a-token-slack-does-not-know")
+    assert attachment.download is not None
+    with pytest.raises(ConnectionError, match="HTML page"):
+        await attachment.download(1 << 20)
+    assert fake.downloads == [(item["url_private_download"].split("files-pri/")[1], False)]
+
+
+async def test_deleted_files_are_not_attachments(fake: FakeSlack) -> None:
+    gone = {"id": "F0GONE", "mode": "tombstone"}
+    assert attachments_of({"files": [gone]}, fake.bot_token) == ()
+
+
+async def test_a_reply_with_a_file_is_uploaded_into_the_thread_after_its_text(fake: FakeSlack) -> None:
+    chart = png(8, 8)
+    host = MediaHost(
+        reply_files=[OutgoingFile("chart.png", "image/png", chart)], reply_with=lambda e: "the chart"
+    )
+    async with running(fake, host):
+        mention = fake.mention_event("chart please")
+        await fake.push_event(mention)
+        [shared] = await fake.wait_for_shared(1)
+
+    [post] = fake.posts
+    assert post["text"] == "the chart" and post["thread_ts"] == mention["ts"]
+    assert (shared.filename, shared.data) == ("chart.png", chart)
+    assert (shared.channel, shared.thread_ts) == ("C0GENERAL", mention["ts"])
+    methods = [c.method for c in fake.calls if c.method.startswith(("chat.", "files."))]
+    assert methods == ["chat.postMessage", "files.getUploadURLExternal", "files.completeUploadExternal"]
+
+
+async def test_a_failed_upload_is_said_in_the_thread_and_audited(fake: FakeSlack) -> None:
+    host = MediaHost(
+        reply_files=[OutgoingFile("chart.png", "image/png", png())], reply_with=lambda e: "the chart"
+    )
+    fake.fail_next("files.getUploadURLExternal", count=10, status=500)
+    async with running(fake, host):
+        mention = fake.mention_event("chart please")
+        await fake.push_event(mention)
+        await fake.wait_for_posts(2)
+
+    assert fake.posts[1]["text"] == "(I could not send chart.png: the upload failed.)"
+    assert fake.posts[1]["thread_ts"] == mention["ts"] and fake.shared_files == []
+    [audit] = host.audits
+    assert (audit["kind"], audit["action"]) == ("channel", "file_failed")
+    assert audit["data"]["filename"] == "chart.png" and audit["data"]["bytes"] == len(png())
