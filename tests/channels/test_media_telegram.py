@@ -9,11 +9,13 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from starlette.applications import Starlette
 
 from agentd.channels.telegram import TelegramChannel
 from agentd.config.telegram import TelegramSpec
 from agentd.events import MediaTooLarge, OutgoingFile
 from testkit.fake_telegram import FakeTelegram
+from testkit.serving import serve_on_loopback
 from testkit.waiting import wait_until
 from tests.channels.media_support import JPEG, OGG, PDF, MediaHost, png
 
@@ -169,3 +171,44 @@ async def test_a_failed_upload_is_said_and_audited_and_the_other_files_still_go(
     [audit] = host.audits
     assert (audit["kind"], audit["action"]) == ("channel", "file_failed")
     assert audit["data"]["filename"] == "empty.txt" and "non-empty" in audit["data"]["error"]
+
+
+async def test_a_streamed_reply_sends_its_files_once_it_has_settled(fake: FakeTelegram) -> None:
+    chart = png()
+    host = MediaHost(
+        reply_files=[OutgoingFile("chart.png", "image/png", chart)], reply_with=lambda e: "a b c d"
+    )
+    async with running(fake, host, stream=True, stream_edit_seconds=0.01):
+        fake.send_text("stream me a chart", user_id=ALICE)
+        await wait_until(lambda: len(fake.uploads) == 1, "the upload")
+
+    assert fake.visible(ALICE) == ["a b c d"]
+    [upload] = fake.uploads
+    assert (upload.method, upload.data) == ("sendPhoto", chart)
+
+
+async def test_a_photo_posted_to_the_webhook_is_an_attachment(fake: FakeTelegram) -> None:
+    api = Starlette()
+    host = MediaHost()
+    async with serve_on_loopback(api) as base_url:
+        spec = TelegramSpec(
+            token=fake.token,
+            api_base_url=fake.api_base_url,
+            mode="webhook",
+            secret_token="s3cret-Token_1",
+            webhook_url=f"{base_url}/telegram/bot",
+        )
+        channel = TelegramChannel("bot", spec)
+        api.add_route(channel.http_path, channel.handle_http, methods=["POST"])
+        task = asyncio.create_task(channel.run(host))
+        try:
+            await wait_until(lambda: host.last_status("telegram") == "running", "the channel")
+            response = await fake.deliver_webhook(
+                fake.file_update("photo", JPEG, user_id=ALICE, caption="hi")
+            )
+            assert response.status_code == 200
+            await fake.wait_for_sent(1)
+        finally:
+            await channel.stop()
+            await asyncio.wait_for(task, 5.0)
+    assert host.fetched == [[JPEG]] and host.events[0].text == "hi"
