@@ -37,7 +37,44 @@ class ToolResultPart(_Part):
     is_error: bool = False
 
 
-Part = Annotated[TextPart | ToolCallPart | ToolResultPart, Field(discriminator="kind")]
+MediaKind = Literal["image", "audio", "document", "file"]
+
+
+class MediaPart(_Part):
+    """A file that came with a person's message, by reference: its bytes are in the agent's store under
+    `sha256` (agentd.engine.media), never in the transcript. `text` is what stands for it where the
+    file itself is not sent: an image's description, a voice note's transcript, a document's text
+    (`text_is` says which); `note` what the person was told about it (refused, not understood)."""
+
+    kind: Literal["media"] = "media"
+    sha256: str
+    media: MediaKind
+    mime_type: str
+    size: int
+    filename: str | None = None
+    text: str | None = None
+    text_is: Literal["description", "transcript", "content"] | None = None
+    note: str | None = None
+
+    def stand_in(self) -> str:
+        """The file as one line of text, for a model that is not sent the file (and for people)."""
+        name = f" {self.filename}" if self.filename else ""
+        head = f"[{self.media}{name} ({self.mime_type}, {human_size(self.size)})"
+        if self.note:
+            head += f"; {self.note}"
+        if self.text:
+            return f"{head}; {self.text_is or 'text'}: {self.text}]"
+        return head + "]"
+
+
+def human_size(n: int) -> str:
+    for unit, size in (("MB", 2**20), ("KB", 2**10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} bytes"
+
+
+Part = Annotated[TextPart | ToolCallPart | ToolResultPart | MediaPart, Field(discriminator="kind")]
 
 Role = Literal["user", "assistant", "tool"]
 
@@ -72,6 +109,17 @@ class Message(BaseModel):
         return "".join(p.text for p in self.parts if isinstance(p, TextPart))
 
     @property
+    def readable(self) -> str:
+        """The text with each file's stand-in after it: what memory keeps of a message (a receipt's
+        description, a voice note's transcript), so it can be recalled later."""
+        media = [p.stand_in() for p in self.parts if isinstance(p, MediaPart)]
+        return "\n".join([self.text, *media]) if media else self.text
+
+    @property
+    def media(self) -> list[MediaPart]:
+        return [p for p in self.parts if isinstance(p, MediaPart)]
+
+    @property
     def tool_calls(self) -> list[ToolCallPart]:
         return [p for p in self.parts if isinstance(p, ToolCallPart)]
 
@@ -87,6 +135,8 @@ class Message(BaseModel):
                 n += len(p.text)
             elif isinstance(p, ToolCallPart):
                 n += len(p.name) + len(str(p.arguments))
+            elif isinstance(p, MediaPart):
+                n += len(p.stand_in())
             else:
                 n += len(p.content) + len(p.name)
         return n + 4
@@ -197,6 +247,8 @@ def render_message(message: Message, tool_result_chars: int | None = None) -> st
             pieces.append(part.text)
         elif isinstance(part, ToolCallPart):
             pieces.append(f"-> {part.name}({json.dumps(part.arguments, ensure_ascii=False)})")
+        elif isinstance(part, MediaPart):
+            pieces.append(part.stand_in())
         else:
             content = part.content
             if tool_result_chars is not None and len(content) > tool_result_chars:

@@ -46,8 +46,9 @@ from typing import Any, Literal
 from aiohttp import web
 
 from testkit.fake_llm_stream import anthropic_events, openai_events
+from testkit.fake_media import AUDIO_SUFFIXES, anthropic_image_problem, openai_part_problem
 
-Endpoint = Literal["chat", "embeddings"]
+Endpoint = Literal["chat", "embeddings", "transcriptions"]
 _AUTO: Any = object()  # `usage` default: estimate token counts from the characters
 
 
@@ -117,7 +118,11 @@ class FakeLLM:
         self.api_key = api_key
         self.models = None if models is None else frozenset(models)
         self._lock = threading.Lock()
-        self._script: dict[Endpoint, deque[_Scripted]] = {"chat": deque(), "embeddings": deque()}
+        self._script: dict[Endpoint, deque[_Scripted]] = {
+            "chat": deque(),
+            "embeddings": deque(),
+            "transcriptions": deque(),
+        }
         self._requests: list[RecordedRequest] = []
         self._ids = 0
         self._down: _Error | None = None  # while set, every chat request is answered this error
@@ -193,6 +198,7 @@ class FakeLLM:
         app.router.add_post("/v1/messages", self._anthropic_messages)
         app.router.add_post("/v1/embeddings", self._embeddings)
         app.router.add_post("/api/embed", self._ollama_embed)
+        app.router.add_post("/v1/audio/transcriptions", self._transcriptions)
         # handler_cancellation: a client that gives up (timeout test) cancels the hang at once.
         runner = web.AppRunner(app, access_log=None, handler_cancellation=True, shutdown_timeout=0.2)
         await runner.setup()
@@ -421,6 +427,33 @@ class FakeLLM:
             },
         )
 
+    def transcript(self, text: str) -> None:
+        """Queue what the next /v1/audio/transcriptions answers (default: "fake transcript of <file>")."""
+        self._push("transcriptions", _Reply(text, (), None, None))
+
+    async def _transcriptions(self, request: web.Request) -> web.StreamResponse:
+        """OpenAI's POST /v1/audio/transcriptions: a multipart form with `file` and `model`; recorded
+        with the form's fields, the file as {filename, size}."""
+        form = await request.post()
+        upload = form.get("file")
+        recorded: dict[str, Any] = {k: v for k, v in form.items() if isinstance(v, str)}
+        if isinstance(upload, web.FileField):
+            recorded["file"] = {"filename": upload.filename, "size": len(upload.file.read())}
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        with self._lock:
+            self._requests.append(RecordedRequest(request.path, headers, recorded, time.monotonic()))
+        if self.api_key is not None and request.headers.get("Authorization", "") != f"Bearer {self.api_key}":
+            return _error("openai", 401, "invalid api key")
+        if not isinstance(upload, web.FileField) or not recorded.get("model"):
+            return _error("openai", 400, "a multipart form with `file` and `model` is required")
+        if not upload.filename.lower().endswith(AUDIO_SUFFIXES):
+            return _error("openai", 400, f"Invalid file format. Supported formats: {list(AUDIO_SUFFIXES)}")
+        item = await self._scripted("transcriptions", request, "openai")
+        if isinstance(item, web.StreamResponse):
+            return item
+        text = item.text if isinstance(item, _Reply) else f"fake transcript of {upload.filename}"
+        return _json(200, {"text": text})
+
     async def _ollama_embed(self, request: web.Request) -> web.StreamResponse:
         body = await self._receive(request)
         if (refused := self._refuse(request, body, "ollama", _check_ollama_embed)) is not None:
@@ -603,6 +636,10 @@ def _check_openai(body: dict[str, Any]) -> str | None:
                 return f"messages[{i}]: an assistant message needs content or tool_calls"
         elif not isinstance(m.get("content"), str | list):
             return f"messages[{i}].content must be a string or an array"
+        elif isinstance(m["content"], list) and role == "user":
+            for j, part in enumerate(m["content"]):
+                if problem := openai_part_problem(f"messages[{i}].content[{j}]", part):
+                    return problem
     if open_calls:
         return f"tool calls without results: {sorted(open_calls)}"
     return None
@@ -646,6 +683,9 @@ def _check_anthropic(body: dict[str, Any]) -> str | None:
                         "`tool_use` block in the previous message."
                     )
                 answered.add(b["tool_use_id"])
+            elif kind == "image" and role == "user":
+                if problem := anthropic_image_problem(f"messages.{i}.content.{j}", b):
+                    return problem
             elif kind != "text":
                 return f"messages.{i}.content.{j}: unexpected block type {kind!r} in a {role} message"
         if role == "user" and open_uses - answered:

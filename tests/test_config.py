@@ -189,7 +189,7 @@ def test_an_empty_agent_file_is_refused(text: str) -> None:
 def test_the_unknown_key_hint_never_offers_name() -> None:
     assert problem("nme: other\n") == (
         "agents/bot.yaml:1:1: unknown key 'nme'; "
-        "expected one of: purpose, model, memory, transcripts, channels, max_tool_steps, subagents, tools"
+        "expected one of: purpose, model, memory, transcripts, channels, max_tool_steps, subagents, tools, media"
     )
 
 

@@ -40,6 +40,7 @@ EXEMPT: Mapping[str, str] = {
     "InsertRun": "a run row: ids, model names, counts and an error message agentd wrote",
     "AppendAudit": "audit events: ids and counts; tool arguments in them are the redacted shown_args",
     "RecordDelivery": "a platform delivery's channel, event id and conversation key",
+    "StoreMedia": "a person's files as sent (bytes, names, types): kept like their messages, erased with them",
     "InsertApproval": "an approval's arguments as called (the approved call runs with them) and shown redacted",
     "DecideApproval": "an approval id, a status and who decided",
     "CloseApproval": "an approval id",

@@ -12,6 +12,7 @@ from pydantic.json_schema import JsonDict
 
 from agentd.config.base import Spec
 from agentd.config.discord import DiscordSpec
+from agentd.config.media import InputKind, MediaSpec, default_input
 from agentd.config.refs import (
     EMBEDDER_CHECK,
     MODEL_REF_SCHEMA,
@@ -52,10 +53,15 @@ class ModelSpec(Spec):
     # provider's first overflow error says (agentd.providers.windows). Compaction runs before a
     # request would exceed it.
     context_window: int | None = Field(default=None, gt=0)
+    # what `name` takes (text, image, audio); unset: agentd.config.media.default_input's table
+    input: list[InputKind] | None = None
 
     @property
     def provider(self) -> str:
         return self.name.split("/", 1)[0]
+
+    def takes(self, kind: InputKind) -> bool:
+        return kind in (self.input if self.input is not None else default_input(self.name))
 
     @property
     def chain(self) -> tuple[str, ...]:
@@ -173,6 +179,7 @@ class AgentSpec(Spec):
     max_tool_steps: int = Field(default=8, ge=1, le=100)
     subagents: list[SubagentSpec] = []
     tools: ToolsSpec = ToolsSpec()
+    media: MediaSpec = MediaSpec()
 
     @field_validator("name")
     @classmethod
@@ -204,6 +211,7 @@ class AgentSpec(Spec):
             *self.model.chain,
             *self.model.small_chain,
         }  # fallbacks included: a dead key there is found now
+        refs.update(ref for ref in (self.media.image_model, self.media.transcribe) if ref)
         for layer in self.memory.layers():
             if "model" in type(layer).model_fields:
                 ref = getattr(layer, "model", None) or memory_extractor_model

@@ -272,10 +272,11 @@ class Daemon:
                 await self.daemon_store.write(*batch)
 
     async def _prune(self) -> None:
-        """Hourly: platform delivery ids past a week, and episodes past their agent's retention."""
+        """Hourly: platform delivery ids past a week, episodes and files past their agent's retention."""
         now = time.time()
         for agent in self.fleet.running_agents():
             await agent.prune_deliveries(delivery_cutoff())
+            await agent.prune_media(now)
             await agent.sweep_episodes(now)
 
     async def daemon_audit(self, kind: str, action: str, agent: str | None, data: dict[str, Any]) -> None:

@@ -21,6 +21,7 @@ from agentd.engine.deletions import delete_conversation, forget_memory
 from agentd.engine.handling import EventHandler
 from agentd.engine.inspect import inspect_conversation, next_prompt
 from agentd.engine.lifecycle import Lifecycle
+from agentd.engine.media import prune_media
 from agentd.engine.people import erase_person, person_data
 from agentd.engine.resources import AgentResources
 from agentd.engine.state import AgentState
@@ -357,6 +358,12 @@ class Agent:
         except NewerSchema as e:
             await self._failed(e)
             return 0
+
+    async def prune_media(self, now: float) -> int:
+        """Files past media.keep_days go (audited), for an agent used since start (as deliveries)."""
+        if self._data != "ready":
+            return 0
+        return await prune_media(self.state.store, self.name, self.spec.media.keep_days, now)
 
     async def prune_deliveries(self, older_than: float) -> int:
         """Forget platform delivery ids received before `older_than`; returns how many.

@@ -21,6 +21,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from agentd.engine.conversation import Conversation
+from agentd.engine.media import Intake, take_media
+from agentd.engine.media_replay import images_for
 from agentd.engine.model_chain import Fallback, call_chain
 from agentd.engine.overflow import MessageTooLarge, OverflowGuard
 from agentd.engine.pausing import TurnResult, pause_run
@@ -100,17 +102,25 @@ async def run_turn(
         thread_id=conv.thread.id,
         parent_run_id=parent_run_id,
     )
-    progress = TurnProgress(event, run, [Message.user(event.text, event.user_id, event.sent_at)])
-    return await _drive(conv, progress, None, options)
+    # a message's files are taken in (and stored) before the turn runs: agentd.engine.media
+    intake = await take_media(conv, event) if event.attachments else Intake()
+    progress = TurnProgress(event, run, [intake.message(event)], audit=intake.audit)
+    return await _drive(conv, progress, None, options, intake)
 
 
 async def _drive(
-    conv: Conversation, progress: TurnProgress, decision: Decision | None, options: TurnOptions
+    conv: Conversation,
+    progress: TurnProgress,
+    decision: Decision | None,
+    options: TurnOptions,
+    intake: Intake | None = None,
 ) -> TurnResult:
     state, spec = conv.agent, conv.spec
     event, run, new = progress.event, progress.run, progress.new
     current_run.set(run.id)  # every line logged from here on in this task names the run (a resumed one too)
     prompt = await _prompt(conv, event, options)
+    intake = intake or Intake()
+    media = await images_for(conv, prompt.history.extended(new), intake.blobs)
     if decision is None:
         for note in prompt.notes:
             log.info("agent %s run %s: %s", state.name, run.id, note)
@@ -144,11 +154,13 @@ async def _drive(
                 max_output_tokens=_lower(spec.model.max_output_tokens, options.limits.max_output_tokens),
                 stop=options.limits.stop,
                 hints=prompt.hints,
+                media=media,
             )
             if guard.over(request):
                 guard.check_new(prompt.system, new)
                 if await guard.recover("window", request):
                     prompt = await _prompt(conv, event, options)
+                    media = await images_for(conv, prompt.history.extended(new), intake.blobs)
                     history, history_chars, fixed_chars = (
                         prompt.history,
                         prompt.history_chars,
@@ -165,6 +177,7 @@ async def _drive(
                 if not await guard.recover("overflow", request, str(e)):
                     raise
                 prompt = await _prompt(conv, event, options)
+                media = await images_for(conv, prompt.history.extended(new), intake.blobs)
                 history, history_chars, fixed_chars = (
                     prompt.history,
                     prompt.history_chars,
@@ -249,7 +262,7 @@ async def _drive(
     closing = decision.approval if decision is not None else None
     await _commit(conv, progress, closing)
     reply = Reply(
-        text=reply_text,
+        text=intake.said_first(reply_text),  # what became of their files first (refused, not understood)
         conversation_key=event.conversation_key,
         run_id=run.id,
         error=error,

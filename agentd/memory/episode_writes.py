@@ -84,7 +84,7 @@ def exchanges_of(messages: Sequence[StoredMessage]) -> list[Exchange]:
             turns[-1] = (turns[-1][0], m.text.strip())
     result = []
     for first, answer in turns:
-        text = f"User: {_clip(first.message.text)}"
+        text = f"User: {_clip(first.message.readable)}"  # with its files' stand-ins
         if answer:
             text += f"\nAssistant: {_clip(answer)}"
         result.append(Exchange(first.message.user_id, text, first.run_id, first.message.sent_at))

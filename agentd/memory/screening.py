@@ -57,7 +57,7 @@ from typing import Any
 
 from agentd.errors import ToolError
 from agentd.memory.secrets import redact
-from agentd.messages import Message, Part, TextPart, ToolCallPart, ToolResultPart
+from agentd.messages import MediaPart, Message, Part, TextPart, ToolCallPart, ToolResultPart
 from agentd.store.base import Store
 from agentd.store.declarations import memory_text_fields
 from agentd.store.records import AuditRecord, LayerState
@@ -134,6 +134,9 @@ class SecretScreen:
                 parts.append(part.model_copy(update={"arguments": self.value(part.arguments, write)}))
             elif isinstance(part, ToolResultPart):
                 parts.append(part.model_copy(update={"content": self.text(part.content, write)}))
+            elif isinstance(part, MediaPart):  # a transcript or a document's text can hold a secret too
+                screened = None if part.text is None else self.text(part.text, write)
+                parts.append(part if screened == part.text else part.model_copy(update={"text": screened}))
         if parts == list(message.parts):
             return message
         return message.model_copy(update={"parts": tuple(parts)})

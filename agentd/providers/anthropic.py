@@ -9,6 +9,7 @@ messages that land on the same wire role are merged into one turn.
 from __future__ import annotations
 
 import asyncio
+import base64
 import functools
 from collections.abc import AsyncGenerator, Sequence
 from typing import Any
@@ -16,10 +17,12 @@ from typing import Any
 import httpx
 
 from agentd.errors import ProviderError
-from agentd.messages import Message, Part, TextPart, ToolCallPart, ToolResultPart
+from agentd.messages import MediaPart, Message, Part, TextPart, ToolCallPart, ToolResultPart
 from agentd.providers.anthropic_stream import EventAssembly
 from agentd.providers.base import Completion, CompletionRequest, TextDelta, Usage
 from agentd.providers.http import Endpoint, api_key, json_post, key_problem, post_json, post_sse, unreadable
+from agentd.providers.images import ANTHROPIC as ANTHROPIC_IMAGES
+from agentd.providers.images import ShownImages
 from agentd.providers.streaming import stream_completion
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
@@ -92,7 +95,11 @@ class AnthropicProvider:
         payload: dict[str, Any] = {
             "model": request.model,
             "max_tokens": request.max_output_tokens or DEFAULT_MAX_TOKENS,
-            "messages": self._turns(request.messages, request.model),
+            "messages": self._turns(
+                request.messages,
+                request.model,
+                ShownImages(request.media, ANTHROPIC_IMAGES, provider=self.name, model=request.model),
+            ),
         }
         if request.system:
             payload["system"] = request.system
@@ -107,11 +114,11 @@ class AnthropicProvider:
             payload["stop_sequences"] = list(request.stop)
         return payload
 
-    def _turns(self, messages: Sequence[Message], model: str) -> list[dict[str, Any]]:
+    def _turns(self, messages: Sequence[Message], model: str, shown: ShownImages) -> list[dict[str, Any]]:
         turns: list[dict[str, Any]] = []
         for message in messages:
             role = "assistant" if message.role == "assistant" else "user"
-            blocks = [self._block(part, message, model) for part in message.parts]
+            blocks = [self._block(part, message, model, shown) for part in message.parts]
             # The API refuses empty text blocks; an empty message carries nothing to send.
             blocks = [b for b in blocks if not (b["type"] == "text" and not b["text"])]
             if not blocks:
@@ -125,10 +132,16 @@ class AnthropicProvider:
             turn["content"].sort(key=lambda b: b["type"] != "tool_result")
         return turns
 
-    def _block(self, part: Part, message: Message, model: str) -> dict[str, Any]:
+    def _block(self, part: Part, message: Message, model: str, shown: ShownImages) -> dict[str, Any]:
         match part:
             case TextPart(text=text) if message.role != "tool":
                 return {"type": "text", "text": text}
+            case MediaPart() if message.role == "user":
+                if (image := shown.image(part)) is None:
+                    return {"type": "text", "text": shown.text(part)}
+                data, mime_type = image
+                source = {"type": "base64", "media_type": mime_type, "data": base64.b64encode(data).decode()}
+                return {"type": "image", "source": source}
             case ToolCallPart(id=call_id, name=name, arguments=arguments) if message.role == "assistant":
                 return {"type": "tool_use", "id": call_id, "name": name, "input": arguments}
             case ToolResultPart(call_id=call_id, content=content, is_error=is_error) if (

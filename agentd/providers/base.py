@@ -3,7 +3,7 @@ optional capability (`StreamingProvider`), checked by type."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -57,6 +57,9 @@ class CompletionRequest:
     stop: tuple[str, ...] = ()  # the text ends before the first of these (a caller's `stop`)
     purpose: str = "chat"
     hints: PromptHints = PromptHints()
+    # the bytes of the images this request shows the model, by sha256: a MediaPart whose bytes are
+    # here is sent as an image (once per request), any other by its stand-in text (agentd.engine.media)
+    media: Mapping[str, bytes] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -114,6 +114,26 @@ async def post_json(
     return _json_object(endpoint, model, response)
 
 
+async def post_form(
+    client: httpx.AsyncClient,
+    endpoint: Endpoint,
+    path: str,
+    fields: Mapping[str, str],
+    files: Mapping[str, tuple[str, bytes, str]],
+    *,
+    model: str,
+    headers: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """POST a multipart form (fields, and files as (filename, bytes, MIME type)) to base_url + path,
+    retried as `post_json`, and return the decoded JSON object of a 2xx reply."""
+    url = endpoint.base_url.rstrip("/") + path
+    request = client.build_request(
+        "POST", url, data=dict(fields), files=dict(files), headers=headers or {}, timeout=endpoint.timeout_s
+    )
+    response = await _with_retries(endpoint, model, lambda: client.send(request))
+    return _json_object(endpoint, model, response)
+
+
 async def post_sse(
     client: httpx.AsyncClient, endpoint: Endpoint, request: httpx.Request, *, model: str
 ) -> AsyncGenerator[ServerSentEvent, None]:

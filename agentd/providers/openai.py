@@ -16,9 +16,20 @@ from typing import Any
 import httpx
 
 from agentd.errors import ProviderError
-from agentd.messages import Message, Part, TextPart, ToolCallPart, ToolResultPart
+from agentd.messages import MediaPart, Message, Part, TextPart, ToolCallPart, ToolResultPart
 from agentd.providers.base import Completion, CompletionRequest, TextDelta, Usage
-from agentd.providers.http import Endpoint, api_key, json_post, key_problem, post_json, post_sse, unreadable
+from agentd.providers.http import (
+    Endpoint,
+    api_key,
+    json_post,
+    key_problem,
+    post_form,
+    post_json,
+    post_sse,
+    unreadable,
+)
+from agentd.providers.images import OPENAI as OPENAI_IMAGES
+from agentd.providers.images import ShownImages, data_url
 from agentd.providers.openai_stream import ChunkAssembly
 from agentd.providers.streaming import stream_completion
 
@@ -89,6 +100,23 @@ class OpenAIProvider:
             events, ChunkAssembly(), self._slots, read, endpoint=self._endpoint, model=request.model
         )
 
+    async def transcribe(self, model: str, data: bytes, filename: str, mime_type: str) -> str:
+        """The text of an audio file (POST /audio/transcriptions: OpenAI, Groq, a local whisper server)."""
+        async with self._slots:
+            body = await post_form(
+                self._client,
+                self._endpoint,
+                "/audio/transcriptions",
+                {"model": model, "response_format": "json"},
+                {"file": (filename, data, mime_type)},
+                model=model,
+                headers=self._headers(model),
+            )
+        text = body.get("text")
+        if not isinstance(text, str):
+            raise unreadable(self._endpoint, model, "no `text` in the transcription")
+        return text.strip()
+
     def _headers(self, model: str) -> dict[str, str]:
         key = self._key(model)
         return {"Authorization": f"Bearer {key}"} if key else {}
@@ -108,8 +136,9 @@ class OpenAIProvider:
         messages: list[dict[str, Any]] = []
         if request.system:
             messages.append({"role": "system", "content": request.system})
+        shown = ShownImages(request.media, OPENAI_IMAGES, provider=self.name, model=request.model)
         for message in request.messages:
-            messages.extend(self._wire_messages(message, request.model))
+            messages.extend(self._wire_messages(message, request.model, shown))
         payload: dict[str, Any] = {"model": request.model, "messages": messages}
         if request.tools:
             payload["tools"] = [
@@ -127,15 +156,23 @@ class OpenAIProvider:
             payload["stop"] = list(request.stop)
         return payload
 
-    def _wire_messages(self, message: Message, model: str) -> list[dict[str, Any]]:
+    def _wire_messages(self, message: Message, model: str, shown: ShownImages) -> list[dict[str, Any]]:
         """One of our messages as Chat Completions messages (a tool message becomes one per result)."""
         texts: list[str] = []
+        user_parts: list[dict[str, Any]] = []  # a user message's parts, when it shows an image
         calls: list[dict[str, Any]] = []
         results: list[dict[str, Any]] = []
         for part in message.parts:
             match part:
                 case TextPart(text=text) if message.role != "tool":
                     texts.append(text)
+                    user_parts.append({"type": "text", "text": text})
+                case MediaPart() if message.role == "user":
+                    if (image := shown.image(part)) is not None:
+                        user_parts.append({"type": "image_url", "image_url": {"url": data_url(*image)}})
+                    else:
+                        texts.append(shown.text(part))
+                        user_parts.append({"type": "text", "text": texts[-1]})
                 case ToolCallPart(id=call_id, name=name, arguments=arguments) if message.role == "assistant":
                     calls.append(
                         {
@@ -155,7 +192,9 @@ class OpenAIProvider:
         if message.role == "tool":
             return results
         if message.role == "user":
-            return [{"role": "user", "content": "".join(texts)}]
+            if any(c["type"] == "image_url" for c in user_parts):
+                return [{"role": "user", "content": user_parts}]
+            return [{"role": "user", "content": "\n".join(texts) if message.media else "".join(texts)}]
         wire: dict[str, Any] = {
             "role": "assistant",
             "content": "".join(texts) if texts or not calls else None,

@@ -146,6 +146,11 @@ TABLES: tuple[Table, ...] = (
         ("channel", "event_id", "conversation_key", "run_id", "received_at"),
         key=("channel", "event_id"),
     ),
+    Table(
+        "media",
+        _columns("conversation_key sender sha256 kind mime_type filename size data created_at"),
+        key=("conversation_key", "sender", "sha256"),
+    ),
     Table("approvals", APPROVAL_ROW.names, rewrite=_paused_run_thread, order=("rowid",)),
     AUDIT,  # last: its chain head is the last lock a copy takes, as in a daemon's batch
 )

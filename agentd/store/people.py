@@ -17,7 +17,15 @@ from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
-from agentd.messages import Message, TextPart, ToolCallPart, ToolResultPart, dump_message, load_message
+from agentd.messages import (
+    MediaPart,
+    Message,
+    TextPart,
+    ToolCallPart,
+    ToolResultPart,
+    dump_message,
+    load_message,
+)
 from agentd.store.audit_chain import DATA_PREFIX, KEY_FIELD, Erased, erase_fields
 from agentd.store.records import AuditRecord
 from agentd.store.writes import ErasePerson
@@ -42,7 +50,7 @@ def tombstone(message: Message) -> Message:
     it and when removed; its role and parts stay, so the thread still reads as a conversation."""
     parts: list[TextPart | ToolCallPart | ToolResultPart] = []
     for part in message.parts:
-        if isinstance(part, TextPart):
+        if isinstance(part, TextPart | MediaPart):  # a file's reference (its hash) goes with its text
             parts.append(TextPart(text=TOMBSTONE))
         elif isinstance(part, ToolCallPart):
             parts.append(part.model_copy(update={"arguments": {}}))
@@ -197,6 +205,7 @@ def document(
     approvals: list[dict[str, Any]],
     events: list[dict[str, Any]],
     user_id: str,
+    media: Iterable[tuple[str, str, str, str, str | None, int, float]] = (),
 ) -> dict[str, Any]:
     """One agent's part of a person's export (agentd.store.queries.PersonData)."""
     scope = partition_of(user_id)
@@ -213,6 +222,19 @@ def document(
         "episodes": [
             {"id": i, "conversation_key": k, "text": t, "created_at": c, "importance": imp, "embedder": e}
             for i, k, t, c, imp, e in episodes
+        ],
+        # the files they sent and those of their conversations (by hash, as their messages refer to them)
+        "media": [
+            {
+                "conversation_key": k,
+                "sha256": h,
+                "kind": kind,
+                "mime_type": m,
+                "filename": f,
+                "size": n,
+                "created_at": c,
+            }
+            for k, h, kind, m, f, n, c in media
         ],
         "runs": runs,
         "approvals": approvals,
@@ -310,6 +332,10 @@ class ErasureSteps(Protocol):
         """Delete the person's persistent memories, facts and episodes (their indexes with them)."""
         ...
 
+    def drop_media(self, user_id: str, theirs: Sequence[str]) -> int:
+        """Delete the files they sent anywhere, and every file of their conversations."""
+        ...
+
     def events_naming(self, user_id: str, theirs: Sequence[str]) -> list[dict[str, Any]]:
         """As `events_naming` gives them, from this store's trail."""
         ...
@@ -332,6 +358,7 @@ def erase(steps: ErasureSteps, op: ErasePerson) -> dict[str, int]:
     steps.drop_approvals([a["id"] for a in approvals])
     counts["approvals"] = len(approvals)
     counts.update(steps.drop_partition(partition_of(user)))
+    counts["media"] = steps.drop_media(user, theirs)
     events = steps.events_naming(user, theirs)
     for event in events:
         steps.rewrite_event(event["seq"], erase_fields(event, event["erase"]))

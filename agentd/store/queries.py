@@ -170,6 +170,17 @@ class PersonData(Query[dict[str, Any]]):
     user_id: str
 
 
+# -- media -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class MediaBlobs(Query[dict[str, bytes]]):
+    """The bytes of these files of the conversation, by sha256 (a file no longer kept is left out)."""
+
+    conversation_key: str
+    sha256s: Sequence[str]
+
+
 # -- approvals ---------------------------------------------------------------------------
 
 

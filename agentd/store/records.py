@@ -117,6 +117,23 @@ AUDIT_KINDS = (
 
 
 @dataclass(frozen=True, slots=True)
+class MediaItem:
+    """A file a person sent, stored content-addressed per conversation and sender: the same bytes sent
+    again there are one row (its `created_at` moves to the latest sending). `sender` is '' when the
+    channel named nobody."""
+
+    conversation_key: str
+    sender: str
+    sha256: str
+    kind: str
+    mime_type: str
+    filename: str | None
+    size: int
+    data: bytes
+    created_at: float
+
+
+@dataclass(frozen=True, slots=True)
 class Delivered:
     """What became of a delivery already answered: its conversation, its run and that run's outcome,
     and the reply it stored (None: a command, or an agent that keeps no transcript)."""

@@ -20,6 +20,7 @@ from agentd.store.records import (
     AuditRecord,
     Fact,
     LayerState,
+    MediaItem,
     NewEpisode,
     Pruned,
     RunRecord,
@@ -111,6 +112,24 @@ class RecordDelivery(Write[None]):
 @dataclass(frozen=True, slots=True)
 class PruneDeliveries(Write[int]):
     """Forget delivery ids received before `older_than`; the result is how many."""
+
+    older_than: float
+
+
+# -- media ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class StoreMedia(Write[None]):
+    """Keep the files of a message (agentd.engine.media), before its turn runs: a turn that fails
+    still has them for a retry."""
+
+    items: Sequence[MediaItem]
+
+
+@dataclass(frozen=True, slots=True)
+class PruneMedia(Write[int]):
+    """Delete the files sent before `older_than` (media.keep_days); the result is how many."""
 
     older_than: float
 

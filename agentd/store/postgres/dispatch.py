@@ -16,6 +16,7 @@ from agentd.store.postgres import (
     episodes,
     facts,
     identity,
+    media,
     memories,
     memory_state,
     people,
@@ -27,6 +28,7 @@ from agentd.store.postgres.handlers import HANDLERS, READS_MIDWAY, SEVERAL_STATE
 MODULES = (
     identity,
     deliveries,
+    media,
     transcripts,
     runs,
     audit,

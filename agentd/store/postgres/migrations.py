@@ -258,6 +258,25 @@ COPIED_ROWS: tuple[Step, ...] = (
     )""",
 )
 
+MEDIA: tuple[Step, ...] = (
+    # The files people send (agentd/store/postgres/media.py), as the SQLite file keeps them.
+    f"""CREATE TABLE media (
+        agent_id bigint NOT NULL REFERENCES agents (id),
+        conversation_key text {C} NOT NULL,
+        sender text {C} NOT NULL,
+        sha256 text {C} NOT NULL,
+        kind text NOT NULL,
+        mime_type text NOT NULL,
+        filename text,
+        size bigint NOT NULL,
+        data bytea NOT NULL,
+        created_at double precision NOT NULL,
+        PRIMARY KEY (agent_id, conversation_key, sender, sha256)
+    )""",
+    "CREATE INDEX media_by_sender ON media (agent_id, sender)",
+    "CREATE INDEX media_by_age ON media (agent_id, created_at)",
+)
+
 MIGRATIONS: Migrations = [
     ("0001_initial", INITIAL),
     ("0002_claims", CLAIM_STATEMENTS),
@@ -266,6 +285,7 @@ MIGRATIONS: Migrations = [
     ("0005_copied_rows", COPIED_ROWS),
     ("0006_claim_tail", CLAIM_TAIL_STATEMENTS),
     ("0007_claim_fences", FENCE_STATEMENTS),
+    ("0011_media", MEDIA),
 ]
 
 

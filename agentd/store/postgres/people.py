@@ -109,7 +109,7 @@ def _threads(cx: Cx, key: str) -> list[dict[str, Any]]:
     return out
 
 
-@handles(PersonData, statements=9)
+@handles(PersonData, statements=10)
 def person_data(cx: Cx, q: PersonData) -> dict[str, Any]:
     user, partition = q.user_id, person.partition_of(q.user_id)
     parts = person_conversations(cx, PersonConversations(user))
@@ -147,6 +147,12 @@ def person_data(cx: Cx, q: PersonData) -> dict[str, Any]:
         ),
         _events_naming(cx, user, theirs),
         user,
+        cx.run(
+            "SELECT conversation_key, sha256, kind, mime_type, filename, size, created_at FROM media"
+            " WHERE agent_id = %s AND (sender = %s OR conversation_key = ANY(%s))"
+            " ORDER BY created_at, conversation_key, sha256",
+            (cx.agent_id, user, theirs),
+        ).fetchall(),
     )
 
 
@@ -275,6 +281,13 @@ class PostgresErasure:
                 "UPDATE agents SET memories_version = memories_version + 1 WHERE id = %s", (self.agent,)
             )
         return counts
+
+    def drop_media(self, user_id: str, theirs: Sequence[str]) -> int:
+        return self._count(
+            "DELETE FROM media WHERE agent_id = %s AND (sender = %s OR conversation_key = ANY(%s))",
+            user_id,
+            list(theirs),
+        )
 
     def events_naming(self, user_id: str, theirs: Sequence[str]) -> list[dict[str, Any]]:
         return _events_naming(self.cx, user_id, theirs)

@@ -15,6 +15,7 @@ from agentd.store.sqlite import (
     episodes,
     facts,
     identity,
+    media,
     memories,
     memory_state,
     people,
@@ -26,6 +27,7 @@ from agentd.store.sqlite.handlers import HANDLERS
 MODULES = (
     identity,
     deliveries,
+    media,
     transcripts,
     runs,
     audit,

@@ -229,6 +229,27 @@ MIGRATIONS: Migrations = [
             "CREATE INDEX messages_by_user ON messages(user_id) WHERE user_id IS NOT NULL",
         ),
     ),
+    (
+        "0010_media",
+        (
+            # The files people send (agentd/store/sqlite/media.py): the bytes once per conversation,
+            # sender and content hash; the transcript's messages refer to them by hash.
+            """CREATE TABLE media (
+                conversation_key TEXT NOT NULL,
+                sender TEXT NOT NULL,
+                sha256 TEXT NOT NULL,
+                kind TEXT NOT NULL,
+                mime_type TEXT NOT NULL,
+                filename TEXT,
+                size INTEGER NOT NULL,
+                data BLOB NOT NULL,
+                created_at REAL NOT NULL,
+                PRIMARY KEY (conversation_key, sender, sha256)
+            )""",
+            "CREATE INDEX media_by_sender ON media(sender)",
+            "CREATE INDEX media_by_age ON media(created_at)",
+        ),
+    ),
 ]
 
 

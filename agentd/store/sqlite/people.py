@@ -141,6 +141,11 @@ def person_data(conn: sqlite3.Connection, q: PersonData) -> dict[str, Any]:
         person.their_approvals(conn.execute(_APPROVALS + " ORDER BY created_at"), user, set(theirs)),
         _events_naming(conn, user, theirs),
         user,
+        conn.execute(
+            "SELECT conversation_key, sha256, kind, mime_type, filename, size, created_at FROM media"
+            f" WHERE sender = ? OR conversation_key IN {_IN} ORDER BY created_at, conversation_key, sha256",
+            (user, _as_list(theirs)),
+        ),
     )
 
 
@@ -241,6 +246,11 @@ class SqliteErasure:
             # the keyword index keeps a deleted row's terms until its segments are merged: merge them now
             self.conn.execute("INSERT INTO episodes_fts(episodes_fts) VALUES ('optimize')")
         return counts
+
+    def drop_media(self, user_id: str, theirs: Sequence[str]) -> int:
+        return self._count(
+            f"DELETE FROM media WHERE sender = ? OR conversation_key IN {_IN}", user_id, _as_list(theirs)
+        )
 
     def events_naming(self, user_id: str, theirs: Sequence[str]) -> list[dict[str, Any]]:
         return _events_naming(self.conn, user_id, theirs)

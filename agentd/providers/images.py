@@ -1,0 +1,108 @@
+"""Images made to fit what a provider documents it takes, with Pillow: the longest side, the bytes,
+the formats. An image already within the limits is sent as it came (no re-encoding)."""
+
+from __future__ import annotations
+
+import base64
+import io
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from PIL import Image
+
+from agentd.errors import ProviderError
+from agentd.messages import MediaPart
+
+
+@dataclass(frozen=True, slots=True)
+class ImageLimits:
+    max_side: int  # pixels of the longest side the provider uses (it scales larger ones down itself)
+    max_bytes: int  # of the file as sent, before base64
+    formats: frozenset[str]  # MIME types taken as they are
+
+
+# OpenAI vision guide: high detail scales an image to fit 2048x2048 first; up to 20 MB per image;
+# PNG, JPEG, WEBP and non-animated GIF.
+OPENAI = ImageLimits(2048, 20 * 2**20, frozenset({"image/png", "image/jpeg", "image/webp", "image/gif"}))
+# Anthropic vision docs: a long edge over 1568 px is scaled down server-side; an image's base64 may be
+# at most 5 MB (so ~3.75 MB of bytes); JPEG, PNG, GIF, WebP.
+ANTHROPIC = ImageLimits(1568, 3_750_000, frozenset({"image/png", "image/jpeg", "image/webp", "image/gif"}))
+
+
+def fit(data: bytes, mime_type: str, limits: ImageLimits, *, provider: str, model: str) -> tuple[bytes, str]:
+    """The image as (bytes, MIME type) within `limits`: scaled down to the longest side, re-encoded as
+    JPEG (PNG when it has transparency) when it is too large or in a format the provider does not take."""
+    try:
+        image = Image.open(io.BytesIO(data))
+        width, height = image.size
+    except (OSError, ValueError) as e:
+        raise ProviderError(f"an image could not be read ({e})", provider=provider, model=model) from None
+    if (
+        mime_type in limits.formats
+        and max(width, height) <= limits.max_side
+        and len(data) <= limits.max_bytes
+    ):
+        return data, mime_type
+    scale = min(1.0, limits.max_side / max(width, height))
+    quality = 85
+    while True:
+        size = (max(1, round(width * scale)), max(1, round(height * scale)))
+        out, out_type = _encode(image, size, quality)
+        if len(out) <= limits.max_bytes or size == (1, 1):
+            return out, out_type
+        scale, quality = scale * 0.75, max(50, quality - 10)
+
+
+def _encode(image: Image.Image, size: tuple[int, int], quality: int) -> tuple[bytes, str]:
+    frame = image.convert("RGBA") if image.mode in ("RGBA", "LA", "P") else image.convert("RGB")
+    if frame.size != size:
+        frame = frame.resize(size, Image.Resampling.LANCZOS)
+    buffer = io.BytesIO()
+    if frame.mode == "RGBA" and _min_alpha(frame) < 255:  # transparency: JPEG cannot keep it
+        frame.save(buffer, "PNG", optimize=True)
+        return buffer.getvalue(), "image/png"
+    frame.convert("RGB").save(buffer, "JPEG", quality=quality)
+    return buffer.getvalue(), "image/jpeg"
+
+
+def data_url(data: bytes, mime_type: str) -> str:
+    return f"data:{mime_type};base64,{base64.b64encode(data).decode()}"
+
+
+_FITTED: dict[tuple[str, ImageLimits], tuple[bytes, str]] = {}
+_FITTED_KEPT = 32  # images fitted lately: a conversation's last turns are sent again with every request
+
+
+class ShownImages:
+    """Which images of one request go as images: those whose bytes the request holds, each once
+    (a second reference to the same image is said in text)."""
+
+    def __init__(self, media: Mapping[str, bytes], limits: ImageLimits, *, provider: str, model: str):
+        self._media, self._limits, self._provider, self._model = media, limits, provider, model
+        self._sent: set[str] = set()
+
+    def image(self, part: MediaPart) -> tuple[bytes, str] | None:
+        """The image to send for this part (fitted to the limits), or None: it goes as text."""
+        data = self._media.get(part.sha256) if part.media == "image" else None
+        if data is None or part.sha256 in self._sent:
+            return None
+        self._sent.add(part.sha256)
+        key = (part.sha256, self._limits)
+        if (fitted := _FITTED.get(key)) is None:
+            fitted = _FITTED[key] = fit(
+                data, part.mime_type, self._limits, provider=self._provider, model=self._model
+            )
+            while len(_FITTED) > _FITTED_KEPT:
+                del _FITTED[next(iter(_FITTED))]
+        return fitted
+
+    def text(self, part: MediaPart) -> str:
+        """What stands for a part not sent as an image."""
+        if part.sha256 in self._sent:
+            return f"[the same {part.media} as above{f' ({part.filename})' if part.filename else ''}]"
+        return part.stand_in()
+
+
+def _min_alpha(frame: Image.Image) -> int:
+    low, _high = frame.getchannel("A").getextrema()
+    return int(low)  # type: ignore[arg-type]  # (one band: two numbers)
