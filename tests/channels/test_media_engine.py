@@ -1,0 +1,202 @@
+"""Files from each chat platform through the real engine: the platform's fake (real client libraries
+on the wire) -> the channel -> the daemon's AgentHost -> an agent on a real SQLite store -> the fake
+OpenAI / Anthropic server, which checks the image parts and transcription forms as the real APIs do.
+Each test asserts what the model received, what the person saw on the platform, and what was stored."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import io
+from collections.abc import AsyncIterator
+from types import SimpleNamespace
+from typing import Any
+
+import discord
+import pytest
+from PIL import Image
+
+from agentd.channels.chat import ChatChannel
+from agentd.channels.discord import DiscordChannel
+from agentd.channels.slack import SlackChannel
+from agentd.channels.telegram import TelegramChannel
+from agentd.config.discord import DiscordSpec
+from agentd.config.models import DaemonSpec
+from agentd.config.slack import SlackSpec
+from agentd.config.telegram import TelegramSpec
+from agentd.daemon.host import AgentHost
+from agentd.engine.agent import Agent
+from agentd.store.queries import ActiveThread, MediaBlobs
+from testkit.fake_discord import FakeDiscord, FakeFile
+from testkit.fake_llm import FakeLLM
+from testkit.fake_media import images_in
+from testkit.fake_slack import FakeSlack
+from testkit.fake_telegram import FakeTelegram
+from testkit.media_files import ogg_voice
+from testkit.waiting import wait_until
+from tests.support import Harness
+
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:Deprecated since version v22.2. In a future major version attribute .retry_after."
+    ":telegram.warnings.PTBDeprecationWarning"
+)
+ALICE = 1111
+RED, BLUE = (220, 20, 20), (20, 20, 220)
+
+
+def photo_of(colour: tuple[int, int, int], fmt: str = "JPEG", size: tuple[int, int] = (320, 240)) -> bytes:
+    buffer = io.BytesIO()
+    Image.new("RGB", size, colour).save(buffer, fmt)
+    return buffer.getvalue()
+
+
+def colour_of(data: bytes) -> tuple[int, ...]:
+    with Image.open(io.BytesIO(data)) as image:
+        return tuple(image.convert("RGB").getpixel((0, 0)))  # type: ignore[arg-type]
+
+
+def near(colour: tuple[int, ...], wanted: tuple[int, int, int]) -> bool:
+    return all(abs(a - b) < 30 for a, b in zip(colour, wanted, strict=True))
+
+
+def chats(llm: FakeLLM) -> list[dict[str, Any]]:
+    return [r.json for r in llm.requests if r.path in ("/v1/chat/completions", "/v1/messages")]
+
+
+async def agent(harness: Harness, llm: FakeLLM, model: str, media: str = "{}") -> Agent:
+    providers = {
+        "gpt": {"kind": "openai", "base_url": llm.openai_base_url, "api_key": "k", "max_retries": 0},
+        "claude": {"kind": "anthropic", "base_url": llm.anthropic_base_url, "api_key": "k", "max_retries": 0},
+    }
+    text = f"model: {model}\nmemory: {{scope: thread}}\nmedia: {media}\n"
+    return await harness.agent(text, settings=DaemonSpec.model_validate({"providers": providers}))
+
+
+@contextlib.asynccontextmanager
+async def serving(channel: ChatChannel[Any, Any], a: Agent) -> AsyncIterator[AgentHost]:
+    """The channel run as the daemon runs it: with the AgentHost of the agent."""
+    host = AgentHost(SimpleNamespace(name=a.name, agent=a), asyncio.ensure_future)
+    task = asyncio.create_task(channel.run(host))
+    try:
+        await wait_until(lambda: host.statuses.get(channel.name, ("",))[0] == "running" or task.done())
+        assert not task.done(), task
+        yield host
+    finally:
+        await channel.stop()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(task, 5.0)
+
+
+async def stored_media(a: Agent, key: str) -> dict[str, bytes]:
+    thread = await a.state.store.read(ActiveThread(key))
+    hashes = [p.sha256 for m in thread.messages for p in m.message.media if p.sha256]
+    return await a.state.store.read(MediaBlobs(key, hashes))
+
+
+@pytest.fixture
+async def telegram() -> AsyncIterator[FakeTelegram]:
+    async with FakeTelegram() as server:
+        yield server
+
+
+def telegram_channel(fake: FakeTelegram) -> TelegramChannel:
+    return TelegramChannel("bot", TelegramSpec(token=fake.token, api_base_url=fake.api_base_url))
+
+
+async def test_a_telegram_photo_reaches_an_openai_vision_model_as_an_image_url_part(
+    harness: Harness, fake: FakeLLM, telegram: FakeTelegram
+) -> None:
+    a = await agent(harness, fake, "gpt/gpt-4o")
+    red = photo_of(RED)
+    async with serving(telegram_channel(telegram), a):
+        telegram.send_file("photo", red, user_id=ALICE, caption="what colour is this?")
+        [sent] = await telegram.wait_for_sent(1, timeout=10)
+
+    assert sent["text"].startswith("fake reply to:")
+    [request] = chats(fake)
+    user = request["messages"][-1]
+    assert [p["type"] for p in user["content"]] == ["text", "image_url"]
+    assert user["content"][0]["text"] == "what colour is this?"
+    [seen] = images_in(request)
+    assert near(colour_of(seen), RED)
+    assert await stored_media(a, f"telegram:{ALICE}") == {hashlib.sha256(red).hexdigest(): red}
+
+
+async def test_a_telegram_file_over_media_max_bytes_is_refused_before_getfile_and_the_text_answered(
+    harness: Harness, fake: FakeLLM, telegram: FakeTelegram
+) -> None:
+    a = await agent(harness, fake, "gpt/gpt-4o", "{max_bytes: 10000}")
+    async with serving(telegram_channel(telegram), a):
+        telegram.send_file(
+            "document", bytes(50_000), user_id=ALICE, caption="see attached", filename="big.zip"
+        )
+        [sent] = await telegram.wait_for_sent(1, timeout=10)
+
+    assert sent["text"].startswith("(big.zip was not taken: it is larger than media.max_bytes (9.8 KB).)")
+    assert "fake reply to:" in sent["text"]  # the rest of the message is still answered
+    assert telegram.calls_to("getFile") == [] and telegram.downloads == []
+
+
+async def test_a_telegram_photo_to_a_text_only_model_is_said_to_the_person(
+    harness: Harness, fake: FakeLLM, telegram: FakeTelegram
+) -> None:
+    a = await agent(harness, fake, "gpt/gpt-3.5-turbo")
+    async with serving(telegram_channel(telegram), a):
+        telegram.send_file("photo", photo_of(RED), user_id=ALICE)
+        [sent] = await telegram.wait_for_sent(1, timeout=10)
+    assert sent["text"].startswith("(This agent cannot look at images")
+    assert images_in(chats(fake)[0]) == []
+
+
+async def test_a_slack_image_reaches_an_anthropic_model_as_an_image_block(
+    harness: Harness, fake: FakeLLM
+) -> None:
+    a = await agent(harness, fake, "claude/claude-sonnet-4-5")
+    blue = photo_of(BLUE, "PNG")
+    async with FakeSlack() as slack:
+        spec = SlackSpec(bot_token=slack.bot_token, app_token=slack.app_token, api_base_url=slack.api_url)
+        async with serving(SlackChannel(a.name, spec), a):
+            await slack.wait_for_connections(1)
+            item = slack.file_object(blue, "chart.png", "image/png")
+            await slack.push_event(slack.file_message_event("", [item], channel="D0ALICE", channel_type="im"))
+            [post] = await slack.wait_for_posts(1, timeout=10)
+
+    assert post["text"].startswith("fake reply to:")
+    [request] = chats(fake)
+    [block] = request["messages"][-1]["content"]
+    assert block["type"] == "image" and block["source"]["type"] == "base64"
+    assert near(colour_of(images_in(request)[0]), BLUE)
+    assert slack.downloads[0][1], "fetched with the bot token"
+    assert await stored_media(a, "slack:D0ALICE") == {hashlib.sha256(blue).hexdigest(): blue}
+
+
+async def test_a_discord_voice_message_is_transcribed_and_the_transcript_echoed(
+    harness: Harness, fake: FakeLLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(discord.http.Route, "BASE", discord.http.Route.BASE)
+    gateway = discord.gateway.DiscordWebSocket
+    monkeypatch.setattr(gateway, "DEFAULT_GATEWAY", gateway.DEFAULT_GATEWAY)
+    a = await agent(harness, fake, "gpt/gpt-4o-mini", "{transcribe: gpt/whisper-1, echo_transcript: true}")
+    fake.transcript("remind me to buy milk tomorrow")
+    voice = ogg_voice()
+    server = FakeDiscord(heartbeat_ms=200)
+    await server.start()
+    try:
+        alice = server.add_user("alice")
+        spec = DiscordSpec(
+            token=server.token, api_base_url=server.api_base_url, gateway_url=server.gateway_url
+        )
+        async with serving(DiscordChannel(a.name, spec, guild_ready_timeout=0.05), a):
+            note = FakeFile("voice-message.ogg", "audio/ogg", voice, duration_secs=2.0)
+            await server.dm(alice, "", attachments=[note])
+            [sent] = await server.wait_for_sent(1, timeout=10)
+    finally:
+        await server.stop()
+
+    assert sent.content.startswith("heard: remind me to buy milk tomorrow\n")
+    [form] = [r.json for r in fake.requests if r.path == "/v1/audio/transcriptions"]
+    assert form["model"] == "whisper-1" and form["file"]["size"] == len(voice)
+    [chat] = chats(fake)
+    assert "transcript: remind me to buy milk tomorrow" in chat["messages"][-1]["content"]
+    assert await stored_media(a, f"discord:dm:{alice}") == {hashlib.sha256(voice).hexdigest(): voice}
