@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import io
 import itertools
 import json
 import re
@@ -31,6 +32,7 @@ from typing import Any, Literal
 
 import httpx
 from aiohttp import web
+from PIL import Image
 
 FaultKind = Literal["drop", "502", "500", "429", "migrate"]
 
@@ -430,6 +432,19 @@ class FakeTelegram:
         return response
 
     def _api_sendPhoto(self, params: dict[str, Any]) -> dict[str, Any]:
+        part = params.get("photo")
+        if isinstance(part, web.FileField):
+            # Telegram shows a photo only when it can read it, its sides sum to at most 10000 and
+            # neither is more than 20 times the other; it refuses the rest (a document takes any file)
+            try:
+                with Image.open(io.BytesIO(part.file.read())) as image:
+                    width, height = image.size
+            except (OSError, Image.DecompressionBombError):
+                raise _Refused("Bad Request: IMAGE_PROCESS_FAILED") from None
+            finally:
+                part.file.seek(0)
+            if width + height > 10000 or max(width, height) > 20 * min(width, height):
+                raise _Refused("Bad Request: PHOTO_INVALID_DIMENSIONS")
         upload = self._take_upload("sendPhoto", "photo", params)
         message = self._bot_message(upload.chat_id, params)
         stored = self.store_file(upload.data, "photos", ".jpg")

@@ -9,6 +9,7 @@ message declares each file's size, so an oversized one is refused before either 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -19,6 +20,7 @@ from telegram.ext import ExtBot
 from agentd.channels.media import DOWNLOAD_TIMEOUT, check_declared, fetch_limited, kind_of
 from agentd.events import Attachment, OutgoingFile
 
+log = logging.getLogger(__name__)
 PHOTO_UPLOAD_LIMIT = 10 * 1024 * 1024  # sendPhoto takes photos up to 10 MB; larger images go as documents
 Redact = Callable[[str], str]
 
@@ -102,5 +104,10 @@ async def send_file(bot: ExtBot[Any], chat_id: int, thread_id: int | None, file:
     """One file into a chat: a photo where Telegram shows it as one, else a document."""
     upload = InputFile(file.data, filename=file.filename)
     if file.mime_type.startswith("image/") and len(file.data) <= PHOTO_UPLOAD_LIMIT:
-        return await bot.send_photo(chat_id, upload, message_thread_id=thread_id)
+        try:
+            return await bot.send_photo(chat_id, upload, message_thread_id=thread_id)
+        except BadRequest as exc:
+            # a photo Telegram will not show (PHOTO_INVALID_DIMENSIONS: sides over 10000 in sum or a
+            # ratio past 20; IMAGE_PROCESS_FAILED) is still a file it keeps as a document
+            log.info("telegram: sendPhoto refused %s (%s); sending it as a document", file.filename, exc)
     return await bot.send_document(chat_id, upload, filename=file.filename, message_thread_id=thread_id)

@@ -158,6 +158,25 @@ async def test_a_reply_with_files_sends_the_text_then_a_photo_and_a_document(fak
     assert host.audits == []
 
 
+async def test_an_image_telegram_will_not_show_as_a_photo_goes_as_a_document(fake: FakeTelegram) -> None:
+    banner = png(4200, 200)  # a ratio past 20: sendPhoto answers PHOTO_INVALID_DIMENSIONS
+    host = MediaHost(
+        reply_files=[OutgoingFile("banner.png", "image/png", banner)], reply_with=lambda e: "done"
+    )
+    async with running(fake, host):
+        fake.send_text("a banner please", user_id=ALICE)
+        await wait_until(lambda: len(fake.uploads) == 1, "the upload")
+
+    assert [c.method for c in fake.calls if c.method.startswith("send") and c.method != "sendChatAction"] == [
+        "sendMessage",
+        "sendPhoto",
+        "sendDocument",
+    ]
+    [upload] = fake.uploads
+    assert (upload.method, upload.filename, upload.data) == ("sendDocument", "banner.png", banner)
+    assert host.audits == []
+
+
 async def test_a_failed_upload_is_said_and_audited_and_the_other_files_still_go(fake: FakeTelegram) -> None:
     files = [OutgoingFile("empty.txt", "text/plain", b""), OutgoingFile("chart.png", "image/png", png())]
     host = MediaHost(reply_files=files, reply_with=lambda event: "two files")
