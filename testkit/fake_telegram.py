@@ -233,12 +233,16 @@ class FakeTelegram:
         mime_type: str | None = None,
         filename: str | None = None,
         declared_size: int | None = None,
+        media_group_id: str | None = None,
         **fields: Any,
     ) -> dict[str, Any]:
         """An Update carrying a file (and its caption), as Telegram sends one; `send_text`'s other fields
-        apply. `declared_size` is the file_size the message states (default: the real one)."""
+        apply. `declared_size` is the file_size the message states (default: the real one);
+        `media_group_id` makes it one part of an album (Telegram sends each part as its own update)."""
         update = self.message_update(caption or "", user_id=user_id, **fields)
         message = update["message"]
+        if media_group_id is not None:
+            message["media_group_id"] = media_group_id
         del message["text"]
         message.pop("entities", None)
         if caption:

@@ -175,7 +175,12 @@ class ChatChannel(ABC, Generic[RawT, TargetT]):
         except Exception as exc:
             self.on_handler_error(None, exc)
             return False
-        if route is None or self._host is None:
+        return route is not None and self.take(route)
+
+    def take(self, route: Route[TargetT]) -> bool:
+        """Handle a matched route in a tracked task (a platform that gathers several events into one
+        route, as Telegram's albums do, hands it here); False when there is no host yet."""
+        if self._host is None:
             return False
         task = asyncio.create_task(self._handle(self._host, route))
         self._in_flight.add(task)

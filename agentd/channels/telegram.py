@@ -40,8 +40,9 @@ from telegram.request import HTTPXRequest
 from agentd.backoff import backoff_delays
 from agentd.channels.callbacks import CallbackRefused, json_object, read_body
 from agentd.channels.chat import AllowList, ChatChannel, Route
-from agentd.channels.telegram_files import attachments_of, send_file
-from agentd.channels.telegram_routing import Bot, TelegramTarget, route_update, target_of
+from agentd.channels.telegram_files import FILES, upload
+from agentd.channels.telegram_intake import Intake
+from agentd.channels.telegram_routing import Bot, TelegramTarget, target_of
 from agentd.config.telegram import TelegramSpec
 from agentd.events import COMMANDS, ChannelHost, OutgoingFile
 
@@ -80,6 +81,7 @@ class TelegramChannel(ChatChannel[Update, TelegramTarget]):
         self._requests: list[HTTPXRequest] = []
         self._bot = Bot(0, "")
         self._moved: dict[int, int] = {}  # chat ids of groups that became supergroups -> the new id
+        self.intake = Intake(self.take)  # routes, files, and an album's photos as one message
         self._closed = asyncio.Event()
         self._started = False
         self._reconnecting = False
@@ -145,8 +147,7 @@ class TelegramChannel(ChatChannel[Update, TelegramTarget]):
         if self.spec.mode == "webhook":
             builder = builder.updater(None)
         app = builder.build()
-        taken = filters.TEXT | filters.PHOTO | filters.Document.ALL | filters.VOICE | filters.AUDIO
-        app.add_handler(MessageHandler(filters.UpdateType.MESSAGE & taken, self._on_update))
+        app.add_handler(MessageHandler(filters.UpdateType.MESSAGE & (filters.TEXT | FILES), self._on_update))
         app.add_error_handler(self._on_handler_error)
         return app
 
@@ -291,11 +292,7 @@ class TelegramChannel(ChatChannel[Update, TelegramTarget]):
         self.receive(update)  # returns at once; the turn runs in a task the base tracks
 
     def match(self, raw: Update) -> Route[TelegramTarget] | None:
-        files = attachments_of(raw.message, self._api(), self._redact) if raw.message else ()
-        spec = self.spec
-        return route_update(
-            raw, bot=self._bot, respond_to=spec.respond_to, per_user=spec.per_user, files=files
-        )
+        return self.intake.match(raw, self._bot, self._api(), self._redact, self.spec)
 
     def target_for(self, conversation_key: str) -> TelegramTarget | None:
         return target_of(conversation_key)
@@ -311,7 +308,7 @@ class TelegramChannel(ChatChannel[Update, TelegramTarget]):
             return await bot.send_message(int(exc.new_chat_id), text, message_thread_id=target.thread_id)
 
     async def send_file(self, target: TelegramTarget, file: OutgoingFile, part: int) -> Message:
-        return await send_file(
+        return await upload(
             self._api(), self._moved.get(target.chat_id, target.chat_id), target.thread_id, file
         )
 

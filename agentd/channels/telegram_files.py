@@ -15,7 +15,7 @@ from typing import Any
 
 from telegram import InputFile, Message
 from telegram.error import BadRequest
-from telegram.ext import ExtBot
+from telegram.ext import ExtBot, filters
 
 from agentd.channels.media import DOWNLOAD_TIMEOUT, check_declared, fetch_limited, kind_of
 from agentd.events import Attachment, OutgoingFile
@@ -23,6 +23,7 @@ from agentd.events import Attachment, OutgoingFile
 log = logging.getLogger(__name__)
 PHOTO_UPLOAD_LIMIT = 10 * 1024 * 1024  # sendPhoto takes photos up to 10 MB; larger images go as documents
 Redact = Callable[[str], str]
+FILES = filters.PHOTO | filters.Document.ALL | filters.VOICE | filters.AUDIO  # the messages with files taken
 
 
 def has_media(message: Message) -> bool:
@@ -100,7 +101,7 @@ def _downloader(
     return download
 
 
-async def send_file(bot: ExtBot[Any], chat_id: int, thread_id: int | None, file: OutgoingFile) -> Message:
+async def upload(bot: ExtBot[Any], chat_id: int, thread_id: int | None, file: OutgoingFile) -> Message:
     """One file into a chat: a photo where Telegram shows it as one, else a document."""
     upload = InputFile(file.data, filename=file.filename)
     if file.mime_type.startswith("image/") and len(file.data) <= PHOTO_UPLOAD_LIMIT:

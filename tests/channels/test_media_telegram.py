@@ -14,6 +14,7 @@ from starlette.applications import Starlette
 from agentd.channels.telegram import TelegramChannel
 from agentd.config.telegram import TelegramSpec
 from agentd.events import MediaTooLarge, OutgoingFile
+from testkit.clock import ManualClock
 from testkit.fake_telegram import FakeTelegram
 from testkit.serving import serve_on_loopback
 from testkit.waiting import wait_until
@@ -231,3 +232,74 @@ async def test_a_photo_posted_to_the_webhook_is_an_attachment(fake: FakeTelegram
             await channel.stop()
             await asyncio.wait_for(task, 5.0)
     assert host.fetched == [[JPEG]] and host.events[0].text == "hi"
+
+
+# -- albums: several photos sent at once are one message ---------------------------------------------
+
+
+def album_clock(channel: TelegramChannel) -> ManualClock:
+    clock = ManualClock()
+    channel.intake.albums.clock = clock
+    return clock
+
+
+async def test_an_album_is_one_message_with_every_photo_in_order(fake: FakeTelegram) -> None:
+    host = MediaHost()
+    photos = [png(shade=shade) for shade in (10, 20, 30)]
+    async with running(fake, host) as channel:
+        clock = album_clock(channel)
+        fake.send_file("photo", photos[0], user_id=ALICE, caption="which one is best?", media_group_id="A1")
+        for photo in photos[1:]:
+            fake.send_file("photo", photo, user_id=ALICE, media_group_id="A1")
+        await wait_until(lambda: channel.intake.albums.held == 3, "the album's parts")
+        assert host.events == []  # held until the album is complete
+        clock.advance(1.0)
+        await fake.wait_for_sent(1)
+
+    [event] = host.events
+    assert event.text == "which one is best?"
+    assert host.fetched == [photos]
+    assert len(fake.sent) == 1  # one answer, not one per photo
+
+
+async def test_an_album_waits_while_its_parts_keep_arriving(fake: FakeTelegram) -> None:
+    host = MediaHost()
+    async with running(fake, host) as channel:
+        clock = album_clock(channel)
+        fake.send_file("photo", png(shade=1), user_id=ALICE, media_group_id="A2")
+        await wait_until(lambda: channel.intake.albums.held == 1, "the first part")
+        clock.advance(0.6)
+        fake.send_file("photo", png(shade=2), user_id=ALICE, caption="both", media_group_id="A2")
+        await wait_until(lambda: channel.intake.albums.held == 2, "the second part")
+        clock.advance(0.6)  # past the first part's deadline, not the second's
+        await asyncio.sleep(0.05)
+        assert host.events == []
+        clock.advance(0.5)
+        await fake.wait_for_sent(1)
+    [event] = host.events
+    assert event.text == "both" and len(event.attachments) == 2
+
+
+async def test_in_a_group_an_album_is_taken_whole_when_its_caption_mentions_the_bot(
+    fake: FakeTelegram,
+) -> None:
+    host = MediaHost()
+    group = {"chat_id": GROUP, "chat_type": "supergroup", "user_id": ALICE}
+    async with running(fake, host) as channel:
+        clock = album_clock(channel)
+        fake.send_file(
+            "photo", png(shade=5), caption="holiday", media_group_id="G0", **group
+        )  # not for the bot
+        fake.send_file("photo", png(shade=6), media_group_id="G0", **group)
+        fake.send_file(
+            "photo", png(shade=7), caption="@agentd_test_bot compare", media_group_id="G1", **group
+        )
+        fake.send_file("photo", png(shade=8), media_group_id="G1", **group)
+        await wait_until(lambda: channel.intake.albums.held == 4, "both albums")
+        clock.advance(1.0)
+        await fake.wait_for_sent(1)
+        await asyncio.sleep(0.05)
+
+    [event] = host.events
+    assert event.text == "compare"
+    assert host.fetched == [[png(shade=7), png(shade=8)]]
