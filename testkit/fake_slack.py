@@ -14,7 +14,8 @@ What it serves (one aiohttp server, started in the running loop):
   (``/files-pri/...``), which answers the bytes to ``Authorization: Bearer <bot token>``
   and, to anything else, 200 with an HTML sign-in page, as Slack does; uploads go
   ``files.getUploadURLExternal`` -> POST the bytes to its ``upload_url`` ->
-  ``files.completeUploadExternal`` (`shared_files` records what was shared where).
+  ``files.completeUploadExternal`` (`shared_files` records what was shared where);
+  ``files.info`` describes a file (`connect_stub` is a file as Slack Connect shows it).
 
 For the Events API over HTTP it builds correctly signed requests
 (`signed_request`) that a test POSTs to the app under test.
@@ -113,6 +114,7 @@ class FakeSlack:
         self.downloads: list[tuple[str, bool]] = []  # (url path, whether the bot token opened it)
         self.file_bytes_sent = 0  # bytes of user files written to a downloader
         self.shared_files: list[SharedFile] = []
+        self.file_infos: dict[str, dict[str, Any]] = {}  # file id -> what files.info answers
         self._pending_uploads: dict[str, dict[str, Any]] = {}  # file id -> its getUploadURLExternal + bytes
 
         self._failures: dict[str, list[_PlannedFailure]] = {}
@@ -128,6 +130,7 @@ class FakeSlack:
     async def start(self) -> FakeSlack:
         app = web.Application()
         app.router.add_post("/api/{method}", self._web_api)
+        app.router.add_get("/api/{method}", self._web_api)  # the SDK reads some methods (files.info) by GET
         app.router.add_get("/link/", self._socket_mode)
         app.router.add_get("/files-pri/{path:.+}", self._serve_file)
         app.router.add_post("/upload/v1/{file_id}", self._receive_upload)
@@ -324,7 +327,20 @@ class FakeSlack:
         }
         if subtype:
             item["subtype"] = subtype
+        self.file_infos[file_id] = item
         return item
+
+    def connect_stub(self, item: dict[str, Any]) -> dict[str, Any]:
+        """The same file as a message shows it when it was shared from another organisation over
+        Slack Connect: its id and nothing to fetch it by (files.info has the rest)."""
+        return {
+            "id": item["id"],
+            "mode": "file_access",
+            "file_access": "check_file_info",
+            "created": 0,
+            "timestamp": 0,
+            "user": "",
+        }
 
     def file_message_event(self, text: str, files: list[dict[str, Any]], **fields: Any) -> dict[str, Any]:
         """A message sharing files, as Slack sends it: subtype file_share, the files listed."""
@@ -411,6 +427,7 @@ class FakeSlack:
             "apps.connections.open": self._connections_open,
             "files.getUploadURLExternal": self._get_upload_url,
             "files.completeUploadExternal": self._complete_upload,
+            "files.info": self._files_info,
         }
 
     async def _auth_test(self, params: dict[str, Any]) -> web.Response:
@@ -495,6 +512,12 @@ class FakeSlack:
             self.file_bytes_sent += len(piece)
         await response.write_eof()
         return response
+
+    async def _files_info(self, params: dict[str, Any]) -> web.Response:
+        item = self.file_infos.get(str(params.get("file")))
+        if item is None:
+            return _json({"ok": False, "error": "file_not_found"})
+        return _json({"ok": True, "file": item, "comments": [], "response_metadata": {"next_cursor": ""}})
 
     async def _get_upload_url(self, params: dict[str, Any]) -> web.Response:
         filename, length = params.get("filename"), str(params.get("length", ""))

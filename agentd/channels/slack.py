@@ -322,7 +322,7 @@ class SlackChannel(ChatChannel[dict[str, Any], SlackTarget]):
             per_user=spec.per_user,
             team=raw.get("team_id"),
         )
-        files = attachments_of(event, spec.bot_token) if route is not None else ()
+        files = attachments_of(event, spec.bot_token, self._web) if route is not None else ()
         return dataclasses.replace(route, attachments=files) if route is not None and files else route
 
     def target_for(self, conversation_key: str) -> SlackTarget | None:

@@ -6,6 +6,8 @@ request; it answers 200 with its sign-in page, which would reach the model as th
 answer for a file that is not HTML is taken as the refusal it is. Uploads go the way Slack has required
 since files.upload was retired: files.getUploadURLExternal, the bytes to the URL it gives, then
 files.completeUploadExternal into the channel and thread (slack_sdk's `files_upload_v2` does the three).
+A file shared from another organisation over Slack Connect arrives as its id only
+(`file_access: check_file_info`): files.info gives the rest when the file is fetched.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agentd.channels.media import DOWNLOAD_TIMEOUT, check_declared, fetch_limited, kind_of
@@ -23,7 +26,7 @@ _NO_CONTENT_MODES = frozenset({"tombstone", "hidden_by_limit"})
 
 
 def attachments_of(
-    event: dict[str, Any], bot_token: str, timeout: float = DOWNLOAD_TIMEOUT
+    event: dict[str, Any], bot_token: str, web: AsyncWebClient | None, timeout: float = DOWNLOAD_TIMEOUT
 ) -> tuple[Attachment, ...]:
     """The files of a message event, each fetched with the bot token only when the engine asks."""
     files = event.get("files")
@@ -33,35 +36,71 @@ def attachments_of(
     for item in files:
         if not isinstance(item, dict) or item.get("mode") in _NO_CONTENT_MODES:
             continue
-        url = item.get("url_private_download") or item.get("url_private")
-        if not isinstance(url, str):
-            continue
-        mime = item.get("mimetype") if isinstance(item.get("mimetype"), str) else None
-        size = item.get("size") if isinstance(item.get("size"), int) else None
-        name = item.get("name") if isinstance(item.get("name"), str) else None
-        found.append(
-            Attachment(
-                kind=kind_of(mime),
-                mime_type=mime,
-                filename=name,
-                size=size,
-                download=_downloader(url, size, bot_token, mime, timeout),
+        if item.get("file_access") == "check_file_info" and isinstance(item.get("id"), str) and web:
+            # type, size and name unknown until files.info: the engine reads them off the bytes
+            found.append(
+                Attachment(kind="file", download=_connect_downloader(web, item["id"], bot_token, timeout))
             )
+            continue
+        if _url_of(item) is None:
+            continue
+        mime, size, name = _described(item)
+        download = _downloader(item, bot_token, timeout)
+        found.append(
+            Attachment(kind=kind_of(mime), mime_type=mime, filename=name, size=size, download=download)
         )
     return tuple(found)
 
 
-def _downloader(
-    url: str, declared: int | None, bot_token: str, mime: str | None, timeout: float
-) -> Callable[[int], Awaitable[bytes]]:
+def _url_of(item: dict[str, Any]) -> str | None:
+    url = item.get("url_private_download") or item.get("url_private")
+    return url if isinstance(url, str) else None
+
+
+def _described(item: dict[str, Any]) -> tuple[str | None, int | None, str | None]:
+    """A file object's MIME type, size and name, where it states them."""
+    mime, size, name = item.get("mimetype"), item.get("size"), item.get("name")
+    return (
+        mime if isinstance(mime, str) else None,
+        size if isinstance(size, int) else None,
+        name if isinstance(name, str) else None,
+    )
+
+
+def _downloader(item: dict[str, Any], bot_token: str, timeout: float) -> Callable[[int], Awaitable[bytes]]:
     async def download(max_bytes: int) -> bytes:
-        check_declared(declared, max_bytes)
-        headers = {"Authorization": f"Bearer {bot_token}"}
-        return await fetch_limited(
-            url, max_bytes, headers=headers, timeout=timeout, refuse_html=mime != "text/html"
-        )
+        return await _fetch(item, bot_token, max_bytes, timeout)
 
     return download
+
+
+def _connect_downloader(
+    web: AsyncWebClient, file_id: str, bot_token: str, timeout: float
+) -> Callable[[int], Awaitable[bytes]]:
+    async def download(max_bytes: int) -> bytes:
+        try:
+            info = await web.files_info(file=file_id)
+        except SlackApiError as exc:
+            data = exc.response.data
+            why = data.get("error") if isinstance(data, dict) else f"HTTP {exc.response.status_code}"
+            raise ConnectionError(f"Slack files.info refused: {why}") from None
+        item = info.get("file")
+        if not isinstance(item, dict) or _url_of(item) is None:
+            raise ConnectionError("Slack files.info gave no URL for the file")
+        return await _fetch(item, bot_token, max_bytes, timeout)
+
+    return download
+
+
+async def _fetch(item: dict[str, Any], bot_token: str, max_bytes: int, timeout: float) -> bytes:
+    mime, size, _ = _described(item)
+    check_declared(size, max_bytes)
+    url = _url_of(item)
+    assert url is not None
+    headers = {"Authorization": f"Bearer {bot_token}"}
+    return await fetch_limited(
+        url, max_bytes, headers=headers, timeout=timeout, refuse_html=mime != "text/html"
+    )
 
 
 async def upload(web: AsyncWebClient, channel: str, thread_ts: str | None, file: OutgoingFile) -> str:

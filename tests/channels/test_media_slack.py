@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from slack_sdk.web.async_client import AsyncWebClient
 
 from agentd.channels.slack import SlackChannel
 from agentd.channels.slack_files import attachments_of
@@ -103,7 +104,7 @@ async def test_a_file_declared_too_large_is_refused_without_a_download(fake: Fak
 
 async def test_a_file_larger_than_declared_is_cut_off_at_the_limit(fake: FakeSlack) -> None:
     item = fake.file_object(bytes(5000), "liar.txt", "text/plain", declared_size=10)
-    [attachment] = attachments_of({"files": [item]}, fake.bot_token)
+    [attachment] = attachments_of({"files": [item]}, fake.bot_token, None)
     assert attachment.download is not None
     with pytest.raises(MediaTooLarge):
         await attachment.download(100)
@@ -113,7 +114,7 @@ async def test_a_file_larger_than_declared_is_cut_off_at_the_limit(fake: FakeSla
 async def test_slacks_sign_in_page_is_never_taken_for_the_file(fake: FakeSlack) -> None:
     # A token without access gets a 200 HTML page from Slack, not an error: that page is not the image.
     item = fake.file_object(png(), "photo.png", "image/png")
-    [attachment] = attachments_of({"files": [item]}, "xoxb-a-token-slack-does-not-know")
+    [attachment] = attachments_of({"files": [item]}, "xoxb-a-token-slack-does-not-know", None)
     assert attachment.download is not None
     with pytest.raises(ConnectionError, match="HTML page"):
         await attachment.download(1 << 20)
@@ -122,7 +123,33 @@ async def test_slacks_sign_in_page_is_never_taken_for_the_file(fake: FakeSlack) 
 
 async def test_deleted_files_are_not_attachments(fake: FakeSlack) -> None:
     gone = {"id": "F0GONE", "mode": "tombstone"}
-    assert attachments_of({"files": [gone]}, fake.bot_token) == ()
+    assert attachments_of({"files": [gone]}, fake.bot_token, None) == ()
+
+
+async def test_a_file_shared_over_slack_connect_is_looked_up_with_files_info(fake: FakeSlack) -> None:
+    host = MediaHost()
+    photo = png(12, 12)
+    async with running(fake, host):
+        stub = fake.connect_stub(fake.file_object(photo, "from-partner.png", "image/png"))
+        await fake.push_event(in_dm(fake, "from our partner", [stub]))
+        await fake.wait_for_posts(1)
+
+    [event] = host.events
+    [attachment] = event.attachments
+    assert attachment.kind == "file" and attachment.size is None  # nothing known until files.info
+    assert host.fetched == [[photo]]
+    [info] = fake.calls_to("files.info")
+    assert info.params["file"] == stub["id"] and info.token == fake.bot_token
+
+
+async def test_a_slack_connect_file_slack_will_not_describe_is_a_connection_error(fake: FakeSlack) -> None:
+    stub = {"id": "F0NOSUCH", "mode": "file_access", "file_access": "check_file_info"}
+    web = AsyncWebClient(token=fake.bot_token, base_url=fake.api_url)
+    [attachment] = attachments_of({"files": [stub]}, fake.bot_token, web)
+    assert attachment.download is not None
+    with pytest.raises(ConnectionError, match=r"files\.info refused: file_not_found"):
+        await attachment.download(1000)
+    assert fake.downloads == []
 
 
 async def test_a_reply_with_a_file_is_uploaded_into_the_thread_after_its_text(fake: FakeSlack) -> None:
