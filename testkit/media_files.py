@@ -63,3 +63,19 @@ def pdf(*pages: str) -> bytes:
 def ogg_voice(size: int = 2048) -> bytes:
     """Bytes that stand for a voice note (an Ogg page header, then noise): the fake transcribes by name."""
     return b"OggS\x00\x02" + os.urandom(size - 6)
+
+
+def wav_tone(seconds: float = 0.2, rate: int = 8000) -> bytes:
+    """A short WAV file (a 440 Hz tone), as a client's recorded audio."""
+    import math
+    import struct
+    import wave
+
+    buffer = io.BytesIO()
+    with wave.open(buffer, "wb") as out:
+        out.setnchannels(1)
+        out.setsampwidth(2)
+        out.setframerate(rate)
+        frames = (int(8000 * math.sin(2 * math.pi * 440 * n / rate)) for n in range(int(seconds * rate)))
+        out.writeframes(b"".join(struct.pack("<h", f) for f in frames))
+    return buffer.getvalue()

@@ -215,7 +215,7 @@ async def test_a_failed_model_is_a_502_the_client_does_not_retry(
         (
             {"model": "assistant", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]},
             400,
-            "text only",
+            "image_url.url: a string is required",
         ),
         (
             {"model": "assistant", "messages": [{"role": "user", "content": "x"}], "user": "a b"},

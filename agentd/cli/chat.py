@@ -23,15 +23,17 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from agentd.cli.attach import as_json, attachment_from, is_attach, said
 from agentd.cli.local import local_agent
 from agentd.cli.remote import address, answer, reaching, running_daemon, streamed_answer
 from agentd.cli.terminal import Spinner, TerminalReply, main_thread_only
 from agentd.engine.agent import Agent
 from agentd.errors import AgentdError
-from agentd.events import CONVERSATION_ID_RE, InboundEvent, ReplySink
+from agentd.events import CONVERSATION_ID_RE, Attachment, InboundEvent, ReplySink
 
 LEAVE = {"exit", "quit", ":q"}
-Say = Callable[[str, ReplySink | None], str]  # a line, and who hears the reply as it is written
+# a line, the files attached to it (/attach), and who hears the reply as it is written
+Say = Callable[[str, tuple[Attachment, ...], ReplySink | None], str]
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
@@ -46,8 +48,13 @@ def cmd_chat(args: argparse.Namespace) -> int:
         with reaching(client):  # an agent the daemon does not serve fails here, before a greeting
             answer(client.get(f"/agents/{args.agent}/status", params={"conversation_key": key}))
 
-        def say(line: str, sink: ReplySink | None) -> str:
-            path, body = f"/agents/{args.agent}/repl", {"session": args.session, "text": line}
+        def say(line: str, files: tuple[Attachment, ...], sink: ReplySink | None) -> str:
+            path = f"/agents/{args.agent}/repl"
+            body = {
+                "session": args.session,
+                "text": line,
+                **({"attachments": as_json(files)} if files else {}),
+            }
             with reaching(client, "your message"):
                 if sink is not None:
                     return str(streamed_answer(client, path, body, sink)["reply"])
@@ -63,8 +70,9 @@ def _in_process(args: argparse.Namespace) -> int:
         agent: Agent = run(opened.__aenter__())
         try:
 
-            def say(line: str, sink: ReplySink | None) -> str:
-                event = InboundEvent(agent.name, f"repl:{args.session}", line, "repl", user_id="local")
+            def say(line: str, files: tuple[Attachment, ...], sink: ReplySink | None) -> str:
+                key = f"repl:{args.session}"
+                event = InboundEvent(agent.name, key, line, "repl", user_id="local", attachments=files)
                 return run(agent.handle(event, sink=sink)).text
 
             where = f"{agent.name} ({agent.spec.model.name}), conversation repl:{args.session}"
@@ -107,7 +115,12 @@ def _repl(where: str, say: Say) -> int:
     if interactive:
         with contextlib.suppress(ImportError):
             import readline  # noqa: F401  (input() then edits lines and keeps a history)
-    print(f"agentd chat: {where}. /help for commands; exit, Ctrl-D or Ctrl-C to leave.", flush=True)
+    print(
+        f"agentd chat: {where}. /help for commands, /attach PATH to send a file; exit, Ctrl-D or Ctrl-C to"
+        " leave.",
+        flush=True,
+    )
+    attached: list[Attachment] = []
     try:
         while True:
             try:
@@ -120,14 +133,22 @@ def _repl(where: str, say: Say) -> int:
                 return 0
             if not line.strip():
                 continue
+            if is_attach(line):
+                try:
+                    attached.append(attachment_from(line))
+                    print(said(attached[-1]), flush=True)
+                except (OSError, ValueError) as e:
+                    print(f"agentd: cannot attach: {e}", file=sys.stderr, flush=True)
+                continue
+            files, attached = tuple(attached), []
             spinner = Spinner(interactive)
             shown: TerminalReply | None = None
             try:
                 if streaming:
                     shown = TerminalReply(spinner)
-                    shown.finish(say(line, shown))
+                    shown.finish(say(line, files, shown))
                 else:
-                    reply = say(line, None)
+                    reply = say(line, files, None)
                     spinner.stop()
                     print(reply, flush=True)
             except AgentdError as e:

@@ -14,6 +14,7 @@ from agentd.config.refs import ModelRef
 InputKind = Literal["text", "image", "audio"]
 MediaType = Literal["image", "audio", "document", "file"]
 MB = 2**20
+MIME_PATTERN = r"^[a-z0-9.+-]+/([a-z0-9.+-]+|\*)$"  # type/subtype, or type/* for every subtype
 
 
 class MediaSpec(Spec):
@@ -25,7 +26,9 @@ class MediaSpec(Spec):
     # the kinds taken (a channel's reading: image | audio | document | file); anything else is refused
     allowed: list[MediaType] = ["image", "audio", "document", "file"]
     # MIME types taken beside the kinds' check, e.g. [image/png, application/pdf]; empty: any
-    allowed_types: list[str] = []
+    allowed_types: list[str] = Field(
+        default=[], json_schema_extra={"items": {"type": "string", "pattern": MIME_PATTERN}}
+    )
     download_timeout_s: float = Field(default=30.0, gt=0)
     # days a file is kept after it was sent; 0: until its conversation or its sender is erased
     keep_days: int = Field(default=0, ge=0)
@@ -44,7 +47,7 @@ class MediaSpec(Spec):
     @classmethod
     def _mime(cls, v: list[str]) -> list[str]:
         for item in v:
-            if not re.fullmatch(r"[a-z0-9.+-]+/[a-z0-9.+*-]+", item):
+            if not re.fullmatch(MIME_PATTERN, item):
                 raise ValueError(f"{item!r} is not a MIME type (type/subtype, e.g. image/png or image/*)")
         return v
 

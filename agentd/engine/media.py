@@ -90,7 +90,7 @@ async def take_media(conv: Conversation, event: InboundEvent) -> Intake:
             )
         )
         intake.audit.append(_event("stored", event, part, part.note))
-    if items:
+    if items and conv.memory.keeps_transcript:  # a stateless call keeps nothing, its files neither
         await conv.agent.store.write(StoreMedia(items))
     return intake
 

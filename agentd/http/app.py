@@ -44,12 +44,14 @@ from agentd.http.idempotency import (
     replay_headers,
 )
 from agentd.http.lookup import running_agent
+from agentd.http.media_in import attachments_of
 from agentd.http.openai_api import add_openai_routes, is_openai_path, openai_error
 from agentd.http.people import add_people_routes
 from agentd.http.reads import add_read_routes
 from agentd.http.streaming import TurnStream, reply_events
 from agentd.http.tools_routes import add_tool_routes
 from agentd.http.ui import add_ui_routes
+from agentd.http.webhook_in import read_message
 
 READY_503 = "Not ready: the store does not answer, the agents are still loading, or the daemon is stopping"
 
@@ -140,8 +142,9 @@ def create_app(directory: AgentDirectory) -> FastAPI:
         """A message to the agent's webhook channel (conversation `webhook:<conversation_id>`); text starting
         with `/` runs a command. With an Idempotency-Key (or `message_id`), a retry is answered with the
         first request's reply and the message is stored once."""
-        message = await read_json(request, MessageIn, directory.max_body_bytes)
         target = running_agent(directory, agent)
+        # JSON within http.max_body_bytes, or multipart with files within media.max_message_bytes
+        message, files = await read_message(request, directory.max_body_bytes, target.spec.media)
         if not directory.has_webhook(agent):
             raise ApiError(404, f"agent {agent!r} has no webhook channel: add `channels: {{webhook: {{}}}}`")
         key = key_of(idempotency_key, message.message_id)
@@ -153,6 +156,7 @@ def create_app(directory: AgentDirectory) -> FastAPI:
             user_id=message.user_id,
             event_id=key,
             sent_at=message.sent_at,
+            attachments=files,
         )
         if key is not None:
 
@@ -187,7 +191,10 @@ def create_app(directory: AgentDirectory) -> FastAPI:
     ) -> Any:
         """`agentd chat` beside a running daemon: the same repl:<session> conversation as in-process."""
         line = await read_json(request, ReplIn, directory.max_body_bytes)
-        event = InboundEvent(agent, f"repl:{line.session}", line.text, "repl", user_id="local")
+        files = attachments_of(line.attachments, ())  # /attach: the file's bytes, never a URL
+        event = InboundEvent(
+            agent, f"repl:{line.session}", line.text, "repl", user_id="local", attachments=files
+        )
         target = running_agent(directory, agent)
         if stream:
             return await streamed(target, event)

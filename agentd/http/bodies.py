@@ -11,13 +11,23 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from fastapi import Path, Request
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from agentd.events import CONVERSATION_ID_RE, USER_ID_FORM, USER_ID_PATTERN, Reply, is_user_id
 from agentd.http.errors import ApiError, reasons
 from agentd.http.idempotency import KEY_DOC, KEY_PATTERN
+from agentd.http.media_in import MAX_FILES, AttachmentIn
 
 MAX_TEXT = 32_000
+UPLOADED = "uploaded"  # validation context: how many files came beside the fields (multipart)
 AGENT_PATTERN = r"^[a-z0-9][a-z0-9_-]*$"
 # A time: epoch seconds, or an RFC 3339 date-time (`T` or a space; an offset, else UTC).
 _RFC3339 = re.compile(
@@ -42,7 +52,10 @@ class MessageIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     conversation_id: str = Field(pattern=CONVERSATION_ID_RE.pattern, description="1-128 of [A-Za-z0-9_.:-]")
-    text: str = Field(min_length=1, max_length=MAX_TEXT)
+    text: str = Field(default="", max_length=MAX_TEXT, description="may be empty when files come with it")
+    attachments: list[AttachmentIn] = Field(
+        default=[], max_length=MAX_FILES, description="files with the message (or send multipart/form-data)"
+    )
     user_id: str | None = Field(
         default=None,
         json_schema_extra={"pattern": USER_ID_PATTERN},
@@ -72,6 +85,13 @@ class MessageIn(BaseModel):
     def _sent_at(cls, value: Any) -> float | None:
         return None if value is None else epoch_seconds(value)
 
+    @model_validator(mode="after")
+    def _says_something(self, info: ValidationInfo) -> MessageIn:
+        uploaded = isinstance(info.context, dict) and info.context.get(UPLOADED)  # multipart files
+        if not self.text and not self.attachments and not uploaded:
+            raise ValueError("a message needs text or attachments")
+        return self
+
 
 class ReplIn(BaseModel):
     """A line of `agentd chat` sent to the daemon that owns the data folder (conversation repl:<session>)."""
@@ -80,6 +100,7 @@ class ReplIn(BaseModel):
 
     session: str = Field(pattern=CONVERSATION_ID_RE.pattern, description="1-128 of [A-Za-z0-9_.:-]")
     text: str = Field(min_length=1, max_length=MAX_TEXT)
+    attachments: list[AttachmentIn] = Field(default=[], max_length=MAX_FILES, description="/attach's files")
 
 
 class MessageOut(BaseModel):

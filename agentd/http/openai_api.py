@@ -60,6 +60,7 @@ from agentd.http.openai_call import CHANNEL, CONVERSATION_HEADER, Call, ChatComp
 from agentd.http.openai_params import completion_docs, finish_reason, ignored_headers, turn_limits
 from agentd.http.openai_usage import UsageChunk, UsageOut, stream_usage, usage_of
 from agentd.http.streaming import SSE_HEADERS, Failed, Restart, TurnStream
+from agentd.http.webhook_in import body_limit
 
 # What a header value may carry as is: printable ASCII but `%`, which starts an escape (RFC 3986).
 _HEADER_SAFE = "".join(chr(c) for c in range(0x21, 0x7F) if chr(c) != "%")
@@ -239,15 +240,28 @@ def add_openai_routes(
         idempotency_key: str | None = Header(None, alias=HEADER, pattern=KEY_PATTERN, description=KEY_DOC),
     ) -> Any:
         """Talk to an agent as to an OpenAI model (see the module docstring for the rules)."""
-        body = await read_json(request, ChatCompletionIn, directory.max_body_bytes)
+        # the body names the agent: it may be as large as the largest files a served agent takes
+        limit = max(
+            [directory.max_body_bytes]
+            + [body_limit(0, a.spec.media) for n in served() if (a := directory.agent(n))]
+        )
+        body = await read_json(request, ChatCompletionIn, limit)
         agent = agent_of(body.model)
-        call = Call(body, request.headers.get(CONVERSATION_HEADER))
+        call = Call(body, request.headers.get(CONVERSATION_HEADER), agent.spec.media.allowed_urls)
         key = key_of(idempotency_key, body.message_id)
         stateless = call.earlier is not None
         # a stateless call stores nothing: its key is honoured in this process only (idempotency.py)
         event_id = None if stateless else key
         limits = turn_limits(body.model_extra or {})
-        event = InboundEvent(agent.name, call.key, call.text, CHANNEL, user_id=call.user, event_id=event_id)
+        event = InboundEvent(
+            agent.name,
+            call.key,
+            call.text,
+            CHANNEL,
+            user_id=call.user,
+            event_id=event_id,
+            attachments=call.attachments,
+        )
 
         async def turn(sink: ReplySink | None) -> Reply:
             if call.earlier is not None:

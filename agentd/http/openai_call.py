@@ -9,14 +9,16 @@ could be neither stored nor sent on to the model.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agentd.events import USER_ID_FORM, USER_ID_PATTERN, is_user_id
+from agentd.events import USER_ID_FORM, USER_ID_PATTERN, Attachment, is_user_id
 from agentd.http.bodies import MAX_TEXT
 from agentd.http.errors import ApiError
 from agentd.http.idempotency import KEY_DOC, KEY_PATTERN
+from agentd.http.media_in import content_parts
 from agentd.messages import Message
 
 CHANNEL = "openai"
@@ -72,7 +74,8 @@ class ChatCompletionIn(BaseModel):
 class Call:
     """One request read: whose conversation, what is new, what came before, what the caller adds."""
 
-    def __init__(self, body: ChatCompletionIn, header: str | None):
+    def __init__(self, body: ChatCompletionIn, header: str | None, allowed_urls: Sequence[str] = ()):
+        """`allowed_urls`: where an `image_url` may be fetched from (the agent's media.allowed_urls)."""
         _refuse_what_agentd_cannot_do(body)
         *earlier, last = body.messages
         self.instructions = "\n\n".join(
@@ -82,8 +85,14 @@ class Call:
             raise ApiError(
                 400, f"the last message must be the user's new turn, not {last.role!r}", param="messages"
             )
-        self.text = _text(last, len(body.messages) - 1)
-        if not self.text.strip():
+        self.attachments: tuple[Attachment, ...] = ()
+        if isinstance(last.content, list):  # content parts: text, and images or audio (media_in)
+            parts = [p.model_dump(exclude_none=True) for p in last.content]
+            text, self.attachments = content_parts(parts, len(body.messages) - 1, allowed_urls)
+            self.text = _encodable(text, f"messages[{len(body.messages) - 1}]")
+        else:
+            self.text = _text(last, len(body.messages) - 1)
+        if not self.text.strip() and not self.attachments:
             raise ApiError(400, "the last user message has no text", param="messages")
         if len(self.text) > MAX_TEXT:
             raise ApiError(
@@ -128,10 +137,15 @@ def _text(message: ChatMessageIn, index: int) -> str:
         return _encodable(content, f"messages[{index}]")
     texts = []
     for part in content:
+        if part.type in ("image_url", "input_audio"):
+            # an earlier message's file (a stateless call sends the whole conversation each time): the
+            # model is told it was there; only the new turn's files are taken
+            texts.append(f"[{'an image' if part.type == 'image_url' else 'audio'} sent earlier]")
+            continue
         if part.type != "text" or part.text is None:
             raise ApiError(
                 400,
-                f"messages[{index}]: a {part.type!r} content part; agents take text only",
+                f"messages[{index}]: a {part.type!r} content part; agents take text, image_url and input_audio",
                 param="messages",
             )
         texts.append(part.text)

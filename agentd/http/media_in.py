@@ -1,0 +1,205 @@
+"""Files sent over HTTP, as the engine takes them (agentd.events.Attachment): a webhook message's
+`attachments` (base64 `data`, or a `url` the agent's media.allowed_urls lets agentd fetch), a
+multipart upload, and the OpenAI endpoint's content parts (`image_url`, `input_audio`).
+
+The engine decides the limits (agentd.engine.media); a URL is fetched only when the turn asks, never
+past the byte limit it is given. A malformed item is a 4xx with the reason, before anything runs.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from typing import Any, Literal
+
+import httpx
+from fastapi import Request
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from starlette.datastructures import UploadFile
+from starlette.formparsers import MultiPartException, MultiPartParser
+
+from agentd.events import Attachment, MediaTooLarge
+from agentd.http.errors import ApiError
+
+MAX_FILES = 16  # files in one message
+_DATA_URL_PREFIX = "data:"
+
+
+class AttachmentIn(BaseModel):
+    """A file with a webhook message: its bytes as base64 `data`, or a `url` to fetch them from (one
+    the agent's media.allowed_urls allows)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    filename: str | None = Field(default=None, max_length=255)
+    mime_type: str | None = Field(default=None, max_length=255, pattern=r"^[\w.+-]+/[\w.+-]+$")
+    kind: Literal["image", "audio", "document", "file"] | None = Field(
+        default=None,
+        description="default: read from mime_type (image/*, audio/*, text/* and PDFs as documents)",
+    )
+    data: str | None = Field(default=None, description="the file's bytes, base64")
+    url: str | None = Field(
+        default=None, max_length=2048, pattern=r"^https?://", description="where to fetch it"
+    )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> AttachmentIn:
+        if (self.data is None) == (self.url is None):
+            raise ValueError("give the file's bytes as `data` (base64) or a `url`, one of them")
+        return self
+
+
+def kind_of(mime_type: str | None) -> str:
+    major = (mime_type or "").split("/", 1)[0]
+    if major in ("image", "audio"):
+        return major
+    if major == "text" or mime_type == "application/pdf":
+        return "document"
+    return "file"
+
+
+def decoded(data: str, where: str, status: int = 422) -> bytes:
+    try:
+        return base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        raise ApiError(
+            status, f"{where}: not base64", **({"param": "messages"} if status == 400 else {})
+        ) from None
+
+
+def attachments_of(items: Sequence[AttachmentIn], allowed_urls: Sequence[str]) -> tuple[Attachment, ...]:
+    """The webhook's attachments as the engine takes them; 422 for bad base64 or a URL not allowed."""
+    if len(items) > MAX_FILES:
+        raise ApiError(422, f"attachments: at most {MAX_FILES} files in one message")
+    out = []
+    for i, item in enumerate(items):
+        kind = item.kind or kind_of(item.mime_type)
+        if item.data is not None:
+            data = decoded(item.data, f"attachments[{i}].data")
+            out.append(Attachment(kind, item.mime_type, item.filename, len(data), data))
+        else:
+            assert item.url is not None
+            out.append(from_url(item.url, allowed_urls, f"attachments[{i}].url", kind, item))
+    return tuple(out)
+
+
+def from_url(
+    url: str,
+    allowed_urls: Sequence[str],
+    where: str,
+    kind: str,
+    item: AttachmentIn | None = None,
+    status: int = 422,
+) -> Attachment:
+    """A file at a URL the operator allowed (media.allowed_urls: prefixes), fetched when the turn asks."""
+    if not any(url.startswith(prefix) for prefix in allowed_urls):
+        raise ApiError(
+            status,
+            f"{where}: agentd fetches only URLs the agent's media.allowed_urls allows; {url[:100]!r} is not",
+        )
+    filename = (
+        item.filename if item is not None and item.filename else url.rsplit("/", 1)[-1].split("?")[0] or None
+    )
+    mime_type = item.mime_type if item is not None else None
+    return Attachment(kind, mime_type, filename, None, None, fetcher(url))
+
+
+def fetcher(url: str) -> Callable[[int], Awaitable[bytes]]:
+    """Fetch `url` (no redirects: the allowed prefix is the one checked), at most `max_bytes` of it;
+    the engine bounds the time (media.download_timeout_s)."""
+
+    async def download(max_bytes: int) -> bytes:
+        async with httpx.AsyncClient() as client, client.stream("GET", url) as response:
+            response.raise_for_status()
+            declared = response.headers.get("content-length")
+            if declared is not None and declared.isdigit() and int(declared) > max_bytes:
+                raise MediaTooLarge(max_bytes)
+            chunks, size = [], 0
+            async for chunk in response.aiter_bytes():
+                size += len(chunk)
+                if size > max_bytes:
+                    raise MediaTooLarge(max_bytes)
+                chunks.append(chunk)
+        return b"".join(chunks)
+
+    return download
+
+
+async def read_multipart(request: Request, body: bytes) -> tuple[dict[str, str], tuple[Attachment, ...]]:
+    """A multipart/form-data webhook message: its text fields, and its files (any field name)."""
+
+    async def stream() -> AsyncGenerator[bytes, None]:
+        yield body
+
+    try:
+        form = await MultiPartParser(request.headers, stream(), max_files=MAX_FILES, max_fields=32).parse()
+    except MultiPartException as e:
+        raise ApiError(400, f"malformed multipart body: {e.message}") from None
+    fields: dict[str, str] = {}
+    files: list[Attachment] = []
+    for name, value in form.multi_items():
+        if isinstance(value, UploadFile):
+            data = await value.read()
+            mime = value.content_type if value.content_type != "application/octet-stream" else None
+            files.append(Attachment(kind_of(mime), mime, value.filename, len(data), data))
+        elif name in fields:
+            raise ApiError(422, f"{name}: given twice")
+        else:
+            fields[name] = value
+    await form.close()
+    return fields, tuple(files)
+
+
+def content_parts(
+    parts: Sequence[Any], index: int, allowed_urls: Sequence[str]
+) -> tuple[str, tuple[Attachment, ...]]:
+    """An OpenAI user message's content parts: its text, and its images (`image_url`: a data URL or an
+    allowed URL) and audio (`input_audio`: base64 `data` in a `format`) as attachments."""
+    texts: list[str] = []
+    files: list[Attachment] = []
+    for j, part in enumerate(parts):
+        where = f"messages[{index}].content[{j}]"
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind == "text" and isinstance(part.get("text"), str):
+            texts.append(part["text"])
+        elif kind == "image_url":
+            image = part.get("image_url")
+            url = image.get("url") if isinstance(image, dict) else None
+            if not isinstance(url, str):
+                raise ApiError(400, f"{where}.image_url.url: a string is required", param="messages")
+            files.append(_image(url, where, allowed_urls))
+        elif kind == "input_audio":
+            audio = part.get("input_audio") if isinstance(part.get("input_audio"), dict) else {}
+            fmt = audio.get("format")
+            if fmt not in ("wav", "mp3") or not isinstance(audio.get("data"), str):
+                raise ApiError(
+                    400, f"{where}.input_audio: base64 `data` and a `format` of wav or mp3", param="messages"
+                )
+            data = decoded(audio["data"], f"{where}.input_audio.data", 400)
+            mime = "audio/wav" if fmt == "wav" else "audio/mpeg"
+            files.append(Attachment("audio", mime, f"audio.{fmt}", len(data), data))
+        else:
+            raise ApiError(
+                400,
+                f"{where}: a {kind!r} content part; agents take text, image_url and input_audio",
+                param="messages",
+            )
+    if len(files) > MAX_FILES:
+        raise ApiError(400, f"messages[{index}]: at most {MAX_FILES} files in one message", param="messages")
+    return "".join(texts), tuple(files)
+
+
+def _image(url: str, where: str, allowed_urls: Sequence[str]) -> Attachment:
+    if url.startswith(_DATA_URL_PREFIX):
+        head, sep, payload = url[len(_DATA_URL_PREFIX) :].partition(",")
+        mime, _, encoding = head.partition(";")
+        if not sep or encoding != "base64" or not mime.startswith("image/"):
+            raise ApiError(
+                400,
+                f"{where}.image_url.url: a data URL must be data:image/<type>;base64,<data>",
+                param="messages",
+            )
+        data = decoded(payload, f"{where}.image_url.url", 400)
+        return Attachment("image", mime, None, len(data), data)
+    return from_url(url, allowed_urls, f"{where}.image_url.url", "image", status=400)
