@@ -35,6 +35,7 @@ from aiohttp import web
 from PIL import Image
 
 FaultKind = Literal["drop", "502", "500", "429", "migrate"]
+FileKind = Literal["photo", "document", "voice", "audio", "video", "video_note"]
 
 # Values PTB sends as plain strings; everything else in a form body is a JSON string.
 _STRING_FIELDS = frozenset({"text", "url", "secret_token", "action", "parse_mode", "caption", "ip_address"})
@@ -225,7 +226,7 @@ class FakeTelegram:
 
     def file_update(
         self,
-        kind: Literal["photo", "document", "voice", "audio"],
+        kind: FileKind,
         data: bytes,
         *,
         user_id: int,
@@ -263,23 +264,29 @@ class FakeTelegram:
                 sizes[-1] |= {"width": width, "height": height}
             message["photo"] = sizes
             return update
-        folder, ext = {"document": ("documents", ""), "voice": ("voice", ".oga"), "audio": ("music", ".mp3")}[
-            kind
-        ]
+        folder, ext = {
+            "document": ("documents", ""),
+            "voice": ("voice", ".oga"),
+            "audio": ("music", ".mp3"),
+            "video": ("videos", ".mp4"),
+            "video_note": ("video_notes", ".mp4"),
+        }[kind]
         stored = self.store_file(data, folder, ext)
         media = _file_fields(stored, size)
         if mime_type is not None:
             media["mime_type"] = mime_type
-        if filename is not None and kind != "voice":
+        if filename is not None and kind not in ("voice", "video_note"):
             media["file_name"] = filename
-        if kind in ("voice", "audio"):
+        if kind in ("voice", "audio", "video", "video_note"):
             media["duration"] = 3
+        if kind == "video":
+            media |= {"width": 640, "height": 360}
+        if kind == "video_note":
+            media["length"] = 240
         message[kind] = media
         return update
 
-    def send_file(
-        self, kind: Literal["photo", "document", "voice", "audio"], data: bytes, **fields: Any
-    ) -> dict[str, Any]:
+    def send_file(self, kind: FileKind, data: bytes, **fields: Any) -> dict[str, Any]:
         """Build a file update (see `file_update`) and queue it for getUpdates."""
         return self.inject(self.file_update(kind, data, **fields))
 

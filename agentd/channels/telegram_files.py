@@ -23,11 +23,10 @@ from agentd.events import Attachment, OutgoingFile
 log = logging.getLogger(__name__)
 PHOTO_UPLOAD_LIMIT = 10 * 1024 * 1024  # sendPhoto takes photos up to 10 MB; larger images go as documents
 Redact = Callable[[str], str]
-FILES = filters.PHOTO | filters.Document.ALL | filters.VOICE | filters.AUDIO  # the messages with files taken
-
-
-def has_media(message: Message) -> bool:
-    return bool(message.photo or message.document or message.voice or message.audio)
+# the messages with files taken: a video is not watched, but it is named and its caption answered
+FILES = (
+    filters.PHOTO | filters.Document.ALL | filters.VOICE | filters.AUDIO | filters.VIDEO | filters.VIDEO_NOTE
+)
 
 
 def attachments_of(
@@ -60,6 +59,15 @@ def attachments_of(
         audio = message.audio
         name = audio.file_name or "audio"
         found.append(_attachment(bot, audio.file_id, audio.mime_type, name, audio.file_size, redact, timeout))
+    if message.video:
+        video = message.video
+        name = video.file_name or "video.mp4"
+        found.append(_attachment(bot, video.file_id, video.mime_type, name, video.file_size, redact, timeout))
+    if message.video_note:  # a round video message: always MP4
+        note = message.video_note
+        found.append(
+            _attachment(bot, note.file_id, "video/mp4", "video_note.mp4", note.file_size, redact, timeout)
+        )
     return tuple(found)
 
 

@@ -93,6 +93,23 @@ async def test_a_voice_note_and_an_audio_file_are_audio(fake: FakeTelegram) -> N
     assert host.fetched == [[OGG], [b"ID3" + bytes(500)]]
 
 
+async def test_a_video_and_a_round_video_note_are_files_and_a_videos_caption_is_answered(
+    fake: FakeTelegram,
+) -> None:
+    clip = b"\x00\x00\x00\x18ftypmp42" + bytes(400)
+    host = MediaHost()
+    async with running(fake, host):
+        fake.send_file("video", clip, user_id=ALICE, caption="what happens here?", mime_type="video/mp4")
+        fake.send_file("video_note", clip, user_id=ALICE)
+        await fake.wait_for_sent(2)
+
+    video, note = host.events
+    assert video.text == "what happens here?"  # the caption is not lost with the video
+    assert note.text == "" and note.attachments[0].filename == "video_note.mp4"
+    assert [(a.kind, a.mime_type) for e in host.events for a in e.attachments] == [("file", "video/mp4")] * 2
+    assert host.fetched == [[clip], [clip]]
+
+
 async def test_a_file_declared_too_large_is_refused_before_getfile(fake: FakeTelegram) -> None:
     host = MediaHost(max_bytes=1000)
     async with running(fake, host):
