@@ -200,3 +200,34 @@ async def test_a_discord_voice_message_is_transcribed_and_the_transcript_echoed(
     [chat] = chats(fake)
     assert "transcript: remind me to buy milk tomorrow" in chat["messages"][-1]["content"]
     assert await stored_media(a, f"discord:dm:{alice}") == {hashlib.sha256(voice).hexdigest(): voice}
+
+
+async def test_the_second_of_two_telegram_photos_is_the_one_the_model_is_asked_about(
+    harness: Harness, fake: FakeLLM, telegram: FakeTelegram
+) -> None:
+    a = await agent(harness, fake, "gpt/gpt-4o")
+    async with serving(telegram_channel(telegram), a):
+        telegram.send_file("photo", photo_of(RED), user_id=ALICE, caption="first")
+        await telegram.wait_for_sent(1, timeout=10)
+        telegram.send_file("photo", photo_of(BLUE), user_id=ALICE, caption="and this one?")
+        await telegram.wait_for_sent(2, timeout=10)
+
+    _, second = chats(fake)
+    newest = second["messages"][-1]
+    assert newest["content"][0]["text"] == "and this one?"
+    [seen] = images_in({"messages": [newest]})  # one image in the new message: this one's
+    assert near(colour_of(seen), BLUE)
+    assert len(telegram.downloads) == 2  # each photo fetched once, when its own message came
+
+
+async def test_a_telegram_voice_note_whose_transcription_fails_is_said_to_the_person(
+    harness: Harness, fake: FakeLLM, telegram: FakeTelegram
+) -> None:
+    a = await agent(harness, fake, "gpt/gpt-4o-mini", "{transcribe: gpt/whisper-1}")
+    fake.fail(500, endpoint="transcriptions", message="the server had an error")
+    voice = ogg_voice()
+    async with serving(telegram_channel(telegram), a):
+        telegram.send_file("voice", voice, user_id=ALICE, mime_type="audio/ogg")
+        [sent] = await telegram.wait_for_sent(1, timeout=10)
+    assert sent["text"].startswith("(I could not transcribe")
+    assert await stored_media(a, f"telegram:{ALICE}") == {hashlib.sha256(voice).hexdigest(): voice}  # kept
