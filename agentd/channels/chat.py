@@ -296,8 +296,12 @@ class ChatChannel(ABC, Generic[RawT, TargetT]):
         if failed:
             notice = f"(I could not send {', '.join(failed)}: the upload failed.)"
             part = first + len(reply.files)  # a part of its own: Discord's nonce tells sends apart by it
-            with contextlib.suppress(Exception):  # already audited; nothing further to fall back on
+            try:
                 await self.retrying(functools.partial(self.send_chunk, route.target, notice, part))
+            except Exception as exc:  # already audited; nothing further to fall back on
+                log.error(
+                    "%s: the notice of files not sent failed too: %s", self.name, self.describe_error(exc)
+                )
 
     async def _send_failed(
         self,

@@ -320,3 +320,21 @@ async def test_in_a_group_an_album_is_taken_whole_when_its_caption_mentions_the_
     [event] = host.events
     assert event.text == "compare"
     assert host.fetched == [[png(shade=7), png(shade=8)]]
+
+
+async def test_an_upload_that_fails_when_even_its_notice_cannot_be_sent_is_audited_and_nothing_crashes(
+    fake: FakeTelegram, caplog: pytest.LogCaptureFixture
+) -> None:
+    host = MediaHost(reply_files=[OutgoingFile("empty.txt", "text/plain", b"")], reply_with=lambda e: "")
+    async with running(fake, host) as channel:
+        fake.fail("sendMessage", times=10, how="500")  # the notice cannot go out either
+        fake.send_text("just the file", user_id=ALICE)
+        await wait_until(lambda: len(host.audits) == 1, "the audit")
+        await wait_until(lambda: not channel._in_flight, "the turn to end")
+        fake.send_text("still there?", user_id=ALICE)  # the channel goes on
+        await wait_until(lambda: len(host.events) == 2, "the next message")
+
+    assert [(a["action"], a["data"]["filename"]) for a in host.audits] == [("file_failed", "empty.txt")] * 2
+    assert fake.uploads == [] and fake.sent == []
+    assert any("the notice of files not sent failed too" in r.getMessage() for r in caplog.records)
+    assert not [r for r in caplog.records if "handling a message" in r.getMessage()]  # no handler crash
