@@ -22,6 +22,7 @@ from agentd.events import Attachment, OutgoingFile
 
 log = logging.getLogger(__name__)
 PHOTO_UPLOAD_LIMIT = 10 * 1024 * 1024  # sendPhoto takes photos up to 10 MB; larger images go as documents
+UPLOAD_LIMIT = 50 * 1024 * 1024  # what the Bot API lets a bot send; past it Telegram answers 413
 Redact = Callable[[str], str]
 # the messages with files taken: a video is not watched, but it is named and its caption answered
 FILES = (
@@ -111,6 +112,9 @@ def _downloader(
 
 async def upload(bot: ExtBot[Any], chat_id: int, thread_id: int | None, file: OutgoingFile) -> Message:
     """One file into a chat: a photo where Telegram shows it as one, else a document."""
+    if len(file.data) > UPLOAD_LIMIT:
+        # refused here: a 413 reaches PTB as a NetworkError, which would be retried, 50 MB each time
+        raise ValueError(f"{file.filename} is larger than the 50 MB Telegram lets a bot send")
     upload = InputFile(file.data, filename=file.filename)
     if file.mime_type.startswith("image/") and len(file.data) <= PHOTO_UPLOAD_LIMIT:
         try:

@@ -195,6 +195,18 @@ async def test_an_image_telegram_will_not_show_as_a_photo_goes_as_a_document(fak
     assert host.audits == []
 
 
+async def test_a_file_over_the_50_mb_a_bot_may_send_is_refused_without_an_upload(fake: FakeTelegram) -> None:
+    huge = OutgoingFile("backup.tar", "application/x-tar", bytes((50 << 20) + 1))
+    host = MediaHost(reply_files=[huge], reply_with=lambda e: "here it is")
+    async with running(fake, host):
+        fake.send_text("the backup please", user_id=ALICE)
+        await fake.wait_for_sent(2)
+    assert fake.calls_to("sendDocument") == [] and fake.uploads == []
+    assert fake.sent[1]["text"] == "(I could not send backup.tar: the upload failed.)"
+    [audit] = host.audits
+    assert "larger than the 50 MB" in audit["data"]["error"]
+
+
 async def test_a_failed_upload_is_said_and_audited_and_the_other_files_still_go(fake: FakeTelegram) -> None:
     files = [OutgoingFile("empty.txt", "text/plain", b""), OutgoingFile("chart.png", "image/png", png())]
     host = MediaHost(reply_files=files, reply_with=lambda event: "two files")
