@@ -22,7 +22,7 @@ from agentd.store.queries import ActiveThread, MediaBlobs
 from testkit.fake_llm import FakeLLM
 from testkit.fake_media import images_in
 from testkit.media_files import noisy_jpeg, ogg_voice, pdf, png
-from tests.support import Harness
+from tests.support import Harness, every_episode
 
 KEY = "webhook:m1"
 RED, BLUE = (220, 20, 20), (20, 20, 220)
@@ -329,3 +329,46 @@ def test_media_part_round_trips_through_the_message_codec() -> None:
     part = MediaPart(sha256="ab" * 32, media="image", mime_type="image/png", size=10, filename="a.png")
     message = Message(role="user", parts=(part,), user_id="ana")
     assert load_message(dump_message(message)) == message
+
+
+@pytest.mark.both_stores
+async def test_deleting_a_conversation_deletes_its_files(
+    harness: Harness, fake: FakeLLM, store_backend: str
+) -> None:
+    a = await agent(harness, fake, "gpt/gpt-4o")
+    await send(a, "mine", photo(png(RED)))
+    [message] = await stored_user_messages(a)
+    sha = message.media[0].sha256
+    assert await a.delete_conversation(KEY, by="operator") == {"threads": 1, "messages": 2}
+    assert await a.state.store.read(MediaBlobs(KEY, [sha])) == {}
+    [event] = await a.audit_events(kind="conversation")
+    assert event["data"] == {"threads": 1, "messages": 2, "media": 1, "by": "operator"}
+
+
+async def test_the_receipt_sent_on_tuesday_is_recalled_by_what_was_on_it(
+    harness: Harness, fake: FakeLLM
+) -> None:
+    spec = "model: gpt/gpt-3.5-turbo\nmemory: {scope: thread, strategy: {kind: episodic, top_k: 3}}\n"
+    spec += "channels: {webhook: {}}\nmedia: {image_model: gpt/gpt-4o-mini}\n"
+    a = await harness.agent(spec, settings=settings(fake))
+    fake.reply("A receipt from Cafe Uno, Tuesday 3 March: two espressos, total 12.50 EUR.")
+    fake.reply("Noted.")
+    await send(a, "keep this for my expenses", photo(png(RED), "receipt.png"))
+    await a.drain(5)  # the episode is written after the run
+    [episode] = [e for e in await every_episode(a) if "Cafe Uno" in e.text]
+    assert "description: A receipt from Cafe Uno" in episode.text
+    # a new conversation, days later: the question recalls it by what was on it
+    await send(a, "how much was the Cafe Uno receipt?", key="webhook:later")
+    system = chats(fake)[-1]["messages"][0]
+    assert system["role"] == "system" and "12.50 EUR" in system["content"]
+
+
+async def test_an_ollama_vision_model_gets_the_photo_through_its_openai_compatible_endpoint(
+    harness: Harness, fake: FakeLLM
+) -> None:
+    local = {"kind": "ollama", "base_url": fake.openai_base_url, "max_retries": 0}
+    spec = "model: local/llava:7b\nmemory: {scope: thread}\nchannels: {webhook: {}}\n"
+    a = await harness.agent(spec, settings=DaemonSpec.model_validate({"providers": {"local": local}}))
+    await send(a, "what is it?", photo(png(BLUE, (3000, 100))))
+    [chat] = chats(fake)
+    assert chat["model"] == "llava:7b" and len(images_in(chat)) == 1  # base64 image_url parts (Ollama's /v1)

@@ -119,13 +119,15 @@ async def test_json_attachments_by_base64_and_by_an_allowed_url(
         assert r.status_code == 200, r.text
         assert len(images_in(fake.requests[-1].json)) == 2
         assert len(await stored_media(daemon, "webhook:js")) == 2
-        # a URL the operator did not allow is refused before anything runs, with the reason
+        # a URL the operator did not allow is never fetched: the item is refused, saying why
         r = await http.post(
             f"{url}/agents/eyes/messages",
             headers=AUTH,
             json={"conversation_id": "js", "text": "x", "attachments": [{"url": "http://example.com/a.png"}]},
         )
-        assert r.status_code == 422 and "media.allowed_urls" in r.text
+        assert r.status_code == 200 and r.json()["reply"].startswith(
+            "(a.png was not taken: agentd fetches only URLs the agent's media.allowed_urls allows"
+        )
         # a download past media.max_bytes is stopped and said; the text is still answered
         r = await http.post(
             f"{url}/agents/eyes/messages",
@@ -191,13 +193,50 @@ async def test_the_openai_endpoint_takes_the_official_clients_image_and_audio_pa
         said = fake.requests[-1].json["messages"][-1]["content"]
         assert [p["type"] for p in said] == ["image_url", "text"]
         assert "transcript: it is red" in said[1]["text"]
-        with pytest.raises(openai.BadRequestError, match=r"media\.allowed_urls"):
+        refused = await client.chat.completions.create(
+            model="eyes",
+            messages=[
+                {
+                    "role": "user",
+                    "content": [{"type": "image_url", "image_url": {"url": "https://x.test/a.png"}}],
+                }
+            ],
+        )
+        assert "media.allowed_urls" in (refused.choices[0].message.content or "")
+        with pytest.raises(openai.BadRequestError, match="expected a data URL or an http"):
             await client.chat.completions.create(
                 model="eyes",
                 messages=[
                     {
                         "role": "user",
-                        "content": [{"type": "image_url", "image_url": {"url": "https://x.test/a.png"}}],
+                        "content": [{"type": "image_url", "image_url": {"url": "file:///etc/passwd"}}],
                     }
                 ],
             )
+
+
+async def test_the_inspector_shows_a_thumbnail_beside_the_message(
+    served: tuple[Daemon, str], fake: FakeLLM
+) -> None:
+    _, url = served
+    photo = png(RED, (900, 600))
+    sha = hashlib.sha256(photo).hexdigest()
+    async with httpx.AsyncClient(trust_env=False, base_url=url) as http:
+        r = await http.post(
+            "/agents/eyes/messages",
+            headers=AUTH,
+            data={"conversation_id": "ui", "text": "look"},
+            files={"file": ("shot.png", photo, "image/png")},
+        )
+        assert r.status_code == 200
+        page = await http.get("/ui/agents/eyes/conversations/webhook:ui", headers=AUTH)
+        assert page.status_code == 200
+        src = f"/ui/agents/eyes/conversations/webhook:ui/media/{sha}"
+        assert f'<img class="thumb" src="{src}"' in page.text and "[image shot.png (image/png, " in page.text
+        assert "img-src 'self'" in page.headers["content-security-policy"]
+        thumb = await http.get(src, headers=AUTH)
+        assert thumb.status_code == 200 and thumb.headers["content-type"] == "image/jpeg"  # no transparency
+        with Image.open(io.BytesIO(thumb.content)) as image:
+            assert image.size == (240, 160)
+        assert (await http.get(src)).status_code == 401  # behind the token, as every page
+        assert (await http.get(src.replace(sha, "0" * 64), headers=AUTH)).status_code == 404

@@ -63,8 +63,8 @@ class MediaSpec(Spec):
 # gpt-5, o1/o3/o4; every Claude 3 and 4; Gemini; the usual vision models served by Ollama.
 _VISION = re.compile(
     r"^(gpt-4o|gpt-4\.1|gpt-4-turbo|gpt-5|o1|o3|o4|chatgpt-4o|claude-3|claude-(sonnet|opus|haiku)-4|"
-    r"claude-[a-z]+-4|gemini|llava|bakllava|llama3\.2-vision|llama4|qwen2\.5vl|qwen2\.5-vl|qwen-vl|"
-    r"gemma3|minicpm-v|moondream|pixtral|mistral-small3)"
+    r"claude-[a-z]+-4|gemini|llava|bakllava|llama3\.2-vision|llama4|qwen2\.5vl|qwen2\.5-vl|qwen-vl|qwen3-vl|"
+    r"granite3\.2-vision|gemma3|minicpm-v|moondream|pixtral|mistral-small3)"
 )
 _AUDIO = re.compile(r"^(gpt-4o-audio|gpt-4o-mini-audio|gpt-audio)")
 

@@ -34,7 +34,15 @@ from agentd.memory.episode_writes import forget_partition
 from agentd.memory.persistent import persistent_scope
 from agentd.messages import MESSAGE_ADAPTER, Message
 from agentd.store.base import KnowsIfAbsent, Store, write_one
-from agentd.store.queries import ActiveThread, AuditEvents, Conversations, DeliveredReply, MemoryValue, Runs
+from agentd.store.queries import (
+    ActiveThread,
+    AuditEvents,
+    Conversations,
+    DeliveredReply,
+    MediaBlobs,
+    MemoryValue,
+    Runs,
+)
 from agentd.store.records import Delivered
 from agentd.store.writes import EnsureIdentity, PruneDeliveries
 from agentd.tools.mcp_servers import McpServers
@@ -264,6 +272,12 @@ class Agent:
         return [
             MESSAGE_ADAPTER.dump_python(m.message, mode="json", exclude_none=True) for m in thread.messages
         ]
+
+    async def media_file(self, conversation_key: str, sha256: str) -> bytes | None:
+        """A file sent in the conversation, by its hash (the inspector's thumbnails); None: not kept."""
+        await self.ready()
+        found: dict[str, bytes] = await self.state.store.read(MediaBlobs(conversation_key, [sha256]))
+        return found.get(sha256)
 
     def memory_keys(self, conversation_key: str, user_id: str | None) -> list[str]:
         """The persistent-memory keys the prompt of `user_id` in this conversation lists."""

@@ -124,6 +124,8 @@ async def _bytes_of(attachment: Attachment, spec: MediaSpec, budget: int) -> tup
         return None, over
     except TimeoutError:
         return None, f"it did not download within media.download_timeout_s ({spec.download_timeout_s:g} s)"
+    except PermissionError as e:  # a source the operator did not allow (media.allowed_urls)
+        return None, str(e)
     except Exception as e:  # a platform's failure is said, never a crash of the turn
         log.warning("an attachment could not be downloaded: %s", e)
         return None, f"it could not be downloaded ({type(e).__name__})"

@@ -23,6 +23,8 @@ from agentd.events import Attachment, MediaTooLarge
 from agentd.http.errors import ApiError
 
 MAX_FILES = 16  # files in one message
+# what base64.b64decode(validate=True) takes: groups of four, padded
+BASE64_PATTERN = r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
 _DATA_URL_PREFIX = "data:"
 
 
@@ -38,7 +40,7 @@ class AttachmentIn(BaseModel):
         default=None,
         description="default: read from mime_type (image/*, audio/*, text/* and PDFs as documents)",
     )
-    data: str | None = Field(default=None, description="the file's bytes, base64")
+    data: str | None = Field(default=None, pattern=BASE64_PATTERN, description="the file's bytes, base64")
     url: str | None = Field(
         default=None, max_length=2048, pattern=r"^https?://", description="where to fetch it"
     )
@@ -80,29 +82,30 @@ def attachments_of(items: Sequence[AttachmentIn], allowed_urls: Sequence[str]) -
             out.append(Attachment(kind, item.mime_type, item.filename, len(data), data))
         else:
             assert item.url is not None
-            out.append(from_url(item.url, allowed_urls, f"attachments[{i}].url", kind, item))
+            out.append(from_url(item.url, allowed_urls, kind, item))
     return tuple(out)
 
 
 def from_url(
-    url: str,
-    allowed_urls: Sequence[str],
-    where: str,
-    kind: str,
-    item: AttachmentIn | None = None,
-    status: int = 422,
+    url: str, allowed_urls: Sequence[str], kind: str, item: AttachmentIn | None = None
 ) -> Attachment:
-    """A file at a URL the operator allowed (media.allowed_urls: prefixes), fetched when the turn asks."""
-    if not any(url.startswith(prefix) for prefix in allowed_urls):
-        raise ApiError(
-            status,
-            f"{where}: agentd fetches only URLs the agent's media.allowed_urls allows; {url[:100]!r} is not",
-        )
+    """A file at a URL the operator allowed (media.allowed_urls: prefixes), fetched when the turn asks;
+    any other URL is an item the turn refuses, saying why (the rest of the message is answered)."""
+    allowed = any(url.startswith(prefix) for prefix in allowed_urls)
     filename = (
         item.filename if item is not None and item.filename else url.rsplit("/", 1)[-1].split("?")[0] or None
     )
     mime_type = item.mime_type if item is not None else None
-    return Attachment(kind, mime_type, filename, None, None, fetcher(url))
+    return Attachment(kind, mime_type, filename, None, None, fetcher(url) if allowed else refused(url))
+
+
+def refused(url: str) -> Callable[[int], Awaitable[bytes]]:
+    async def download(max_bytes: int) -> bytes:
+        raise PermissionError(
+            f"agentd fetches only URLs the agent's media.allowed_urls allows, not {url[:100]}"
+        )
+
+    return download
 
 
 def fetcher(url: str) -> Callable[[int], Awaitable[bytes]]:
@@ -202,4 +205,6 @@ def _image(url: str, where: str, allowed_urls: Sequence[str]) -> Attachment:
             )
         data = decoded(payload, f"{where}.image_url.url", 400)
         return Attachment("image", mime, None, len(data), data)
-    return from_url(url, allowed_urls, f"{where}.image_url.url", "image", status=400)
+    if not url.startswith(("http://", "https://")):
+        raise ApiError(400, f"{where}.image_url.url: expected a data URL or an http(s) URL", param="messages")
+    return from_url(url, allowed_urls, "image")

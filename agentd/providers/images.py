@@ -69,8 +69,25 @@ def data_url(data: bytes, mime_type: str) -> str:
     return f"data:{mime_type};base64,{base64.b64encode(data).decode()}"
 
 
+# Images fitted lately, newest last: a conversation's last turns are sent again with every request, and
+# fitting (decoding, scaling, encoding) is most of an image turn's cost. Bounded by bytes, not count.
 _FITTED: dict[tuple[str, ImageLimits], tuple[bytes, str]] = {}
-_FITTED_KEPT = 32  # images fitted lately: a conversation's last turns are sent again with every request
+FITTED_BYTES = 32 * 2**20
+
+
+def fitted(
+    sha256: str, data: bytes, mime_type: str, limits: ImageLimits, *, provider: str, model: str
+) -> tuple[bytes, str]:
+    """`fit`, remembered by the image's hash and the limits."""
+    key = (sha256, limits)
+    if (done := _FITTED.pop(key, None)) is None:
+        done = fit(data, mime_type, limits, provider=provider, model=model)
+    _FITTED[key] = done  # (re)inserted last: the most recently used
+    held = sum(len(d) for d, _ in _FITTED.values())
+    while held > FITTED_BYTES and len(_FITTED) > 1:
+        oldest = next(iter(_FITTED))
+        held -= len(_FITTED.pop(oldest)[0])
+    return done
 
 
 class ShownImages:
@@ -87,14 +104,9 @@ class ShownImages:
         if data is None or part.sha256 in self._sent:
             return None
         self._sent.add(part.sha256)
-        key = (part.sha256, self._limits)
-        if (fitted := _FITTED.get(key)) is None:
-            fitted = _FITTED[key] = fit(
-                data, part.mime_type, self._limits, provider=self._provider, model=self._model
-            )
-            while len(_FITTED) > _FITTED_KEPT:
-                del _FITTED[next(iter(_FITTED))]
-        return fitted
+        return fitted(
+            part.sha256, data, part.mime_type, self._limits, provider=self._provider, model=self._model
+        )
 
     def text(self, part: MediaPart) -> str:
         """What stands for a part not sent as an image."""

@@ -108,6 +108,7 @@ AUDIT_KINDS = (
     "conversation",
     "extraction",
     "fold",
+    "media",
     "memory",
     "permission",
     "person",

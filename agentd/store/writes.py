@@ -180,8 +180,8 @@ class DeleteTranscript(Write[int]):
 
 @dataclass(frozen=True, slots=True)
 class DeleteConversation(Write[dict[str, int]]):
-    """Delete every thread of a conversation (archived ones too) with their messages, summaries and
-    layer states, with one audit row of `agent` saying how many and who asked (`conversation/delete`;
+    """Delete every thread of a conversation (archived ones too) with their messages, summaries,
+    layer states and files (media), with one audit row of `agent` saying how many and who asked (`conversation/delete`;
     none when there was nothing to delete); the result is `{"threads": n, "messages": n}`. Runs and
     audit rows stay: they are the trail."""
 

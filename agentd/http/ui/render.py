@@ -21,7 +21,7 @@ from agentd.http.ui.views import FILTERS, GLOBALS
 HEADERS = {
     # the pages hold private conversations: never cached, never framed, no referrer leaks
     "Cache-Control": "no-store",
-    "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'",
+    "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; img-src 'self'; form-action 'self'",
     "X-Frame-Options": "DENY",
     "Referrer-Policy": "no-referrer",
 }

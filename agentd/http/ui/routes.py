@@ -13,7 +13,8 @@ from agentd.events import is_conversation_key
 from agentd.http.ui.access import check_access
 from agentd.http.ui.paging import AUDIT_PAGE, audit_href, audit_page_number, audit_page_of
 from agentd.http.ui.persistent import persistent_keys, whose
-from agentd.http.ui.render import Problem, auto_refresh, reload_links, render, render_problem
+from agentd.http.ui.render import HEADERS, Problem, auto_refresh, reload_links, render, render_problem
+from agentd.http.ui.thumbs import thumbnail
 from agentd.http.ui.views import agent_path, conversation_path
 from agentd.store.records import AUDIT_KINDS
 
@@ -109,6 +110,28 @@ def add_ui_routes(app: FastAPI, directory: AgentDirectory) -> None:
             "whose": whose(runtime, user),
             "value": value,
         }
+
+    # Also before the conversation page: an image's thumbnail beside its message in the transcript.
+    async def media_thumbnail(request: Request) -> Response:
+        denied = await check_access(request, directory)
+        if denied is not None:
+            return denied
+        agent, key = request.path_params["agent"], request.path_params["conversation_key"]
+        runtime = directory.agent(agent)
+        found = None
+        if runtime is not None and runtime.status == "running" and is_conversation_key(key):
+            data = await runtime.media_file(key, request.path_params["sha256"])
+            found = None if data is None else thumbnail(data)
+        if found is None:
+            return Response(b"no such image", status_code=404, media_type="text/plain", headers=HEADERS)
+        return Response(found[0], media_type=found[1], headers=HEADERS)
+
+    app.add_api_route(
+        "/ui/agents/{agent}/conversations/{conversation_key:path}/media/{sha256}",
+        media_thumbnail,
+        methods=["GET"],
+        include_in_schema=False,
+    )
 
     @page("/ui/agents/{agent}/conversations/{conversation_key:path}")
     async def conversation_page(request: Request, agent: str, conversation_key: str) -> Page:

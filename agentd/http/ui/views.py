@@ -11,6 +11,8 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote, urlencode
 
+from agentd.messages import MediaPart
+
 # What the keys strategies report mean, for people; a key missing here reads as its words.
 LABELS = {
     "context_tokens": "context (tokens, last call)",
@@ -79,6 +81,16 @@ def conversation_href(agent: str, key: str) -> str:
 def memory_href(agent: str, key: str, name: str, user: str | None) -> str:
     href = f"{conversation_href(agent, key)}/memories/{quote(name, safe='')}"
     return href + (f"?{urlencode({'user': user})}" if user else "")
+
+
+def media_href(agent: str, key: str, sha256: str) -> str:
+    """An image's thumbnail (agentd/http/ui/thumbs.py)."""
+    return f"{conversation_href(agent, key)}/media/{sha256}"
+
+
+def stand_in(part: dict[str, Any]) -> str:
+    """A file's part as one line: kind, name, type, size, and its description, transcript or text."""
+    return MediaPart.model_validate(part).stand_in()
 
 
 def compact_json(value: Any) -> str:
@@ -160,5 +172,11 @@ FILTERS = {
     "layer_title": layer_title,
     "memory_summary": memory_summary,
     "run_tokens": run_tokens,
+    "stand_in": stand_in,
 }
-GLOBALS = {"agent_href": agent_href, "conversation_href": conversation_href, "memory_href": memory_href}
+GLOBALS = {
+    "agent_href": agent_href,
+    "conversation_href": conversation_href,
+    "memory_href": memory_href,
+    "media_href": media_href,
+}

@@ -209,9 +209,13 @@ def delete_conversation(cx: Cx, op: DeleteConversation) -> dict[str, int]:
     for table in ("summaries", "memory_state"):
         cx.run(f"DELETE FROM {table} WHERE thread_id IN ({threads})", scope)  # type: ignore[arg-type]
     gone = cx.run("DELETE FROM threads WHERE agent_id = %s AND conversation_key = %s RETURNING 1", scope)
+    # its files go with it: nothing refers to them any more (the audit row says how many)
+    media = cx.run("DELETE FROM media WHERE agent_id = %s AND conversation_key = %s RETURNING 1", scope)
     deleted = {"threads": len(gone.fetchall()), "messages": len(messages.fetchall())}
+    files = len(media.fetchall())
     if deleted["threads"]:
-        audit = AuditRecord("conversation", "delete", op.conversation_key, None, {**deleted, "by": op.by})
+        said = {**deleted, **({"media": files} if files else {}), "by": op.by}
+        audit = AuditRecord("conversation", "delete", op.conversation_key, None, said)
         insert_audit(cx, AppendAudit(op.agent, [audit], op.ts, op.daemon))
     return deleted
 

@@ -156,8 +156,11 @@ def delete_conversation(conn: sqlite3.Connection, op: DeleteConversation) -> dic
         conn.execute(f"DELETE FROM {table} WHERE thread_id IN ({threads})", key)
     deleted = {"threads": conn.execute("DELETE FROM threads WHERE conversation_key = ?", key).rowcount}
     deleted["messages"] = messages
+    # its files go with it: nothing refers to them any more (the audit row says how many)
+    files = conn.execute("DELETE FROM media WHERE conversation_key = ?", key).rowcount
     if deleted["threads"]:
-        audit = AuditRecord("conversation", "delete", op.conversation_key, None, {**deleted, "by": op.by})
+        said = {**deleted, **({"media": files} if files else {}), "by": op.by}
+        audit = AuditRecord("conversation", "delete", op.conversation_key, None, said)
         insert_audit(conn, AppendAudit(op.agent, [audit], op.ts, op.daemon))
     return deleted
 
