@@ -36,9 +36,14 @@ class Albums:
     """Holds album parts until their album is complete, then hands the whole album to `take`."""
 
     def __init__(
-        self, take: Callable[[Route[Any]], object], settle: float = ALBUM_SETTLE, clock: Clock = SYSTEM_CLOCK
+        self,
+        take: Callable[[Route[Any]], object],
+        stopping: asyncio.Event,
+        settle: float = ALBUM_SETTLE,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self._take = take
+        self._stopping = stopping  # set: complete every album now, so the channel's drain answers it
         self.settle = settle
         self.clock = clock
         self._open: dict[str, _Album] = {}
@@ -68,8 +73,13 @@ class Albums:
         return None
 
     async def _complete(self, group: str, album: _Album) -> None:
-        while self.clock.time() < album.deadline:  # a part that came meanwhile moved the deadline on
-            await self.clock.sleep_until(album.deadline)
+        # a part that came meanwhile moved the deadline on; stopping ends the wait at once
+        while self.clock.time() < album.deadline and not self._stopping.is_set():
+            waits: set[asyncio.Future[Any]] = {asyncio.ensure_future(self.clock.sleep_until(album.deadline))}
+            waits.add(asyncio.ensure_future(self._stopping.wait()))
+            _, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            for wait in pending:
+                wait.cancel()
         del self._open[group]
         if album.addressed:  # else no part named the bot: the album was not for it
             parts = [route for _, route in sorted(album.parts, key=lambda part: part[0])]

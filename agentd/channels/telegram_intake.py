@@ -3,6 +3,7 @@ back while it is one part of an album (telegram_albums)."""
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from collections.abc import Callable
 from typing import Any
@@ -20,8 +21,8 @@ from agentd.config.telegram import TelegramSpec
 class Intake:
     """One bot's matching of updates; `take` gets an album's route once the album is complete."""
 
-    def __init__(self, take: Callable[[Route[Any]], object]) -> None:
-        self.albums = Albums(take)
+    def __init__(self, take: Callable[[Route[Any]], object], stopping: asyncio.Event) -> None:
+        self.albums = Albums(take, stopping)
 
     def match(
         self, update: Update, bot: Bot, api: ExtBot[Any], redact: Redact, spec: TelegramSpec

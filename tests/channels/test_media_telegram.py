@@ -350,3 +350,15 @@ async def test_an_upload_that_fails_when_even_its_notice_cannot_be_sent_is_audit
     assert fake.uploads == [] and fake.sent == []
     assert any("the notice of files not sent failed too" in r.getMessage() for r in caplog.records)
     assert not [r for r in caplog.records if "handling a message" in r.getMessage()]  # no handler crash
+
+
+async def test_an_album_still_collecting_when_the_channel_stops_is_answered_before_it_closes(
+    fake: FakeTelegram,
+) -> None:
+    host = MediaHost()
+    async with running(fake, host) as channel:
+        album_clock(channel)  # its time never moves: only the stop can end the wait
+        fake.send_file("photo", png(shade=3), user_id=ALICE, caption="last one", media_group_id="S1")
+        await wait_until(lambda: channel.intake.albums.held == 1, "the part")
+    [event] = host.events
+    assert event.text == "last one" and len(fake.sent) == 1
