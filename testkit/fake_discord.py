@@ -453,7 +453,11 @@ class FakeDiscord:
 
     async def _serve_attachment(self, request: web.Request) -> web.StreamResponse:
         file = self.cdn.get(request.path)
-        if file is None or request.query.get("hm") != _signature(request.path):
+        try:  # a signed URL lasts ~24 h (`ex`, hex epoch seconds), then 404s
+            expired = int(request.query.get("ex", ""), 16) < time.time()
+        except ValueError:
+            expired = True
+        if file is None or expired or request.query.get("hm") != _signature(request.path):
             return web.Response(status=404, text="This content is no longer available.")
         self.downloads.append(request.path)
         response = web.StreamResponse(
