@@ -1,7 +1,8 @@
 """Files from each chat platform through the real engine: the platform's fake (real client libraries
 on the wire) -> the channel -> the daemon's AgentHost -> an agent on a real SQLite store -> the fake
 OpenAI / Anthropic server, which checks the image parts and transcription forms as the real APIs do.
-Each test asserts what the model received, what the person saw on the platform, and what was stored."""
+Each test asserts what the model received, what the person saw on the platform, and what was stored
+(the first on PostgreSQL too)."""
 
 from __future__ import annotations
 
@@ -104,6 +105,7 @@ def telegram_channel(fake: FakeTelegram) -> TelegramChannel:
     return TelegramChannel("bot", TelegramSpec(token=fake.token, api_base_url=fake.api_base_url))
 
 
+@pytest.mark.both_stores
 async def test_a_telegram_photo_reaches_an_openai_vision_model_as_an_image_url_part(
     harness: Harness, fake: FakeLLM, telegram: FakeTelegram
 ) -> None:
