@@ -233,3 +233,21 @@ async def test_a_telegram_voice_note_whose_transcription_fails_is_said_to_the_pe
         [sent] = await telegram.wait_for_sent(1, timeout=10)
     assert sent["text"].startswith("(I could not transcribe")
     assert await stored_media(a, f"telegram:{ALICE}") == {hashlib.sha256(voice).hexdigest(): voice}  # kept
+
+
+async def test_a_redelivered_telegram_voice_note_is_transcribed_and_answered_once(
+    harness: Harness, fake: FakeLLM, telegram: FakeTelegram
+) -> None:
+    a = await agent(harness, fake, "gpt/gpt-4o-mini", "{transcribe: gpt/whisper-1, echo_transcript: true}")
+    fake.transcript("call the plumber")
+    async with serving(telegram_channel(telegram), a):
+        update = telegram.send_file("voice", ogg_voice(), user_id=ALICE, mime_type="audio/ogg")
+        await telegram.wait_for_sent(1, timeout=10)
+        telegram.redeliver(update)  # Telegram sends it again when our confirmation was lost
+        telegram.send_text("and the electrician", user_id=ALICE)  # answered after the repeat, in order
+        first, second = await telegram.wait_for_sent(2, timeout=10)
+
+    assert first["text"].startswith("heard: call the plumber\n")
+    assert "heard:" not in second["text"] and "and the electrician" in second["text"]
+    assert len([r for r in fake.requests if r.path == "/v1/audio/transcriptions"]) == 1
+    assert len(telegram.downloads) == 1  # not even fetched again
