@@ -7,8 +7,11 @@ the image parts and transcription forms it receives as the real APIs do, and ass
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import io
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -192,10 +195,16 @@ async def test_a_voice_note_is_transcribed_and_echoed(harness: Harness, fake: Fa
     [form] = [r.json for r in fake.requests if r.path == "/v1/audio/transcriptions"]
     assert form["model"] == "whisper-1" and form["file"] == {"filename": "voice.ogg", "size": len(voice)}
     [chat] = chats(fake)
-    assert "transcript: remind me to buy milk tomorrow" in chat["messages"][-1]["content"]
+    said = chat["messages"][-1]["content"]
+    assert "transcript: remind me to buy milk tomorrow" in said
+    assert json.dumps(chat).count("remind me to buy milk tomorrow") == 1  # the model reads it once
     [message] = await stored_user_messages(a)
-    assert message.media[0].text_is == "transcript"
-    assert reply.text.count("remind me to buy milk tomorrow") == 2  # the echo, and the model's echo of it
+    assert [p.kind for p in message.parts] == ["media"] and message.media[0].text_is == "transcript"
+    assert str(message.model_dump()).count("remind me to buy milk tomorrow") == 1  # stored once
+    # the next turn replays it once too, and the person saw "heard:" once
+    await send(a, "and?")
+    assert json.dumps(chats(fake)[-1]).count("remind me to buy milk tomorrow") == 2  # (+ the fake's echo)
+    assert reply.text.count("heard: ") == 1
 
 
 async def test_a_failed_transcription_is_said_and_the_audio_kept(harness: Harness, fake: FakeLLM) -> None:
@@ -372,3 +381,102 @@ async def test_an_ollama_vision_model_gets_the_photo_through_its_openai_compatib
     await send(a, "what is it?", photo(png(BLUE, (3000, 100))))
     [chat] = chats(fake)
     assert chat["model"] == "llava:7b" and len(images_in(chat)) == 1  # base64 image_url parts (Ollama's /v1)
+
+
+async def test_a_kind_or_type_not_allowed_is_refused_naming_the_setting(
+    harness: Harness, fake: FakeLLM
+) -> None:
+    a = await agent(harness, fake, "gpt/gpt-4o", "{allowed: [image], allowed_types: ['image/png']}")
+    document = pdf("secret plans")
+    reply = await send(
+        a,
+        "files",
+        Attachment("document", "application/pdf", "plans.pdf", len(document), document),
+        photo(noisy_jpeg((32, 32)), "x.jpg", "image/jpeg"),
+        photo(png(RED), "ok.png"),
+    )
+    assert (
+        "(plans.pdf was not taken: this agent takes no document files (media.allowed: image).)" in reply.text
+    )
+    assert "(x.jpg was not taken: image/jpeg is not taken (media.allowed_types: image/png).)" in reply.text
+    [chat] = chats(fake)
+    assert len(images_in(chat)) == 1 and "secret plans" not in str(chat)
+
+
+async def test_compaction_summarises_around_the_images_and_the_last_turns_keep_theirs(
+    harness: Harness, fake: FakeLLM
+) -> None:
+    a = await agent(harness, fake, "gpt/gpt-4o")
+    for n in range(4):
+        await send(a, f"photo {n}", photo(png((60 * n, 100, 100)), f"p{n}.png"))
+    fake.reply("Summary: the person sent four photos, p0 to p3.")
+    await send(a, "/compact")
+    summary_request = chats(fake)[-1]
+    assert images_in(summary_request) == []  # the summary reads the photos' stand-ins, never the bytes
+    assert "[image p0.png (image/png, " in json.dumps(summary_request)
+    await send(a, "which photos?")
+    after = chats(fake)[-1]
+    assert "Summary: the person sent four photos" in json.dumps(after)
+    # the last turns kept verbatim still show their image (the newest of them), older ones are summarised
+    assert len(images_in(after)) == 1 and near(colour_of(images_in(after)[0]), (180, 100, 100))
+
+
+async def test_store_copy_brings_the_files_to_postgresql(
+    tmp_path: Path, fake: FakeLLM, postgres_url: str
+) -> None:
+    from agentd.cli import main
+
+    spec = "model: gpt/gpt-4o\nmemory: {scope: thread}\nchannels: {webhook: {}}\n"
+    on_files = Harness(tmp_path / "data")
+    a = await on_files.agent(spec, name="eyes", settings=settings(fake))
+    image = noisy_jpeg((64, 64))
+    await send(a, "keep", photo(image, "k.jpg", "image/jpeg"))
+    await on_files.close()
+    (tmp_path / "agents").mkdir()
+    (tmp_path / "agents" / "eyes.yaml").write_text(spec)
+    gpt = {"kind": "openai", "base_url": fake.openai_base_url, "api_key": "k"}
+    (tmp_path / "agentd.yaml").write_text(json.dumps({"providers": {"gpt": gpt}}))
+    argv = [
+        "store",
+        "copy",
+        "--to",
+        postgres_url,
+        "--agents",
+        str(tmp_path / "agents"),
+        "--data",
+        str(tmp_path / "data"),
+    ]
+    assert await asyncio.to_thread(main, argv) == 0
+    on_postgres = Harness(tmp_path / "unused", store_url=postgres_url)
+    try:
+        b = await on_postgres.agent(spec, name="eyes", settings=settings(fake))
+        sha = hashlib.sha256(image).hexdigest()
+        assert await b.state.store.read(MediaBlobs(KEY, [sha])) == {sha: image}
+    finally:
+        await on_postgres.close()
+
+
+async def test_files_sent_with_a_command_are_said_not_taken(harness: Harness, fake: FakeLLM) -> None:
+    a = await agent(harness, fake, "gpt/gpt-4o")
+    reply = await send(a, "/help", photo(png(RED)))
+    assert reply.text.endswith(
+        "\n(The files were not taken: a command takes none; send them with a message.)"
+    )
+    assert chats(fake) == []
+
+
+async def test_a_vision_model_sees_the_photo_and_older_turns_read_its_description(
+    harness: Harness, fake: FakeLLM
+) -> None:
+    a = await agent(harness, fake, "gpt/gpt-4o", "{image_model: gpt/gpt-4o-mini, images_in_context: 1}")
+    fake.reply("A red square.")
+    await send(a, "look", photo(png(RED), "red.png"))
+    describe, chat = chats(fake)
+    assert describe["model"] == "gpt-4o-mini" and len(images_in(chat)) == 1  # the chat model sees it
+    await send(a, "and now?")
+    later = chats(fake)[-1]
+    assert images_in(later) == []  # past images_in_context: by its description
+    first = next(m for m in later["messages"] if m["role"] == "user")
+    assert (
+        "[image red.png (image/png, " in first["content"] and "description: A red square." in first["content"]
+    )

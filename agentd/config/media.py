@@ -32,8 +32,8 @@ class MediaSpec(Spec):
     download_timeout_s: float = Field(default=30.0, gt=0)
     # days a file is kept after it was sent; 0: until its conversation or its sender is erased
     keep_days: int = Field(default=0, ge=0)
-    # a vision model that describes an image for a chat model that cannot see (then the chat model
-    # gets the description, marked as one); unset: the person is told the agent cannot look at images
+    # a vision model that describes each image: a chat model that cannot see gets the description,
+    # marked as one, and older turns and memory read it; unset, a text-only agent says it cannot look
     image_model: ModelRef | None = None
     # provider/model of an OpenAI-compatible /v1/audio/transcriptions, e.g. openai/whisper-1
     transcribe: ModelRef | None = None

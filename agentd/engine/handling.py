@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 
 from agentd.config.models import AgentSpec
 from agentd.engine.approval_commands import answer_approval, is_approval_command
@@ -84,6 +85,11 @@ class EventHandler:
                             self._after_run(key, memory, None)  # left over (a restart, a paused model)
                     if is_command(event.text):
                         reply = await run_command(conv, event)
+                        if event.attachments:  # a command takes no files: said, never dropped unsaid
+                            note = (
+                                "(The files were not taken: a command takes none; send them with a message.)"
+                            )
+                            reply = replace(reply, text=f"{reply.text}\n{note}")
                     else:
                         result = await run_turn(conv, event, options, parent_run_id=parent_run_id)
                         reply = result.reply

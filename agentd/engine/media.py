@@ -34,7 +34,7 @@ DESCRIBE = (
     "Describe this image for someone who cannot see it, so they can answer questions about it: what it"
     " shows, and every text, number and date in it, word for word. Say only the description."
 )
-CANNOT_SEE = "this agent cannot look at images (its model reads text only, and no media.image_model is set)"
+CANNOT_SEE = "this agent cannot look at images: its model reads text only, and no media.image_model is set"
 
 
 @dataclass
@@ -188,24 +188,37 @@ async def _understood(conv: Conversation, attachment: Attachment, data: bytes, i
     )
     name = part.filename or f"your {part.media}"
     spec = conv.spec.media
-    if part.media == "image" and not conv.spec.model.takes("image"):
-        if spec.image_model is None:
-            intake.notices.append(
-                f"({CANNOT_SEE[0].upper()}{CANNOT_SEE[1:]}: I got {name}, but not what is in it.)"
-            )
-            return part.model_copy(update={"note": CANNOT_SEE})
-        try:
-            text = await _describe(conv, spec.image_model, part, data)
-        except (ProviderError, OperatorError) as e:
-            intake.notices.append(f"(I could not look at {name}: the image model failed ({e}).)")
-            return part.model_copy(update={"note": f"not described: the image model failed ({e})"})
-        return part.model_copy(update={"text": text, "text_is": "description"})
+    if part.media == "image":
+        return await _described(conv, part, data, intake, name)
     if part.media == "audio":
         return await _transcribed(conv, part, data, intake)
     if part.media == "document":
         content = readable(data, mime_type, part.filename, spec.max_inline_chars)
         return part if content is None else part.model_copy(update={"text": content, "text_is": "content"})
     return part
+
+
+async def _described(
+    conv: Conversation, part: MediaPart, data: bytes, intake: Intake, name: str
+) -> MediaPart:
+    """An image with media.image_model's description when one is set: what a model that cannot see reads,
+    and, for one that can, what older turns (past images_in_context) and memory keep of it. Without an
+    image model, a model that cannot see is told so, and so is the person."""
+    sees, ref = conv.spec.model.takes("image"), conv.spec.media.image_model
+    if ref is None:
+        if sees:
+            return part
+        intake.notices.append(
+            f"({CANNOT_SEE[0].upper()}{CANNOT_SEE[1:]}. I got {name}, but not what is in it.)"
+        )
+        return part.model_copy(update={"note": CANNOT_SEE})
+    try:
+        text = await _describe(conv, ref, part, data)
+    except (ProviderError, OperatorError) as e:
+        if not sees:  # the chat model sees it anyway otherwise: only the description is missing
+            intake.notices.append(f"(I could not look at {name}: the image model failed ({e}).)")
+        return part.model_copy(update={"note": f"not described: the image model failed ({e})"})
+    return part.model_copy(update={"text": text, "text_is": "description"})
 
 
 async def _describe(conv: Conversation, ref: str, part: MediaPart, data: bytes) -> str:
