@@ -34,7 +34,7 @@ from testkit.fake_llm import FakeLLM
 from testkit.fake_media import images_in
 from testkit.fake_slack import FakeSlack
 from testkit.fake_telegram import FakeTelegram
-from testkit.media_files import ogg_voice
+from testkit.media_files import ogg_voice, pdf
 from testkit.waiting import wait_until
 from tests.support import Harness
 
@@ -173,28 +173,34 @@ async def test_a_slack_image_reaches_an_anthropic_model_as_an_image_block(
     assert await stored_media(a, "slack:D0ALICE") == {hashlib.sha256(blue).hexdigest(): blue}
 
 
-async def test_a_discord_voice_message_is_transcribed_and_the_transcript_echoed(
-    harness: Harness, fake: FakeLLM, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+async def discord_fake(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeDiscord]:
+    # the channel points discord.py's class-level endpoints at the fake; put them back afterwards
     monkeypatch.setattr(discord.http.Route, "BASE", discord.http.Route.BASE)
     gateway = discord.gateway.DiscordWebSocket
     monkeypatch.setattr(gateway, "DEFAULT_GATEWAY", gateway.DEFAULT_GATEWAY)
+    server = FakeDiscord(heartbeat_ms=200)
+    await server.start()
+    yield server
+    await server.stop()
+
+
+def discord_channel(server: FakeDiscord, a: Agent) -> DiscordChannel:
+    spec = DiscordSpec(token=server.token, api_base_url=server.api_base_url, gateway_url=server.gateway_url)
+    return DiscordChannel(a.name, spec, guild_ready_timeout=0.05)
+
+
+async def test_a_discord_voice_message_is_transcribed_and_the_transcript_echoed(
+    harness: Harness, fake: FakeLLM, discord_fake: FakeDiscord
+) -> None:
     a = await agent(harness, fake, "gpt/gpt-4o-mini", "{transcribe: gpt/whisper-1, echo_transcript: true}")
     fake.transcript("remind me to buy milk tomorrow")
     voice = ogg_voice()
-    server = FakeDiscord(heartbeat_ms=200)
-    await server.start()
-    try:
-        alice = server.add_user("alice")
-        spec = DiscordSpec(
-            token=server.token, api_base_url=server.api_base_url, gateway_url=server.gateway_url
-        )
-        async with serving(DiscordChannel(a.name, spec, guild_ready_timeout=0.05), a):
-            note = FakeFile("voice-message.ogg", "audio/ogg", voice, duration_secs=2.0)
-            await server.dm(alice, "", attachments=[note])
-            [sent] = await server.wait_for_sent(1, timeout=10)
-    finally:
-        await server.stop()
+    alice = discord_fake.add_user("alice")
+    async with serving(discord_channel(discord_fake, a), a):
+        note = FakeFile("voice-message.ogg", "audio/ogg", voice, duration_secs=2.0)
+        await discord_fake.dm(alice, "", attachments=[note])
+        [sent] = await discord_fake.wait_for_sent(1, timeout=10)
 
     assert sent.content.startswith("heard: remind me to buy milk tomorrow\n")
     [form] = [r.json for r in fake.requests if r.path == "/v1/audio/transcriptions"]
@@ -251,3 +257,40 @@ async def test_a_redelivered_telegram_voice_note_is_transcribed_and_answered_onc
     assert "heard:" not in second["text"] and "and the electrician" in second["text"]
     assert len([r for r in fake.requests if r.path == "/v1/audio/transcriptions"]) == 1
     assert len(telegram.downloads) == 1  # not even fetched again
+
+
+async def test_a_discord_attachment_over_media_max_bytes_is_refused_unfetched_and_the_rest_answered(
+    harness: Harness, fake: FakeLLM, discord_fake: FakeDiscord
+) -> None:
+    a = await agent(harness, fake, "gpt/gpt-4o", "{max_bytes: 10000}")
+    alice = discord_fake.add_user("alice")
+    small = photo_of(RED, size=(16, 16))
+    async with serving(discord_channel(discord_fake, a), a):
+        big = FakeFile("holiday.mov", "video/quicktime", bytes(50_000))
+        await discord_fake.dm(alice, "two files", attachments=[big, FakeFile("red.jpg", "image/jpeg", small)])
+        [sent] = await discord_fake.wait_for_sent(1, timeout=10)
+
+    assert sent.content.startswith("(holiday.mov was not taken: it is larger than media.max_bytes (9.8 KB).)")
+    assert [path.rpartition("/")[2] for path in discord_fake.downloads] == ["red.jpg"]  # the big one: never
+    [seen] = images_in(chats(fake)[0])
+    assert near(colour_of(seen), RED)
+
+
+async def test_a_pdf_shared_on_slack_is_read_to_the_model_page_by_page(
+    harness: Harness, fake: FakeLLM
+) -> None:
+    a = await agent(harness, fake, "gpt/gpt-4o-mini")
+    invoice = pdf("Invoice 7: total 42 EUR", "Paid by card")
+    async with FakeSlack() as slack:
+        spec = SlackSpec(bot_token=slack.bot_token, app_token=slack.app_token, api_base_url=slack.api_url)
+        async with serving(SlackChannel(a.name, spec), a):
+            await slack.wait_for_connections(1)
+            item = slack.file_object(invoice, "invoice.pdf", "application/pdf")
+            await slack.push_event(
+                slack.file_message_event("what do I owe?", [item], channel="D0ALICE", channel_type="im")
+            )
+            await slack.wait_for_posts(1, timeout=10)
+
+    said = chats(fake)[0]["messages"][-1]["content"]
+    assert "what do I owe?" in said and "a PDF of 2 page(s)" in said
+    assert "--- page 1 ---\nInvoice 7: total 42 EUR" in said and "--- page 2 ---\nPaid by card" in said
