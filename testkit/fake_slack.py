@@ -103,6 +103,14 @@ class FakeSlack:
         self.bot_id = bot_id
         self.app_id = app_id
 
+        self.scopes = [
+            "app_mentions:read",
+            "chat:write",
+            "channels:history",
+            "im:history",
+            "files:read",
+            "files:write",
+        ]
         self.calls: list[ApiCall] = []
         self.posts: list[dict[str, Any]] = []  # params of each accepted chat.postMessage
         self.updates: list[dict[str, Any]] = []  # params of each accepted chat.update
@@ -441,7 +449,8 @@ class FakeSlack:
                 "user_id": self.bot_user_id,
                 "bot_id": self.bot_id,
                 "is_enterprise_install": False,
-            }
+            },
+            headers={"x-oauth-scopes": ",".join(self.scopes)},  # as Slack says what a token was granted
         )
 
     async def _post_message(self, params: dict[str, Any]) -> web.Response:

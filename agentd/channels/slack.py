@@ -39,7 +39,7 @@ from agentd.backoff import backoff_delays
 from agentd.channels.callbacks import CallbackRefused, read_body
 from agentd.channels.chat import AllowList, ChatChannel, Route
 from agentd.channels.slack_events import SIGNATURE_HEADER, TIMESTAMP_HEADER, parse_payload, verify_signature
-from agentd.channels.slack_files import attachments_of, upload
+from agentd.channels.slack_files import attachments_of, missing_file_scopes, upload
 from agentd.channels.slack_routing import SlackTarget, route_message, target_of
 from agentd.channels.slack_socket import SupervisedSocketModeHandler
 from agentd.config.slack import SlackSpec
@@ -231,6 +231,11 @@ class SlackChannel(ChatChannel[dict[str, Any], SlackTarget]):
             try:
                 auth = await self._web.auth_test()
                 self._bot_user_id = auth.get("user_id")
+                if missing := missing_file_scopes(auth.headers):
+                    why = "files people share cannot be read, nor a reply's files sent"
+                    logger.warning(
+                        "slack channel of agent %s: the bot token lacks %s: %s", self.agent, missing, why
+                    )
                 return True
             except SlackApiError as exc:
                 if _api_error(exc) in _REFUSALS:

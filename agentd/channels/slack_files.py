@@ -12,7 +12,7 @@ A file shared from another organisation over Slack Connect arrives as its id onl
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from slack_sdk.errors import SlackApiError
@@ -21,8 +21,20 @@ from slack_sdk.web.async_client import AsyncWebClient
 from agentd.channels.media import DOWNLOAD_TIMEOUT, check_declared, fetch_limited, kind_of
 from agentd.events import Attachment, OutgoingFile
 
+FILE_SCOPES = ("files:read", "files:write")  # to fetch what people share, and to upload a reply's files
+
 # A file in one of these modes has no bytes to fetch: deleted, or past a free workspace's history limit.
 _NO_CONTENT_MODES = frozenset({"tombstone", "hidden_by_limit"})
+
+
+def missing_file_scopes(headers: Mapping[str, Any]) -> list[str]:
+    """The file scopes a bot token lacks, read off the `x-oauth-scopes` header Slack sends with every
+    Web API answer (none missing when the header is absent: nothing to go by)."""
+    granted = next((str(v) for k, v in headers.items() if k.lower() == "x-oauth-scopes"), None)
+    if granted is None:
+        return []
+    have = {scope.strip() for scope in granted.split(",")}
+    return [scope for scope in FILE_SCOPES if scope not in have]
 
 
 def attachments_of(

@@ -121,6 +121,24 @@ async def test_slacks_sign_in_page_is_never_taken_for_the_file(fake: FakeSlack) 
     assert fake.downloads == [(item["url_private_download"].split("files-pri/")[1], False)]
 
 
+async def test_a_bot_token_without_the_file_scopes_is_said_in_the_log_at_start(
+    fake: FakeSlack, caplog: pytest.LogCaptureFixture
+) -> None:
+    fake.scopes = ["app_mentions:read", "chat:write", "im:history"]
+    async with running(fake, MediaHost()):
+        pass
+    [warning] = [r.getMessage() for r in caplog.records if "lacks" in r.getMessage()]
+    assert "['files:read', 'files:write']" in warning and "cannot be read" in warning
+
+
+async def test_a_bot_token_with_the_file_scopes_starts_without_a_word(
+    fake: FakeSlack, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with running(fake, MediaHost()):
+        pass
+    assert not [r for r in caplog.records if "lacks" in r.getMessage()]
+
+
 async def test_deleted_files_are_not_attachments(fake: FakeSlack) -> None:
     gone = {"id": "F0GONE", "mode": "tombstone"}
     assert attachments_of({"files": [gone]}, fake.bot_token, None) == ()
