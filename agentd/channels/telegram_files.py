@@ -1,5 +1,5 @@
-"""Telegram's files both ways: a message's photo, document, voice note or audio as Attachments, and a
-reply's files sent with sendPhoto / sendDocument.
+"""Telegram's files both ways: a message's photo, document, voice note, audio or video as Attachments,
+and a reply's files sent with sendPhoto / sendDocument.
 
 A download is Telegram's two steps: getFile turns the file_id into a file_path, then
 `<api>/file/bot<token>/<file_path>` serves the bytes (PTB's `get_file` already writes that URL). The
@@ -38,38 +38,25 @@ def attachments_of(
     if message.photo:
         # Telegram sends each photo in several sizes, smallest first; the last is the original's size
         photo = message.photo[-1]
-        found.append(
-            Attachment(
-                kind="image",
-                mime_type="image/jpeg",  # Telegram re-encodes every photo as JPEG
-                filename=f"photo_{photo.file_unique_id}.jpg",
-                size=photo.file_size,
-                download=_downloader(bot, photo.file_id, photo.file_size, redact, timeout),
-            )
-        )
-    if message.document:
-        doc = message.document
-        found.append(
-            _attachment(bot, doc.file_id, doc.mime_type, doc.file_name, doc.file_size, redact, timeout)
-        )
-    if message.voice:
-        voice = message.voice
-        mime = voice.mime_type or "audio/ogg"  # voice notes are OGG/Opus
-        found.append(_attachment(bot, voice.file_id, mime, "voice.ogg", voice.file_size, redact, timeout))
-    if message.audio:
-        audio = message.audio
-        name = audio.file_name or "audio"
-        found.append(_attachment(bot, audio.file_id, audio.mime_type, name, audio.file_size, redact, timeout))
-    if message.video:
-        video = message.video
-        name = video.file_name or "video.mp4"
-        found.append(_attachment(bot, video.file_id, video.mime_type, name, video.file_size, redact, timeout))
-    if message.video_note:  # a round video message: always MP4
-        note = message.video_note
-        found.append(
-            _attachment(bot, note.file_id, "video/mp4", "video_note.mp4", note.file_size, redact, timeout)
-        )
+        jpeg = f"photo_{photo.file_unique_id}.jpg"  # Telegram re-encodes every photo as JPEG
+        found.append(_attachment(bot, photo.file_id, "image/jpeg", jpeg, photo.file_size, redact, timeout))
+    for field, default_mime, default_name in _FILE_FIELDS:
+        item = getattr(message, field)
+        if item is not None:
+            mime = getattr(item, "mime_type", None) or default_mime
+            name = getattr(item, "file_name", None) or default_name
+            found.append(_attachment(bot, item.file_id, mime, name, item.file_size, redact, timeout))
     return tuple(found)
+
+
+# Message fields holding one file: (field, its MIME type when the file states none, its name when it has none)
+_FILE_FIELDS: tuple[tuple[str, str | None, str | None], ...] = (
+    ("document", None, None),
+    ("voice", "audio/ogg", "voice.ogg"),  # voice notes are OGG/Opus, and nameless
+    ("audio", None, "audio"),
+    ("video", None, "video.mp4"),
+    ("video_note", "video/mp4", "video_note.mp4"),  # a round video message: always MP4
+)
 
 
 def _attachment(
@@ -115,12 +102,12 @@ async def upload(bot: ExtBot[Any], chat_id: int, thread_id: int | None, file: Ou
     if len(file.data) > UPLOAD_LIMIT:
         # refused here: a 413 reaches PTB as a NetworkError, which would be retried, 50 MB each time
         raise ValueError(f"{file.filename} is larger than the 50 MB Telegram lets a bot send")
-    upload = InputFile(file.data, filename=file.filename)
+    content = InputFile(file.data, filename=file.filename)
     if file.mime_type.startswith("image/") and len(file.data) <= PHOTO_UPLOAD_LIMIT:
         try:
-            return await bot.send_photo(chat_id, upload, message_thread_id=thread_id)
+            return await bot.send_photo(chat_id, content, message_thread_id=thread_id)
         except BadRequest as exc:
             # a photo Telegram will not show (PHOTO_INVALID_DIMENSIONS: sides over 10000 in sum or a
             # ratio past 20; IMAGE_PROCESS_FAILED) is still a file it keeps as a document
             log.info("telegram: sendPhoto refused %s (%s); sending it as a document", file.filename, exc)
-    return await bot.send_document(chat_id, upload, filename=file.filename, message_thread_id=thread_id)
+    return await bot.send_document(chat_id, content, filename=file.filename, message_thread_id=thread_id)
