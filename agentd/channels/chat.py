@@ -24,7 +24,7 @@ import functools
 import logging
 from abc import ABC, abstractmethod
 from collections import deque
-from collections.abc import Awaitable, Callable, Collection, Iterable
+from collections.abc import Awaitable, Callable, Collection, Coroutine, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -175,17 +175,23 @@ class ChatChannel(ABC, Generic[RawT, TargetT]):
         except Exception as exc:
             self.on_handler_error(None, exc)
             return False
-        return route is not None and self.take(route)
-
-    def take(self, route: Route[TargetT]) -> bool:
-        """Handle a matched route in a tracked task (a platform that gathers several events into one
-        route, as Telegram's albums do, hands it here); False when there is no host yet."""
-        if self._host is None:
+        if route is None or self._host is None:
             return False
-        task = asyncio.create_task(self._handle(self._host, route))
+        self.track(self._handle(self._host, route))
+        return True
+
+    def track(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        """Run `work` in a task that stop drains: a handler, or what gathers several events into one
+        message first (Telegram's albums), which then `handle`s it."""
+        task = asyncio.create_task(work)
         self._in_flight.add(task)
         task.add_done_callback(self._in_flight.discard)
-        return True
+        return task
+
+    async def handle(self, route: Route[TargetT]) -> None:
+        """Handle a route matched outside `receive`, in the caller's (tracked) task."""
+        if self._host is not None:
+            await self._handle(self._host, route)
 
     async def _handle(self, host: ChannelHost, route: Route[TargetT]) -> None:
         try:

@@ -81,7 +81,7 @@ class TelegramChannel(ChatChannel[Update, TelegramTarget]):
         self._requests: list[HTTPXRequest] = []
         self._bot = Bot(0, "")
         self._moved: dict[int, int] = {}  # chat ids of groups that became supergroups -> the new id
-        self.intake = Intake(self.take, self._stopping)  # routes, files, an album's photos as one message
+        self.intake = Intake(self.handle, self.track, self._stopping)  # routes, files, albums as one
         self._closed = asyncio.Event()
         self._started = False
         self._reconnecting = False

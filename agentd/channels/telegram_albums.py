@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,21 +33,22 @@ class _Album:
 
 
 class Albums:
-    """Holds album parts until their album is complete, then hands the whole album to `take`."""
+    """Holds album parts until their album is complete, then has the whole album handled."""
 
     def __init__(
         self,
-        take: Callable[[Route[Any]], object],
+        handle: Callable[[Route[Any]], Awaitable[None]],
+        track: Callable[[Coroutine[Any, Any, None]], object],
         stopping: asyncio.Event,
         settle: float = ALBUM_SETTLE,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        self._take = take
-        self._stopping = stopping  # set: complete every album now, so the channel's drain answers it
+        self._handle = handle  # answers a whole album, in the album's own task
+        self._track = track  # runs that task where the channel's stop drains it
+        self._stopping = stopping  # set: complete every album now, within the drain
         self.settle = settle
         self.clock = clock
         self._open: dict[str, _Album] = {}
-        self._timers: set[asyncio.Task[None]] = set()
 
     def hold(
         self, message: Message | None, route: Route[Any] | None, part: Callable[[], Route[Any] | None]
@@ -63,9 +64,7 @@ class Albums:
         album = self._open.get(group)
         if album is None:
             album = self._open[group] = _Album()
-            timer = asyncio.get_running_loop().create_task(self._complete(group, album))
-            self._timers.add(timer)
-            timer.add_done_callback(self._timers.discard)
+            self._track(self._complete(group, album))
         album.parts.append((message.message_id, as_part))
         if route is not None:
             album.addressed.append(route)
@@ -83,7 +82,7 @@ class Albums:
         del self._open[group]
         if album.addressed:  # else no part named the bot: the album was not for it
             parts = [route for _, route in sorted(album.parts, key=lambda part: part[0])]
-            self._take(merged(album.addressed, parts))
+            await self._handle(merged(album.addressed, parts))
 
     @property
     def held(self) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from telegram import Update
@@ -19,10 +19,16 @@ from agentd.config.telegram import TelegramSpec
 
 
 class Intake:
-    """One bot's matching of updates; `take` gets an album's route once the album is complete."""
+    """One bot's matching of updates; an album is handled (`handle`, in a task `track` runs) once it is
+    complete."""
 
-    def __init__(self, take: Callable[[Route[Any]], object], stopping: asyncio.Event) -> None:
-        self.albums = Albums(take, stopping)
+    def __init__(
+        self,
+        handle: Callable[[Route[Any]], Awaitable[None]],
+        track: Callable[[Coroutine[Any, Any, None]], object],
+        stopping: asyncio.Event,
+    ) -> None:
+        self.albums = Albums(handle, track, stopping)
 
     def match(
         self, update: Update, bot: Bot, api: ExtBot[Any], redact: Redact, spec: TelegramSpec
