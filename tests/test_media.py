@@ -480,3 +480,65 @@ async def test_a_vision_model_sees_the_photo_and_older_turns_read_its_descriptio
     assert (
         "[image red.png (image/png, " in first["content"] and "description: A red square." in first["content"]
     )
+
+
+async def test_the_message_limit_refuses_the_file_that_goes_past_it(harness: Harness, fake: FakeLLM) -> None:
+    a = await agent(harness, fake, "gpt/gpt-4o", "{max_bytes: 10000, max_message_bytes: 12000}")
+    one, two = b"a" * 8000, b"b" * 8000
+    reply = await send(
+        a,
+        "two files",
+        Attachment("document", "text/plain", "one.txt", len(one), one),
+        Attachment("document", "text/plain", "two.txt", len(two), two),
+    )
+    assert reply.text.startswith(
+        "(two.txt was not taken: the message's files are larger than media.max_message_bytes (11.7 KB).)"
+    )
+    [message] = await stored_user_messages(a)
+    assert [p.sha256 != "" for p in message.media] == [True, False]
+
+
+async def test_an_image_that_cannot_be_read_is_kept_as_a_file_and_said(
+    harness: Harness, fake: FakeLLM
+) -> None:
+    a = await agent(harness, fake, "gpt/gpt-4o")
+    broken = b"\xff\xd8\xff\xe0" + b"not a jpeg" * 50
+    reply = await send(a, "see?", photo(broken, "broken.jpg", "image/jpeg"))
+    assert reply.error is None
+    assert reply.text.startswith(
+        "(broken.jpg is an image agentd cannot read (image/jpeg): it is kept as a file.)"
+    )
+    [chat] = chats(fake)
+    assert images_in(chat) == [] and "[file broken.jpg (image/jpeg, " in chat["messages"][-1]["content"]
+
+
+async def test_without_a_transcript_kept_a_failed_voice_note_is_not_said_to_be_kept(
+    harness: Harness, fake: FakeLLM
+) -> None:
+    spec = (
+        "model: gpt/gpt-4o-mini\nchannels: {webhook: {}}\nmedia: {transcribe: gpt/whisper-1}\n"  # scope: none
+    )
+    a = await harness.agent(spec, settings=settings(fake))
+    fake.fail(500, endpoint="transcriptions")
+    voice = ogg_voice()
+    reply = await send(a, "", Attachment("audio", "audio/ogg", "n.ogg", len(voice), voice))
+    assert "Please send it again or type it." in reply.text and "It is kept" not in reply.text
+    [event] = await a.audit_events(kind="media")
+    assert event["action"] == "taken"
+
+
+@pytest.mark.parametrize(
+    ("model", "sees"),
+    [
+        ("{name: gpt/gpt-4o, input: [text]}", False),
+        ("{name: gpt/my-finetune, input: [text, image]}", True),
+        ("gpt/my-finetune", False),
+    ],
+)
+async def test_model_input_says_what_a_model_takes(
+    harness: Harness, fake: FakeLLM, model: str, sees: bool
+) -> None:
+    a = await agent(harness, fake, model)
+    reply = await send(a, "look", photo(png(RED)))
+    assert len(images_in(chats(fake)[0])) == (1 if sees else 0)
+    assert ("cannot look at images" in reply.text) is not sees

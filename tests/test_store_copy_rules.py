@@ -289,7 +289,9 @@ def test_files_that_cannot_be_copied_are_reported_and_the_others_copied(
         "old: copied 2 rows, 0 already there; every table verified (row counts and sha256 of the rows) "
         in out
     )
-    assert "(its file migrated first: 0004_daemon_columns, 0005_approvals, 0006_audit_chain)" in out
+    assert (
+        "(its file migrated first: 0004_daemon_columns, 0005_approvals, 0006_audit_chain, 0010_media)" in out
+    )
     assert "old: audit events 1..1 chained as in the file; head 1 " in out
     assert "2 of 4 agent(s) into postgresql://" in out
     assert memories(postgres_url, "old") == [("k", "v")]

@@ -18,6 +18,8 @@ import mimetypes
 import time
 from dataclasses import dataclass, field
 
+from PIL import Image
+
 from agentd.config.media import MediaSpec
 from agentd.engine.conversation import Conversation
 from agentd.engine.documents import readable
@@ -46,6 +48,7 @@ class Intake:
     notices: list[str] = field(default_factory=list)
     blobs: dict[str, bytes] = field(default_factory=dict)
     audit: list[AuditRecord] = field(default_factory=list)
+    keeps: bool = True  # the files are stored (the conversation keeps its transcript)
 
     def message(self, event: InboundEvent) -> Message:
         """The person's message: their text (when they wrote any) and a part per file."""
@@ -60,7 +63,8 @@ class Intake:
 
 async def take_media(conv: Conversation, event: InboundEvent) -> Intake:
     """Take the event's attachments in (see the module's doc); never raises for a bad file."""
-    spec, intake = conv.spec.media, Intake()
+    # a conversation that keeps no transcript (scope none, a stateless call) keeps its files neither
+    spec, intake = conv.spec.media, Intake(keeps=conv.memory.keeps_transcript)
     items: list[MediaItem] = []
     budget = spec.max_message_bytes
     for attachment in event.attachments:
@@ -89,8 +93,8 @@ async def take_media(conv: Conversation, event: InboundEvent) -> Intake:
                 time.time(),
             )
         )
-        intake.audit.append(_event("stored", event, part, part.note))
-    if items and conv.memory.keeps_transcript:  # a stateless call keeps nothing, its files neither
+        intake.audit.append(_event("stored" if intake.keeps else "taken", event, part, part.note))
+    if items and intake.keeps:
         await conv.agent.store.write(StoreMedia(items))
     return intake
 
@@ -145,12 +149,20 @@ def _mime_of(attachment: Attachment, data: bytes) -> str:
     if data.startswith(b"%PDF-"):
         return "application/pdf"
     try:
-        from PIL import Image
-
         with Image.open(io.BytesIO(data)) as image:
             return Image.MIME.get(image.format or "", "application/octet-stream")
     except (OSError, ValueError):
         return "application/octet-stream"
+
+
+def _readable_image(data: bytes) -> bool:
+    """Whether Pillow reads the image (a provider is sent it scaled to its limits, so it must)."""
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            image.verify()
+        return True
+    except (OSError, ValueError, SyntaxError):  # (verify raises SyntaxError for some broken files)
+        return False
 
 
 def _kind_of(attachment: Attachment, mime_type: str) -> MediaKind:
@@ -188,6 +200,9 @@ async def _understood(conv: Conversation, attachment: Attachment, data: bytes, i
     )
     name = part.filename or f"your {part.media}"
     spec = conv.spec.media
+    if part.media == "image" and not _readable_image(data):
+        intake.notices.append(f"({name} is an image agentd cannot read ({mime_type}): it is kept as a file.)")
+        return part.model_copy(update={"media": "file", "note": "an image agentd cannot read"})
     if part.media == "image":
         return await _described(conv, part, data, intake, name)
     if part.media == "audio":
@@ -252,9 +267,8 @@ async def _transcribed(conv: Conversation, part: MediaPart, data: bytes, intake:
             )
         text = await transcribe(model, data, part.filename or _audio_name(part.mime_type), part.mime_type)
     except (ProviderError, OperatorError) as e:
-        intake.notices.append(
-            f"(I could not transcribe {name} ({e}). It is kept; please send it again or type it.)"
-        )
+        kept = "It is kept; please" if intake.keeps else "Please"
+        intake.notices.append(f"(I could not transcribe {name} ({e}). {kept} send it again or type it.)")
         return part.model_copy(update={"note": f"transcription failed: {e}"})
     if spec.echo_transcript:
         intake.notices.append(f"heard: {text}")
