@@ -44,8 +44,13 @@ class MediaHost(RecordingHost):
         self.max_bytes = max_bytes
         self.reply_files = tuple(reply_files)
         self.fetched: list[list[bytes | Exception]] = []
+        self._taken: set[tuple[str, str | None]] = set()
 
     async def dispatch(self, event: InboundEvent, sink: ReplySink | None = None) -> Reply:
+        marker = (event.channel, event.event_id)
+        if marker in self._taken:  # a repeat (it may come while the first is still fetching): not taken
+            return await super().dispatch(event, sink)  # again, and answered once
+        self._taken.add(marker)
         got: list[bytes | Exception] = []
         for attachment in event.attachments:
             try:

@@ -294,3 +294,23 @@ async def test_a_pdf_shared_on_slack_is_read_to_the_model_page_by_page(
     said = chats(fake)[0]["messages"][-1]["content"]
     assert "what do I owe?" in said and "a PDF of 2 page(s)" in said
     assert "--- page 1 ---\nInvoice 7: total 42 EUR" in said and "--- page 2 ---\nPaid by card" in said
+
+
+async def test_a_slack_file_arriving_as_message_and_app_mention_at_once_is_fetched_and_answered_once(
+    harness: Harness, fake: FakeLLM
+) -> None:
+    a = await agent(harness, fake, "gpt/gpt-4o")
+    red = photo_of(RED, "PNG")
+    async with FakeSlack() as slack:
+        spec = SlackSpec(bot_token=slack.bot_token, app_token=slack.app_token, api_base_url=slack.api_url)
+        async with serving(SlackChannel(a.name, spec), a):
+            await slack.wait_for_connections(1)
+            item = slack.file_object(red, "red.png", "image/png")
+            message = slack.file_message_event(f"<@{slack.bot_user_id}> what colour?", [item])
+            mention = {**slack.mention_event("what colour?", ts=message["ts"]), "files": [item]}
+            await asyncio.gather(slack.push_event(message), slack.push_event(mention))
+            await slack.wait_for_posts(1, timeout=10)
+            await asyncio.sleep(0.3)
+
+    assert len(slack.posts) == 1 and len(chats(fake)) == 1
+    assert len(slack.downloads) == 1

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from slack_sdk.web.async_client import AsyncWebClient
 
-from agentd.channels.slack import SlackChannel
+from agentd.channels.slack import SlackChannel, route_message
 from agentd.channels.slack_files import attachments_of
 from agentd.config.slack import SlackSpec
 from agentd.events import MediaTooLarge, OutgoingFile
@@ -88,6 +88,36 @@ async def test_a_voice_clip_and_a_pdf_in_one_message_are_two_attachments(fake: F
         ("document", "invoice.pdf"),
     ]
     assert host.fetched == [[clip, PDF]]
+
+
+async def test_a_file_shared_with_a_mention_is_answered_when_slack_sends_no_app_mention(
+    fake: FakeSlack,
+) -> None:
+    # Slack at times delivers a channel message that shares a file and names the bot only as a
+    # `message` event (slackapi/bolt-python#925); with both events it is still answered once
+    host = MediaHost()
+    async with running(fake, host):
+        item = fake.file_object(png(), "graph.png", "image/png")
+        alone = fake.file_message_event(f"<@{fake.bot_user_id}> explain this graph", [item])
+        await fake.push_event(alone)
+        [post] = await fake.wait_for_posts(1)
+        twice = fake.file_message_event(f"<@{fake.bot_user_id}> and this one", [item])
+        await fake.push_event(twice)
+        mention = fake.mention_event("and this one", ts=twice["ts"])
+        await fake.push_event({**mention, "files": [item]})
+        await fake.wait_for_posts(2)
+        await asyncio.sleep(0.1)
+
+    assert post["thread_ts"] == alone["ts"]
+    assert [e.text for e in host.events] == ["explain this graph", "and this one"]
+    assert len(fake.posts) == 2 and host.fetched == [[png()], [png()]]
+    plain = fake.message_event(f"<@{fake.bot_user_id}> no file", channel="C0GENERAL")
+    assert (
+        route_message(
+            plain, bot_user_id=fake.bot_user_id, respond_to="mentions", threads=True, per_user=False
+        )
+        is None
+    )
 
 
 async def test_a_file_declared_too_large_is_refused_without_a_download(fake: FakeSlack) -> None:
