@@ -9,7 +9,9 @@ a chunk (the platform's own wait after a rate limit, backoff after a transient
 failure), the `send_failed` audit, and tracking handlers in flight so that
 stop can drain them. With `stream: true` (a platform that also supplies
 `edit_chunk` and `delete_chunk`) the reply shows while it is written and ends
-as the same messages (streaming.py).
+as the same messages (streaming.py). A route carries the message's files
+(`Attachment`s); a reply's files follow its text through `send_file`, and one
+that cannot go out is audited (`file_failed`) and said, never the end of the send.
 
 Match, then handle (style.md #6): `receive` matches synchronously and starts
 the handler in a task it tracks; a handler's exception goes to
