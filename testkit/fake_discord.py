@@ -15,6 +15,11 @@ What it speaks, as Discord does:
 - Message content follows the MESSAGE_CONTENT intent: a client that did not ask for it
   gets empty content for guild messages that do not mention it.
 - The bot's own messages come back over the gateway, as they do on Discord.
+- Files: an injected message can carry `attachments` (`FakeFile`s; a voice message is one with a
+  duration, flagged as Discord flags it), each at a signed CDN URL (`/attachments/...?ex=&is=&hm=`,
+  which answers 404 when the signature is wrong, as the CDN does) that needs no token; the bot's
+  uploads arrive as multipart (`payload_json` + `files[n]`), refused with 413 / code 40005 past
+  `upload_limit` (10 MiB, a bot's limit in a server without boosts), and land in `SentMessage.files`.
 
 Test controls: `user_message` / `dm` inject a message, `redeliver` sends one again,
 `sent` records what the bot posted, `rate_limit_next_send` / `fail_next_send` /
@@ -26,15 +31,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import itertools
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from aiohttp import WSMsgType, web
+from aiohttp import BodyPartReader, WSMsgType, web
 
 API_PREFIX = "/api/v10"
 MESSAGE_CONTENT_INTENT = 1 << 15
@@ -175,6 +181,21 @@ def _member_payload(user: FakeUser) -> dict[str, Any]:
     }
 
 
+UPLOAD_LIMIT = 10 * 1024 * 1024
+IS_VOICE_MESSAGE = 1 << 13  # the message flag Discord sets on a voice message
+
+
+@dataclass(frozen=True)
+class FakeFile:
+    """A file a person attaches (or the bot uploads): its name, type and bytes."""
+
+    filename: str
+    content_type: str | None
+    data: bytes
+    duration_secs: float | None = None  # set: a voice message
+    declared_size: int | None = None  # the `size` the attachment states (default: the real one)
+
+
 @dataclass
 class SentMessage:
     """One message the bot created through `POST /channels/{id}/messages`."""
@@ -187,6 +208,7 @@ class SentMessage:
     allowed_mentions: dict[str, Any] | None
     body: dict[str, Any]
     deleted: bool = False  # `content` is always the latest edit
+    files: list[FakeFile] = field(default_factory=list)  # the multipart `files[n]` parts, in order
 
 
 @dataclass
@@ -228,6 +250,10 @@ class FakeDiscord:
         self.deletes: list[int] = []  # message ids, one per accepted DELETE
         self.attempts: list[SendAttempt] = []
         self.typing: list[int] = []  # channel ids, one per typing call
+        self.upload_limit = UPLOAD_LIMIT
+        self.cdn: dict[str, FakeFile] = {}  # CDN path -> the file it serves
+        self.downloads: list[str] = []  # CDN paths fetched (with a good signature), in order
+        self.file_bytes_sent = 0  # bytes of attachments written to a downloader
         self.identifies = 0
         self.resumes = 0
         self.token_refused = False
@@ -252,6 +278,7 @@ class FakeDiscord:
         app.router.add_get(API_PREFIX + "/gateway/bot", self._gateway_info)
         app.router.add_post(API_PREFIX + "/channels/{channel_id}/messages", self._create_message)
         app.router.add_post(API_PREFIX + "/channels/{channel_id}/typing", self._typing)
+        app.router.add_get("/attachments/{channel_id}/{attachment_id}/{filename}", self._serve_attachment)
         message = API_PREFIX + "/channels/{channel_id}/messages/{message_id}"
         app.router.add_patch(message, self._edit_message)
         app.router.add_delete(message, self._delete_message)
@@ -324,7 +351,13 @@ class FakeDiscord:
     # ---- injecting messages ----------------------------------------------------------------
 
     async def user_message(
-        self, channel_id: int, author_id: int, content: str, *, mention_bot: bool = False
+        self,
+        channel_id: int,
+        author_id: int,
+        content: str,
+        *,
+        mention_bot: bool = False,
+        attachments: Sequence[FakeFile] = (),
     ) -> int:
         """A message from `author_id` in a guild channel or thread; returns its message id.
 
@@ -334,21 +367,31 @@ class FakeDiscord:
         if mention_bot:
             content = f"<@{self.bot.id}> {content}"
         mentions = [self.bot] if mention_bot else []
-        return await self._deliver(channel, self.users[author_id], content, mentions)
+        return await self._deliver(channel, self.users[author_id], content, mentions, list(attachments))
 
-    async def dm(self, author_id: int, content: str) -> int:
+    async def dm(self, author_id: int, content: str, *, attachments: Sequence[FakeFile] = ()) -> int:
         """A direct message from `author_id` to the bot; returns its message id."""
         channel = self.channels[self.dm_channel_id(author_id)]
-        return await self._deliver(channel, self.users[author_id], content, [])
+        return await self._deliver(channel, self.users[author_id], content, [], list(attachments))
 
     async def redeliver(self, message_id: int) -> None:
         """Send the same MESSAGE_CREATE again (Discord can deliver an event twice)."""
         await self._dispatch("MESSAGE_CREATE", self._delivered[message_id])
 
     async def _deliver(
-        self, channel: FakeChannel, author: FakeUser, content: str, mentions: list[FakeUser]
+        self,
+        channel: FakeChannel,
+        author: FakeUser,
+        content: str,
+        mentions: list[FakeUser],
+        files: list[FakeFile] | None = None,
     ) -> int:
-        payload = self._message_payload(self.new_id(), channel, author, content, mentions)
+        extra: dict[str, Any] = {}
+        if files:
+            extra["attachments"] = [self._host_attachment(channel.id, f) for f in files]
+            if any(f.duration_secs is not None for f in files):
+                extra["flags"] = IS_VOICE_MESSAGE
+        payload = self._message_payload(self.new_id(), channel, author, content, mentions, extra)
         self._delivered[int(payload["id"])] = payload
         await self._dispatch("MESSAGE_CREATE", payload)
         return int(payload["id"])
@@ -385,6 +428,49 @@ class FakeDiscord:
             data["member"] = {k: v for k, v in _member_payload(author).items() if k != "user"}
         data.update(extra or {})
         return data
+
+    def _host_attachment(self, channel_id: int, file: FakeFile) -> dict[str, Any]:
+        """Put a file on the fake CDN; its attachment object, as a message carries it."""
+        attachment_id = self.new_id()
+        path = f"/attachments/{channel_id}/{attachment_id}/{file.filename}"
+        self.cdn[path] = file
+        expires = f"{int(time.time()) + 86400:x}"
+        url = (
+            f"http://127.0.0.1:{self.port}{path}?ex={expires}&is={int(time.time()):x}&hm={_signature(path)}&"
+        )
+        data: dict[str, Any] = {
+            "id": str(attachment_id),
+            "filename": file.filename,
+            "size": len(file.data) if file.declared_size is None else file.declared_size,
+            "url": url,
+            "proxy_url": url.replace("/attachments/", "/media-proxy/attachments/"),
+        }
+        if file.content_type is not None:
+            data["content_type"] = file.content_type
+        if file.duration_secs is not None:
+            data |= {"duration_secs": file.duration_secs, "waveform": "AAAAAAAAAAAA", "flags": 0}
+        return data
+
+    async def _serve_attachment(self, request: web.Request) -> web.StreamResponse:
+        file = self.cdn.get(request.path)
+        try:  # a signed URL lasts ~24 h (`ex`, hex epoch seconds), then 404s
+            expired = int(request.query.get("ex", ""), 16) < time.time()
+        except ValueError:
+            expired = True
+        if file is None or expired or request.query.get("hm") != _signature(request.path):
+            return web.Response(status=404, text="This content is no longer available.")
+        self.downloads.append(request.path)
+        response = web.StreamResponse(
+            headers={"Content-Type": file.content_type or "application/octet-stream"}
+        )
+        response.content_length = len(file.data)
+        await response.prepare(request)
+        for start in range(0, len(file.data), 65536):
+            piece = file.data[start : start + 65536]
+            await response.write(piece)
+            self.file_bytes_sent += len(piece)
+        await response.write_eof()
+        return response
 
     # ---- disturbing the bot ----------------------------------------------------------------
 
@@ -610,14 +696,17 @@ class FakeDiscord:
             return await self._attempt(
                 channel_id, _json({"message": "Unknown Channel", "code": 10003}, status=404)
             )
-        body = await request.json()
+        body, files = await _message_body(request)
+        if any(len(f.data) > self.upload_limit for f in files):
+            refused = _json({"message": "Request entity too large", "code": 40005}, status=413)
+            return await self._attempt(channel_id, refused)
         lose_response = False
         if self._send_faults:
             response = self._send_faults.pop(0)()
             if response is not None:
                 return await self._attempt(channel_id, response)
             lose_response = True  # lose_next_send_response: stored, but the caller never hears back
-        message, created = self._store_sent(channel, body)
+        message, created = self._store_sent(channel, body, files)
         if lose_response:
             self.attempts.append(SendAttempt(channel_id, 0, time.monotonic()))
             await self._changed_now()
@@ -628,7 +717,9 @@ class FakeDiscord:
             await self._dispatch("MESSAGE_CREATE", message)
         return await self._attempt(channel_id, _json(message))
 
-    def _store_sent(self, channel: FakeChannel, body: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    def _store_sent(
+        self, channel: FakeChannel, body: dict[str, Any], files: list[FakeFile] | None = None
+    ) -> tuple[dict[str, Any], bool]:
         """Record a bot message; a repeated `enforce_nonce` nonce returns the first one (Discord's dedupe)."""
         nonce = body.get("nonce")
         if nonce is not None and body.get("enforce_nonce"):
@@ -644,9 +735,12 @@ class FakeDiscord:
             reference=reference,
             allowed_mentions=body.get("allowed_mentions"),
             body=body,
+            files=list(files or []),
         )
         self.sent.append(sent)
-        extra = {"nonce": sent.nonce} if sent.nonce is not None else {}
+        extra: dict[str, Any] = {"nonce": sent.nonce} if sent.nonce is not None else {}
+        if sent.files:
+            extra["attachments"] = [self._host_attachment(channel.id, f) for f in sent.files]
         if reference:
             extra["message_reference"] = reference
         return self._message_payload(sent.id, channel, self.bot, sent.content, [], extra), True
@@ -690,6 +784,28 @@ class FakeDiscord:
         self.attempts.append(SendAttempt(channel_id, response.status, time.monotonic()))
         await self._changed_now()
         return response
+
+
+def _signature(path: str) -> str:
+    return hashlib.sha256(b"fake-cdn:" + path.encode()).hexdigest()[:32]
+
+
+async def _message_body(request: web.Request) -> tuple[dict[str, Any], list[FakeFile]]:
+    """A message create's JSON, and its files when it came as multipart (`payload_json` + `files[n]`)."""
+    if request.content_type != "multipart/form-data":
+        return await request.json(), []
+    body: dict[str, Any] = {}
+    files: list[FakeFile] = []
+    reader = await request.multipart()
+    async for part in reader:
+        if not isinstance(part, BodyPartReader):
+            continue
+        if part.name == "payload_json":
+            body = json.loads(await part.read())
+        elif part.name and part.name.startswith("files["):
+            data = bytes(await part.read())
+            files.append(FakeFile(part.filename or "file", part.headers.get("Content-Type"), data))
+    return body, files
 
 
 def _json(obj: Any, *, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:

@@ -10,6 +10,13 @@ What it serves (one aiohttp server, started in the running loop):
   ``apps.connections.open`` hands out): it sends ``hello``, pushes
   ``events_api`` envelopes and records the client's acks.
 
+- files as Slack serves them: `file_object` puts a file behind ``url_private_download``
+  (``/files-pri/...``), which answers the bytes to ``Authorization: Bearer <bot token>``
+  and, to anything else, 200 with an HTML sign-in page, as Slack does; uploads go
+  ``files.getUploadURLExternal`` -> POST the bytes to its ``upload_url`` ->
+  ``files.completeUploadExternal`` (`shared_files` records what was shared where);
+  ``files.info`` describes a file (`connect_stub` is a file as Slack Connect shows it).
+
 For the Events API over HTTP it builds correctly signed requests
 (`signed_request`) that a test POSTs to the app under test.
 
@@ -50,6 +57,19 @@ class ApiCall:
 
 
 @dataclass
+class SharedFile:
+    """A file the bot uploaded and shared with files.completeUploadExternal."""
+
+    id: str
+    filename: str
+    title: str | None
+    data: bytes
+    channel: str | None
+    thread_ts: str | None
+    initial_comment: str | None
+
+
+@dataclass
 class _PlannedFailure:
     status: int
     retry_after: int | None = None
@@ -83,6 +103,14 @@ class FakeSlack:
         self.bot_id = bot_id
         self.app_id = app_id
 
+        self.scopes = [
+            "app_mentions:read",
+            "chat:write",
+            "channels:history",
+            "im:history",
+            "files:read",
+            "files:write",
+        ]
         self.calls: list[ApiCall] = []
         self.posts: list[dict[str, Any]] = []  # params of each accepted chat.postMessage
         self.updates: list[dict[str, Any]] = []  # params of each accepted chat.update
@@ -90,6 +118,12 @@ class FakeSlack:
         self.messages: dict[str, dict[str, Any]] = {}  # ts -> the bot's message as it is now, oldest first
         self.acks: list[dict[str, Any]] = []  # every Socket Mode ack, in arrival order
         self.connections = 0  # websocket connections that got "hello"
+        self.hosted: dict[str, tuple[str, bytes]] = {}  # url path -> (file name, bytes) of user files
+        self.downloads: list[tuple[str, bool]] = []  # (url path, whether the bot token opened it)
+        self.file_bytes_sent = 0  # bytes of user files written to a downloader
+        self.shared_files: list[SharedFile] = []
+        self.file_infos: dict[str, dict[str, Any]] = {}  # file id -> what files.info answers
+        self._pending_uploads: dict[str, dict[str, Any]] = {}  # file id -> its getUploadURLExternal + bytes
 
         self._failures: dict[str, list[_PlannedFailure]] = {}
         self._tickets: set[str] = set()
@@ -104,7 +138,10 @@ class FakeSlack:
     async def start(self) -> FakeSlack:
         app = web.Application()
         app.router.add_post("/api/{method}", self._web_api)
+        app.router.add_get("/api/{method}", self._web_api)  # the SDK reads some methods (files.info) by GET
         app.router.add_get("/link/", self._socket_mode)
+        app.router.add_get("/files-pri/{path:.+}", self._serve_file)
+        app.router.add_post("/upload/v1/{file_id}", self._receive_upload)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await self._runner.setup()
         await web.TCPSite(self._runner, "127.0.0.1", 0).start()
@@ -264,6 +301,59 @@ class FakeSlack:
             event["thread_ts"] = thread_ts
         return event
 
+    def file_object(
+        self,
+        data: bytes,
+        name: str,
+        mimetype: str,
+        *,
+        filetype: str | None = None,
+        declared_size: int | None = None,
+        subtype: str | None = None,
+    ) -> dict[str, Any]:
+        """A file as a `message` event's `files` lists it (hosted here until the test ends).
+        `subtype="slack_audio"` makes it a voice clip recorded in Slack."""
+        file_id = f"F{uuid.uuid4().hex[:10].upper()}"
+        path = f"{self.team_id}-{file_id}/download/{name}"
+        self.hosted[path] = self.hosted[f"{self.team_id}-{file_id}/{name}"] = (name, data)  # both URLs
+        item: dict[str, Any] = {
+            "id": file_id,
+            "created": int(time.time()),
+            "timestamp": int(time.time()),
+            "name": name,
+            "title": name,
+            "mimetype": mimetype,
+            "filetype": filetype or name.rpartition(".")[2],
+            "user": "U0ALICE",
+            "size": len(data) if declared_size is None else declared_size,
+            "mode": "hosted",
+            "is_external": False,
+            "is_public": False,
+            "url_private": f"{self.base_url}files-pri/{self.team_id}-{file_id}/{name}",
+            "url_private_download": f"{self.base_url}files-pri/{path}",
+            "permalink": f"https://fake.slack.com/files/U0ALICE/{file_id}/{name}",
+        }
+        if subtype:
+            item["subtype"] = subtype
+        self.file_infos[file_id] = item
+        return item
+
+    def connect_stub(self, item: dict[str, Any]) -> dict[str, Any]:
+        """The same file as a message shows it when it was shared from another organisation over
+        Slack Connect: its id and nothing to fetch it by (files.info has the rest)."""
+        return {
+            "id": item["id"],
+            "mode": "file_access",
+            "file_access": "check_file_info",
+            "created": 0,
+            "timestamp": 0,
+            "user": "",
+        }
+
+    def file_message_event(self, text: str, files: list[dict[str, Any]], **fields: Any) -> dict[str, Any]:
+        """A message sharing files, as Slack sends it: subtype file_share, the files listed."""
+        return self.message_event(text, subtype="file_share", files=files, upload=True, **fields)
+
     def event_callback(self, event: dict[str, Any], *, event_id: str | None = None) -> dict[str, Any]:
         """The outer Events API body around one event."""
         return {
@@ -343,6 +433,9 @@ class FakeSlack:
             "chat.update": self._update,
             "chat.delete": self._delete,
             "apps.connections.open": self._connections_open,
+            "files.getUploadURLExternal": self._get_upload_url,
+            "files.completeUploadExternal": self._complete_upload,
+            "files.info": self._files_info,
         }
 
     async def _auth_test(self, params: dict[str, Any]) -> web.Response:
@@ -356,7 +449,8 @@ class FakeSlack:
                 "user_id": self.bot_user_id,
                 "bot_id": self.bot_id,
                 "is_enterprise_install": False,
-            }
+            },
+            headers={"x-oauth-scopes": ",".join(self.scopes)},  # as Slack says what a token was granted
         )
 
     async def _post_message(self, params: dict[str, Any]) -> web.Response:
@@ -400,6 +494,84 @@ class FakeSlack:
     def visible(self, channel: str) -> list[str]:
         """What the bot's messages in a channel say now, oldest first (updates applied, deleted ones gone)."""
         return [m["text"] for m in self.messages.values() if m["channel"] == channel]
+
+    # -- files ---------------------------------------------------------------------------------
+
+    async def _serve_file(self, request: web.Request) -> web.StreamResponse:
+        path = request.match_info["path"]
+        authorised = _bearer(request) == self.bot_token
+        self.downloads.append((path, authorised))
+        await self._notify()
+        if not authorised:
+            # Slack answers an unauthenticated file URL with its sign-in page, status 200
+            page = (
+                "<!DOCTYPE html><html><head><title>Slack</title></head><body>Sign in to Slack</body></html>"
+            )
+            return web.Response(text=page, content_type="text/html")
+        hosted = self.hosted.get(path)
+        if hosted is None:
+            return web.Response(status=404, text="file not found")
+        _name, data = hosted
+        response = web.StreamResponse(headers={"Content-Type": "application/octet-stream"})
+        response.content_length = len(data)
+        await response.prepare(request)
+        for start in range(0, len(data), 65536):
+            piece = data[start : start + 65536]
+            await response.write(piece)
+            self.file_bytes_sent += len(piece)
+        await response.write_eof()
+        return response
+
+    async def _files_info(self, params: dict[str, Any]) -> web.Response:
+        item = self.file_infos.get(str(params.get("file")))
+        if item is None:
+            return _json({"ok": False, "error": "file_not_found"})
+        return _json({"ok": True, "file": item, "comments": [], "response_metadata": {"next_cursor": ""}})
+
+    async def _get_upload_url(self, params: dict[str, Any]) -> web.Response:
+        filename, length = params.get("filename"), str(params.get("length", ""))
+        if not filename or not length.isdigit():
+            return _json({"ok": False, "error": "invalid_arguments"})
+        file_id = f"F{uuid.uuid4().hex[:10].upper()}"
+        self._pending_uploads[file_id] = {"filename": filename, "length": int(length), "data": None}
+        return _json({"ok": True, "upload_url": f"{self.base_url}upload/v1/{file_id}", "file_id": file_id})
+
+    async def _receive_upload(self, request: web.Request) -> web.Response:
+        pending = self._pending_uploads.get(request.match_info["file_id"])
+        if pending is None:
+            return web.Response(status=404, text="upload url not found")
+        pending["data"] = await request.read()
+        return web.Response(text=f"OK - {len(pending['data'])}")
+
+    async def _complete_upload(self, params: dict[str, Any]) -> web.Response:
+        try:
+            files = json.loads(params.get("files") or "[]")
+        except ValueError:
+            return _json({"ok": False, "error": "invalid_arguments"})
+        done: list[dict[str, Any]] = []
+        for item in files:
+            pending = self._pending_uploads.get(str(item.get("id")))
+            if pending is None or pending["data"] is None or len(pending["data"]) != pending["length"]:
+                return _json({"ok": False, "error": "file_not_found"})  # never uploaded, or not all of it
+            shared = SharedFile(
+                id=str(item["id"]),
+                filename=pending["filename"],
+                title=item.get("title"),
+                data=pending["data"],
+                channel=params.get("channel_id"),
+                thread_ts=params.get("thread_ts"),
+                initial_comment=params.get("initial_comment"),
+            )
+            self.shared_files.append(shared)
+            del self._pending_uploads[shared.id]
+            done.append(
+                {"id": shared.id, "name": shared.filename, "title": shared.title, "size": len(shared.data)}
+            )
+        return _json({"ok": True, "files": done})
+
+    async def wait_for_shared(self, n: int, timeout: float = 5.0) -> list[SharedFile]:
+        await self._wait_for(lambda: len(self.shared_files) >= n, timeout)
+        return self.shared_files
 
     async def _connections_open(self, params: dict[str, Any]) -> web.Response:
         ticket = uuid.uuid4().hex

@@ -7,6 +7,11 @@ and ``getUpdates`` long-polls and drops updates below ``offset``.
 
 Tests inject messages (private, group, forum topic), read what the bot sent,
 and schedule faults: a dropped connection, a 5xx, a 429 with ``retry_after``.
+Files work as the Bot API documents them: `file_update` sends a photo (in
+several sizes), a document, a voice note or an audio; ``getFile`` gives a
+``file_path`` (or "file is too big" past the 20 MB bots may download), and
+``GET /file/bot<token>/<file_path>`` serves the bytes (`downloads` records
+each); ``sendPhoto`` / ``sendDocument`` take a multipart upload (`uploads`).
 A request carrying any other token gets 401 Unauthorized, as Telegram does.
 Start and stop it inside the running loop (``async with FakeTelegram() as fake``).
 """
@@ -16,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import io
 import itertools
 import json
 import re
@@ -26,13 +32,39 @@ from typing import Any, Literal
 
 import httpx
 from aiohttp import web
+from PIL import Image
 
 FaultKind = Literal["drop", "502", "500", "429", "migrate"]
+FileKind = Literal["photo", "document", "voice", "audio", "video", "video_note"]
 
 # Values PTB sends as plain strings; everything else in a form body is a JSON string.
 _STRING_FIELDS = frozenset({"text", "url", "secret_token", "action", "parse_mode", "caption", "ip_address"})
 _COMMAND_RE = re.compile(r"^/[A-Za-z0-9_]+(@[A-Za-z0-9_]+)?")
 _MENTION_RE = re.compile(r"(?<![\w@])@[A-Za-z0-9_]{3,32}")
+
+
+DOWNLOAD_LIMIT = 20 * 1024 * 1024  # getFile refuses bots files larger than this
+PHOTO_SIZES = ((90, 67), (320, 240), (800, 600))  # Telegram's thumbnails of a photo, smallest first
+
+
+@dataclass(frozen=True)
+class _StoredFile:
+    file_id: str
+    unique_id: str
+    path: str
+    data: bytes
+
+
+@dataclass(frozen=True)
+class Upload:
+    """One file the bot sent: the method, the chat, and the multipart part as it arrived."""
+
+    method: str
+    chat_id: int
+    filename: str | None
+    content_type: str | None
+    data: bytes
+    params: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -76,6 +108,10 @@ class FakeTelegram:
         self.messages: dict[tuple[int, int], str] = {}  # (chat id, message id) -> the bot's text now
         self.webhook: dict[str, Any] | None = None  # the last setWebhook, cleared by deleteWebhook
         self.commands: list[dict[str, Any]] = []
+        self.files: dict[str, _StoredFile] = {}  # file_id -> what getFile and the file URL serve
+        self.downloads: list[str] = []  # file paths served by GET /file/bot<token>/..., in order
+        self.uploads: list[Upload] = []  # files the bot sent (sendPhoto, sendDocument), in order
+        self.file_bytes_sent = 0  # bytes of file bodies written to the bot (a refused download sends none)
         self._updates: list[dict[str, Any]] = []
         self._faults: dict[str, deque[_Fault]] = defaultdict(deque)
         self._update_ids = itertools.count(1000)
@@ -91,6 +127,7 @@ class FakeTelegram:
     async def start(self) -> FakeTelegram:
         app = web.Application()
         app.router.add_route("*", "/bot{token}/{method}", self._handle)
+        app.router.add_get("/file/bot{token}/{path:.+}", self._serve_file)
         # a short shutdown timeout: a held long poll must not delay stop()
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
         await self._runner.setup()
@@ -186,6 +223,78 @@ class FakeTelegram:
                 **({"message_thread_id": thread_id} if thread_id is not None else {}),
             }
         return {"update_id": next(self._update_ids), "message": message}
+
+    def file_update(
+        self,
+        kind: FileKind,
+        data: bytes,
+        *,
+        user_id: int,
+        caption: str | None = None,
+        mime_type: str | None = None,
+        filename: str | None = None,
+        declared_size: int | None = None,
+        media_group_id: str | None = None,
+        **fields: Any,
+    ) -> dict[str, Any]:
+        """An Update carrying a file (and its caption), as Telegram sends one; `send_text`'s other fields
+        apply. `declared_size` is the file_size the message states (default: the real one);
+        `media_group_id` makes it one part of an album (Telegram sends each part as its own update)."""
+        update = self.message_update(caption or "", user_id=user_id, **fields)
+        message = update["message"]
+        if media_group_id is not None:
+            message["media_group_id"] = media_group_id
+        del message["text"]
+        message.pop("entities", None)
+        if caption:
+            message["caption"] = caption
+            if entities := _entities(caption):
+                message["caption_entities"] = entities
+        size = len(data) if declared_size is None else declared_size
+        if kind == "photo":
+            # every size is a file of its own; only the largest holds the bytes sent
+            sizes = []
+            for width, height in PHOTO_SIZES:
+                stored = self.store_file(
+                    data if (width, height) == PHOTO_SIZES[-1] else data[:64], "photos", ".jpg"
+                )
+                sizes.append(
+                    _file_fields(stored, size if (width, height) == PHOTO_SIZES[-1] else len(stored.data))
+                )
+                sizes[-1] |= {"width": width, "height": height}
+            message["photo"] = sizes
+            return update
+        folder, ext = {
+            "document": ("documents", ""),
+            "voice": ("voice", ".oga"),
+            "audio": ("music", ".mp3"),
+            "video": ("videos", ".mp4"),
+            "video_note": ("video_notes", ".mp4"),
+        }[kind]
+        stored = self.store_file(data, folder, ext)
+        media = _file_fields(stored, size)
+        if mime_type is not None:
+            media["mime_type"] = mime_type
+        if filename is not None and kind not in ("voice", "video_note"):
+            media["file_name"] = filename
+        if kind in ("voice", "audio", "video", "video_note"):
+            media["duration"] = 3
+        if kind == "video":
+            media |= {"width": 640, "height": 360}
+        if kind == "video_note":
+            media["length"] = 240
+        message[kind] = media
+        return update
+
+    def send_file(self, kind: FileKind, data: bytes, **fields: Any) -> dict[str, Any]:
+        """Build a file update (see `file_update`) and queue it for getUpdates."""
+        return self.inject(self.file_update(kind, data, **fields))
+
+    def store_file(self, data: bytes, folder: str, ext: str) -> _StoredFile:
+        n = next(self._message_ids)
+        stored = _StoredFile(f"AgAC-file-{n}", f"AQAD-{n}", f"{folder}/file_{n}{ext}", data)
+        self.files[stored.file_id] = stored
+        return stored
 
     def inject(self, update: dict[str, Any]) -> dict[str, Any]:
         """Queue an update for the next getUpdates (waking a held long poll)."""
@@ -308,6 +417,83 @@ class FakeTelegram:
                 return _error(401, "Unauthorized")
         return _ok(self._updates[:limit])
 
+    def _api_getFile(self, params: dict[str, Any]) -> dict[str, Any]:
+        stored = self.files.get(str(params.get("file_id")))
+        if stored is None:
+            raise _Refused("Bad Request: invalid file_id")
+        if len(stored.data) > DOWNLOAD_LIMIT:
+            raise _Refused("Bad Request: file is too big")
+        return _file_fields(stored, len(stored.data)) | {"file_path": stored.path}
+
+    async def _serve_file(self, request: web.Request) -> web.StreamResponse:
+        if request.match_info["token"] != self.token:
+            return _error(401, "Unauthorized")
+        stored = next((f for f in self.files.values() if f.path == request.match_info["path"]), None)
+        if stored is None:
+            return _error(404, "Not Found")
+        self.downloads.append(stored.path)
+        response = web.StreamResponse(headers={"Content-Type": "application/octet-stream"})
+        response.content_length = len(stored.data)
+        await response.prepare(request)
+        for start in range(0, len(stored.data), 65536):  # in pieces, as a large file is: a reader may stop
+            piece = stored.data[start : start + 65536]
+            await response.write(piece)
+            self.file_bytes_sent += len(piece)
+        await response.write_eof()
+        return response
+
+    def _api_sendPhoto(self, params: dict[str, Any]) -> dict[str, Any]:
+        part = params.get("photo")
+        if isinstance(part, web.FileField):
+            # Telegram shows a photo only when it can read it, its sides sum to at most 10000 and
+            # neither is more than 20 times the other; it refuses the rest (a document takes any file)
+            try:
+                with Image.open(io.BytesIO(part.file.read())) as image:
+                    width, height = image.size
+            except (OSError, Image.DecompressionBombError):
+                raise _Refused("Bad Request: IMAGE_PROCESS_FAILED") from None
+            finally:
+                part.file.seek(0)
+            if width + height > 10000 or max(width, height) > 20 * min(width, height):
+                raise _Refused("Bad Request: PHOTO_INVALID_DIMENSIONS")
+        upload = self._take_upload("sendPhoto", "photo", params)
+        message = self._bot_message(upload.chat_id, params)
+        stored = self.store_file(upload.data, "photos", ".jpg")
+        message["photo"] = [_file_fields(stored, len(upload.data)) | {"width": 800, "height": 600}]
+        return message
+
+    def _api_sendDocument(self, params: dict[str, Any]) -> dict[str, Any]:
+        upload = self._take_upload("sendDocument", "document", params)
+        message = self._bot_message(upload.chat_id, params)
+        stored = self.store_file(upload.data, "documents", "")
+        message["document"] = _file_fields(stored, len(upload.data)) | {
+            "file_name": upload.filename or "file"
+        }
+        return message
+
+    def _take_upload(self, method: str, field: str, params: dict[str, Any]) -> Upload:
+        part = params.get(field)
+        if not isinstance(part, web.FileField):
+            raise _Refused(f"Bad Request: there is no {field} in the request")
+        data = part.file.read()
+        if not data:
+            raise _Refused("Bad Request: file must be non-empty")
+        upload = Upload(method, int(params["chat_id"]), part.filename, part.content_type, data, params)
+        self.uploads.append(upload)
+        return upload
+
+    def _bot_message(self, chat_id: int, params: dict[str, Any]) -> dict[str, Any]:
+        message: dict[str, Any] = {
+            "message_id": next(self._message_ids),
+            "date": int(time.time()),
+            "chat": {"id": chat_id, "type": "private" if chat_id > 0 else "supergroup"},
+            "from": self.bot_user(),
+        }
+        if params.get("message_thread_id") is not None:
+            message["message_thread_id"] = int(params["message_thread_id"])
+            message["is_topic_message"] = True
+        return message
+
     def _api_getMe(self, params: dict[str, Any]) -> dict[str, Any]:
         return {
             **self.bot_user(),
@@ -399,9 +585,14 @@ async def _read_params(request: web.Request) -> dict[str, Any]:
     params: dict[str, Any] = {}
     for key, value in form.items():
         if not isinstance(value, str):
-            continue  # an uploaded file; not needed by any test yet
+            params[key] = value  # an uploaded file (web.FileField), read by the method taking it
+            continue
         params[key] = value if key in _STRING_FIELDS else _json_or_str(value)
     return params
+
+
+def _file_fields(stored: _StoredFile, size: int) -> dict[str, Any]:
+    return {"file_id": stored.file_id, "file_unique_id": stored.unique_id, "file_size": size}
 
 
 def _json_or_str(value: str) -> Any:

@@ -9,7 +9,9 @@ a chunk (the platform's own wait after a rate limit, backoff after a transient
 failure), the `send_failed` audit, and tracking handlers in flight so that
 stop can drain them. With `stream: true` (a platform that also supplies
 `edit_chunk` and `delete_chunk`) the reply shows while it is written and ends
-as the same messages (streaming.py).
+as the same messages (streaming.py). A route carries the message's files
+(`Attachment`s); a reply's files follow its text through `send_file`, and one
+that cannot go out is audited (`file_failed`) and said, never the end of the send.
 
 Match, then handle (style.md #6): `receive` matches synchronously and starts
 the handler in a task it tracks; a handler's exception goes to
@@ -24,13 +26,13 @@ import functools
 import logging
 from abc import ABC, abstractmethod
 from collections import deque
-from collections.abc import Awaitable, Callable, Collection, Iterable
+from collections.abc import Awaitable, Callable, Collection, Coroutine, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from agentd.channels.splitting import split_message
 from agentd.channels.streaming import PartFailed, StreamedReply
-from agentd.events import ChannelHost, InboundEvent, Reply, ReplySink
+from agentd.events import Attachment, ChannelHost, InboundEvent, OutgoingFile, Reply, ReplySink
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +54,7 @@ class Route(Generic[TargetT]):
     where: dict[str, Any] = field(default_factory=dict)  # platform ids every audit of it names
     metadata: dict[str, Any] = field(default_factory=dict)  # travels on the InboundEvent
     sent_at: float | None = None  # when the person sent it, as the platform says (epoch seconds)
+    attachments: tuple[Attachment, ...] = ()  # the message's files, fetched only when the engine asks
 
 
 @dataclass(frozen=True)
@@ -115,6 +118,11 @@ class ChatChannel(ABC, Generic[RawT, TargetT]):
         """Send one piece (`part` counts from 1) of a reply; raise when it did not go out. Returns the
         platform's handle of the message, which `edit_chunk` and `delete_chunk` take."""
 
+    async def send_file(self, target: TargetT, file: OutgoingFile, part: int) -> Any:
+        """Send one file of a reply as an attachment (`part` numbers it after the text's chunks);
+        raise when it did not go out."""
+        raise NotImplementedError(f"the {self.name} channel cannot send files")
+
     async def edit_chunk(self, target: TargetT, sent: Any, text: str) -> None:
         """Change the text of a message `send_chunk` sent (streamed replies only)."""
         raise NotImplementedError(f"the {self.name} channel cannot edit its messages")
@@ -171,10 +179,21 @@ class ChatChannel(ABC, Generic[RawT, TargetT]):
             return False
         if route is None or self._host is None:
             return False
-        task = asyncio.create_task(self._handle(self._host, route))
+        self.track(self._handle(self._host, route))
+        return True
+
+    def track(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        """Run `work` in a task that stop drains: a handler, or what gathers several events into one
+        message first (Telegram's albums), which then `handle`s it."""
+        task = asyncio.create_task(work)
         self._in_flight.add(task)
         task.add_done_callback(self._in_flight.discard)
-        return True
+        return task
+
+    async def handle(self, route: Route[TargetT]) -> None:
+        """Handle a route matched outside `receive`, in the caller's (tracked) task."""
+        if self._host is not None:
+            await self._handle(self._host, route)
 
     async def _handle(self, host: ChannelHost, route: Route[TargetT]) -> None:
         try:
@@ -187,9 +206,11 @@ class ChatChannel(ABC, Generic[RawT, TargetT]):
                 await self._stream_reply(host, route, every)
                 return
             reply = await self._dispatch(host, route)
-            if reply.duplicate or reply.joined or not reply.text.strip():
+            if reply.duplicate or reply.joined:  # (a joined reply is posted where its first message is)
                 return
-            await self._send_reply(host, route, reply)
+            if reply.text.strip():
+                await self._send_reply(host, route, reply)
+            await self._send_files(host, route, reply)
         except Exception as exc:
             self.on_handler_error(route, exc)
 
@@ -206,6 +227,7 @@ class ChatChannel(ABC, Generic[RawT, TargetT]):
         except PartFailed as failed:
             cause = failed.__cause__ or failed
             await self._send_failed(host, route, reply, failed.part, failed.parts, cause)
+        await self._send_files(host, route, reply)
 
     async def _deny(self, host: ChannelHost, route: Route[TargetT], reason: str) -> None:
         if route.event_id in self._denied:
@@ -227,6 +249,7 @@ class ChatChannel(ABC, Generic[RawT, TargetT]):
             event_id=route.event_id,
             metadata=route.metadata,
             sent_at=route.sent_at,
+            attachments=route.attachments,
         )
         typing = None
         if self.typing_every is not None:
@@ -260,6 +283,33 @@ class ChatChannel(ABC, Generic[RawT, TargetT]):
             except Exception as exc:
                 await self._send_failed(host, route, reply, part, len(chunks), exc)
                 return
+
+    async def _send_files(self, host: ChannelHost, route: Route[TargetT], reply: Reply) -> None:
+        """Send a reply's files after its text, each on its own; the ones that cannot go out are
+        audited and then said in one message, and never stop the others."""
+        first = len(split_message(reply.text, self.message_limit)) + 1 if reply.text.strip() else 1
+        failed: list[str] = []
+        for part, file in enumerate(reply.files, start=first):
+            try:
+                await self.retrying(functools.partial(self.send_file, route.target, file, part))
+            except Exception as exc:
+                error = self.describe_error(exc)
+                log.error(
+                    "%s: file %s in %s not sent: %s", self.name, file.filename, route.conversation_key, error
+                )
+                data = {"channel": self.name, **route.where, "run_id": reply.run_id, "error": error}
+                data |= {"filename": file.filename, "mime_type": file.mime_type, "bytes": len(file.data)}
+                await host.audit("channel", "file_failed", conversation_key=route.conversation_key, data=data)
+                failed.append(file.filename)
+        if failed:
+            notice = f"(I could not send {', '.join(failed)}: the upload failed.)"
+            part = first + len(reply.files)  # a part of its own: Discord's nonce tells sends apart by it
+            try:
+                await self.retrying(functools.partial(self.send_chunk, route.target, notice, part))
+            except Exception as exc:  # already audited; nothing further to fall back on
+                log.error(
+                    "%s: the notice of files not sent failed too: %s", self.name, self.describe_error(exc)
+                )
 
     async def _send_failed(
         self,

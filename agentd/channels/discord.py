@@ -26,9 +26,10 @@ import yarl
 
 from agentd.backoff import backoff_delays
 from agentd.channels.chat import AllowList, ChatChannel, Route
+from agentd.channels.discord_files import attachments_of, send_file
 from agentd.config.discord import DiscordSpec
 from agentd.errors import OperatorError
-from agentd.events import ChannelHost
+from agentd.events import ChannelHost, OutgoingFile
 
 log = logging.getLogger(__name__)
 
@@ -168,6 +169,7 @@ class DiscordChannel(ChatChannel[discord.Message, discord.Message]):
             where={"guild_id": guild_id, "channel_id": str(raw.channel.id), "message_id": str(raw.id)},
             metadata=_metadata(raw),
             sent_at=raw.created_at.timestamp(),
+            attachments=attachments_of(raw),
         )
 
     def _text_to_answer(self, me: discord.ClientUser, message: discord.Message) -> str | None:
@@ -178,7 +180,7 @@ class DiscordChannel(ChatChannel[discord.Message, discord.Message]):
         if message.guild is not None and self.spec.respond_to == "mentions" and not addressed:
             return None
         text = strip_mention(message.content, me.id)
-        return text or None
+        return text if text or message.attachments else None  # a photo alone is a message too
 
     async def send_chunk(self, target: discord.Message, text: str, part: int) -> discord.Message:
         # The first chunk answers the message in busy server channels; DMs need no pointer.
@@ -190,6 +192,9 @@ class DiscordChannel(ChatChannel[discord.Message, discord.Message]):
         channel: Any = target.channel  # discord.py accepts reference=None; its annotations do not say so
         sent: discord.Message = await channel.send(text, reference=reference, nonce=f"{target.id}:{part}")
         return sent
+
+    async def send_file(self, target: discord.Message, file: OutgoingFile, part: int) -> discord.Message:
+        return await send_file(target, file, nonce=f"{target.id}:{part}")  # the nonce: as send_chunk's
 
     async def edit_chunk(self, target: discord.Message, sent: discord.Message, text: str) -> None:
         await sent.edit(content=text)

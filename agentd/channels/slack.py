@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import re
 import time
@@ -38,11 +39,12 @@ from agentd.backoff import backoff_delays
 from agentd.channels.callbacks import CallbackRefused, read_body
 from agentd.channels.chat import AllowList, ChatChannel, Route
 from agentd.channels.slack_events import SIGNATURE_HEADER, TIMESTAMP_HEADER, parse_payload, verify_signature
+from agentd.channels.slack_files import attachments_of, missing_file_scopes, upload
 from agentd.channels.slack_routing import SlackTarget, route_message, target_of
 from agentd.channels.slack_socket import SupervisedSocketModeHandler
 from agentd.config.slack import SlackSpec
 from agentd.errors import OperatorError
-from agentd.events import ChannelHost
+from agentd.events import ChannelHost, OutgoingFile
 
 __all__ = ["SlackChannel", "SlackRefused", "route_message"]
 
@@ -229,6 +231,11 @@ class SlackChannel(ChatChannel[dict[str, Any], SlackTarget]):
             try:
                 auth = await self._web.auth_test()
                 self._bot_user_id = auth.get("user_id")
+                if missing := missing_file_scopes(auth.headers):
+                    why = "files people share cannot be read, nor a reply's files sent"
+                    logger.warning(
+                        "slack channel of agent %s: the bot token lacks %s: %s", self.agent, missing, why
+                    )
                 return True
             except SlackApiError as exc:
                 if _api_error(exc) in _REFUSALS:
@@ -312,7 +319,7 @@ class SlackChannel(ChatChannel[dict[str, Any], SlackTarget]):
         if not isinstance(event, dict):
             return None
         spec = self.spec
-        return route_message(
+        route = route_message(
             event,
             bot_user_id=self._bot_user_id,
             respond_to=spec.respond_to,
@@ -320,6 +327,8 @@ class SlackChannel(ChatChannel[dict[str, Any], SlackTarget]):
             per_user=spec.per_user,
             team=raw.get("team_id"),
         )
+        files = attachments_of(event, spec.bot_token, self._web) if route is not None else ()
+        return dataclasses.replace(route, attachments=files) if route is not None and files else route
 
     def target_for(self, conversation_key: str) -> SlackTarget | None:
         return target_of(conversation_key)
@@ -330,6 +339,10 @@ class SlackChannel(ChatChannel[dict[str, Any], SlackTarget]):
             channel=target.channel, text=text, thread_ts=target.thread_ts
         )
         return str(posted.get("channel") or target.channel), str(posted["ts"])
+
+    async def send_file(self, target: SlackTarget, file: OutgoingFile, part: int) -> str:
+        assert self._web is not None
+        return await upload(self._web, target.channel, target.thread_ts, file)
 
     async def edit_chunk(self, target: SlackTarget, sent: tuple[str, str], text: str) -> None:
         assert self._web is not None

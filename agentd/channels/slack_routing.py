@@ -41,7 +41,12 @@ def route_message(
         return None
     # app_mention carries no channel_type; DM conversation ids start with D.
     is_dm = event.get("channel_type") == "im" or (kind == "app_mention" and channel.startswith("D"))
-    if kind == "message" and not is_dm and respond_to == "mentions":
+    if (
+        kind == "message"
+        and not is_dm
+        and respond_to == "mentions"
+        and not _shares_files_naming(event, bot_user_id)
+    ):
         return None  # in channels, a mention arrives as its own app_mention event
     in_thread = _string(event.get("thread_ts"))
     if is_dm:
@@ -66,6 +71,13 @@ def route_message(
         metadata={"team": team or event.get("team"), "channel": channel, "ts": ts, "thread_ts": thread},
         sent_at=_epoch(ts),
     )
+
+
+def _shares_files_naming(event: dict[str, Any], bot_user_id: str | None) -> bool:
+    """A message that shares files and names the bot: Slack at times sends it with no app_mention
+    (slackapi/bolt-python#925), so it is taken as the mention it is (the ids de-duplicate the two)."""
+    text = _string(event.get("text")) or ""
+    return bool(event.get("files")) and bot_user_id is not None and f"<@{bot_user_id}" in text
 
 
 def target_of(conversation_key: str) -> SlackTarget | None:

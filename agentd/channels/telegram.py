@@ -40,9 +40,11 @@ from telegram.request import HTTPXRequest
 from agentd.backoff import backoff_delays
 from agentd.channels.callbacks import CallbackRefused, json_object, read_body
 from agentd.channels.chat import AllowList, ChatChannel, Route
-from agentd.channels.telegram_routing import Bot, TelegramTarget, route_update, target_of
+from agentd.channels.telegram_files import FILES, upload
+from agentd.channels.telegram_intake import Intake
+from agentd.channels.telegram_routing import Bot, TelegramTarget, target_of
 from agentd.config.telegram import TelegramSpec
-from agentd.events import COMMANDS, ChannelHost
+from agentd.events import COMMANDS, ChannelHost, OutgoingFile
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +81,7 @@ class TelegramChannel(ChatChannel[Update, TelegramTarget]):
         self._requests: list[HTTPXRequest] = []
         self._bot = Bot(0, "")
         self._moved: dict[int, int] = {}  # chat ids of groups that became supergroups -> the new id
+        self.intake = Intake(self.handle, self.track, self._stopping)  # routes, files, albums as one
         self._closed = asyncio.Event()
         self._started = False
         self._reconnecting = False
@@ -144,7 +147,7 @@ class TelegramChannel(ChatChannel[Update, TelegramTarget]):
         if self.spec.mode == "webhook":
             builder = builder.updater(None)
         app = builder.build()
-        app.add_handler(MessageHandler(filters.UpdateType.MESSAGE & filters.TEXT, self._on_update))
+        app.add_handler(MessageHandler(filters.UpdateType.MESSAGE & (filters.TEXT | FILES), self._on_update))
         app.add_error_handler(self._on_handler_error)
         return app
 
@@ -289,7 +292,7 @@ class TelegramChannel(ChatChannel[Update, TelegramTarget]):
         self.receive(update)  # returns at once; the turn runs in a task the base tracks
 
     def match(self, raw: Update) -> Route[TelegramTarget] | None:
-        return route_update(raw, bot=self._bot, respond_to=self.spec.respond_to, per_user=self.spec.per_user)
+        return self.intake.match(raw, self._bot, self._api(), self._redact, self.spec)
 
     def target_for(self, conversation_key: str) -> TelegramTarget | None:
         return target_of(conversation_key)
@@ -303,6 +306,11 @@ class TelegramChannel(ChatChannel[Update, TelegramTarget]):
             # The group became a supergroup with a new id: send there, now and from now on.
             self._moved[target.chat_id] = int(exc.new_chat_id)
             return await bot.send_message(int(exc.new_chat_id), text, message_thread_id=target.thread_id)
+
+    async def send_file(self, target: TelegramTarget, file: OutgoingFile, part: int) -> Message:
+        return await upload(
+            self._api(), self._moved.get(target.chat_id, target.chat_id), target.thread_id, file
+        )
 
     async def edit_chunk(self, target: TelegramTarget, sent: Message, text: str) -> None:
         try:

@@ -9,6 +9,7 @@ from telegram import Message, MessageEntity, Update
 from telegram.constants import ChatType
 
 from agentd.channels.chat import Route
+from agentd.events import Attachment
 
 _COMMAND_RE = re.compile(r"^/([A-Za-z0-9_]+)(?:@([A-Za-z0-9_]+))?")
 
@@ -30,18 +31,19 @@ class TelegramTarget:
 
 
 def route_update(
-    update: Update, *, bot: Bot, respond_to: str, per_user: bool
+    update: Update, *, bot: Bot, respond_to: str, per_user: bool, files: tuple[Attachment, ...] = ()
 ) -> Route[TelegramTarget] | None:
-    """The route of a text message update, or None when it is not for this bot."""
+    """The route of a message update (its text, or its `files` with their caption), or None when it is
+    not for this bot."""
     message = update.message
     if (
         message is None
-        or not isinstance(message.text, str)
+        or not (isinstance(message.text, str) or files)
         or message.from_user is None
         or message.chat is None
     ):
-        return None  # not a text message (or, from a webhook, a malformed one)
-    text = addressed_text(message, bot, respond_to)
+        return None  # neither text nor a file (or, from a webhook, a malformed message)
+    text = addressed_text(message, bot, respond_to, has_files=bool(files))
     if text is None:
         return None
     chat_id = message.chat.id
@@ -61,6 +63,7 @@ def route_update(
         where={"chat_id": str(chat_id)},
         metadata={"chat_id": chat_id, "message_id": message.message_id, "topic": thread_id},
         sent_at=message.date.timestamp() if message.date else None,
+        attachments=files,
     )
 
 
@@ -73,9 +76,10 @@ def target_of(conversation_key: str) -> TelegramTarget | None:
     return TelegramTarget(int(match.group(1)), int(match.group(2)) if match.group(2) else None)
 
 
-def addressed_text(message: Message, bot: Bot, respond_to: str) -> str | None:
-    """The text meant for this bot, mention and @botname stripped; None if the message is not for us."""
-    text = message.text or ""
+def addressed_text(message: Message, bot: Bot, respond_to: str, *, has_files: bool = False) -> str | None:
+    """The text (or a file's caption) meant for this bot, mention and @botname stripped; None if the
+    message is not for us. A message with files is for us without any text."""
+    text = message.text if message.text is not None else message.caption or ""
     command = _COMMAND_RE.match(text) if _starts_with_command(message) else None
     if command and command.group(2) and command.group(2).lower() != bot.username.lower():
         return None  # /cmd@otherbot
@@ -84,12 +88,16 @@ def addressed_text(message: Message, bot: Bot, respond_to: str) -> str | None:
         if not (command or _mentions_bot(message, bot) or _replies_to_bot(message, bot)):
             return None
     cleaned = _strip_bot_name(text, bot)
-    return cleaned or None
+    return cleaned if cleaned or has_files else None
 
 
 def _mentions_bot(message: Message, bot: Bot) -> bool:
     me = "@" + bot.username.lower()
-    for entity, value in message.parse_entities([MessageEntity.MENTION, MessageEntity.TEXT_MENTION]).items():
+    kinds: list[str | None] = [MessageEntity.MENTION, MessageEntity.TEXT_MENTION]
+    found = (
+        message.parse_entities(kinds) if message.text is not None else message.parse_caption_entities(kinds)
+    )
+    for entity, value in found.items():
         if entity.type == MessageEntity.MENTION and value.lower() == me:
             return True
         if entity.type == MessageEntity.TEXT_MENTION and entity.user and entity.user.id == bot.id:
@@ -114,4 +122,5 @@ def _strip_bot_name(text: str, bot: Bot) -> str:
 
 
 def _starts_with_command(message: Message) -> bool:
-    return any(entity.type == MessageEntity.BOT_COMMAND and entity.offset == 0 for entity in message.entities)
+    entities = message.entities if message.text is not None else message.caption_entities
+    return any(entity.type == MessageEntity.BOT_COMMAND and entity.offset == 0 for entity in entities)
