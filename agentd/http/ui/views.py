@@ -187,11 +187,6 @@ GLOBALS = {
     "conversation_href": conversation_href,
     "memory_href": memory_href,
     "media_href": media_href,
-}
-GLOBALS = {
-    "agent_href": agent_href,
-    "conversation_href": conversation_href,
-    "memory_href": memory_href,
     "jobs_href": jobs_href,
     "job_href": job_href,
 }
