@@ -115,3 +115,21 @@ async def test_the_choice_goes_with_the_conversation_when_it_is_deleted_or_its_p
             await agent.erase_person("ana", subject_of("ana"), "test")
             assert await agent.state.store.read(ConversationModel("webhook:d")) is None
             assert "Model: gpt/mini" in (await say(agent, "/model", key="webhook:d")).text
+
+
+@pytest.mark.both_stores
+async def test_a_persons_export_lists_the_model_chosen_in_their_conversations(
+    tmp_path: Path, store_backend: str, request: pytest.FixtureRequest
+) -> None:
+    url = store_url(store_backend, request)
+    with FakeLLM() as fake:
+        async with agent_on(tmp_path, settings(fake), Clock(), ALLOWING, store_url=url) as agent:
+            await say(agent, "/model claude/sonnet", key="webhook:c")
+            fake.reply("Claude.")
+            await say(agent, "hi", key="webhook:c")
+            fake.reply("GPT.")
+            await say(agent, "hello", key="webhook:d")  # a conversation with the file's model
+            data = await agent.person_data("ana")
+            assert data is not None
+            models = {c["conversation_key"]: c["model"] for c in data["conversations"] if not c["shared"]}
+            assert models == {"webhook:c": "claude/sonnet", "webhook:d": None}

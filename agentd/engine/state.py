@@ -78,11 +78,13 @@ class AgentState:
 
     async def switched(self, spec: AgentSpec, conversation_key: str) -> AgentSpec:
         """`spec` with the model `/model` chose for the conversation, while `models_allowed` still
-        allows it (the store is read only for an agent that allows any); built once per pair, so the
-        memory and tools cached per definition stay cached."""
+        allows it (the store is read only for an agent that allows any; on a shared store with every
+        turn, as a switch made on another daemon holds from the next turn); built once per pair, so
+        the memory and tools cached per definition stay cached."""
         if not spec.models_allowed:
             return spec
-        if conversation_key not in self.chosen_models:
+        # on a shared store another daemon may have switched it: read it with every turn there
+        if self.store.shared or conversation_key not in self.chosen_models:
             if len(self.chosen_models) >= CHOSEN_CACHE:
                 self.chosen_models.clear()
             chosen = await self.store.read(ConversationModel(conversation_key))

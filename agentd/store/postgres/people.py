@@ -117,7 +117,17 @@ def person_data(cx: Cx, q: PersonData) -> dict[str, Any]:
     theirs, shared = parts["theirs"], parts["shared"]
     runs = _their_runs(cx, user, shared)
     exchanges = cx.run(_EXCHANGES, (cx.agent_id, shared, user, runs)).fetchall()
-    conversations = [{"conversation_key": k, "shared": False, "threads": _threads(cx, k)} for k in theirs]
+    chosen = dict(
+        cx.run(
+            "SELECT conversation_key, model FROM conversation_models"
+            " WHERE agent_id = %s AND conversation_key = ANY(%s)",
+            (cx.agent_id, theirs),
+        ).fetchall()
+    )
+    conversations = [
+        {"conversation_key": k, "shared": False, "model": chosen.get(k), "threads": _threads(cx, k)}
+        for k in theirs
+    ]  # (model: the conversation's /model choice, None when it has the agent file's)
     run_rows = cx.run(
         f"SELECT {RUN_ROW.columns} FROM runs WHERE agent_id = %s"
         " AND (conversation_key = ANY(%s) OR id = ANY(%s)) ORDER BY started_at, n",

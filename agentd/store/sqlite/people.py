@@ -116,7 +116,16 @@ def person_data(conn: sqlite3.Connection, q: PersonData) -> dict[str, Any]:
     theirs, shared = parts["theirs"], parts["shared"]
     runs = _their_runs(conn, user, shared)
     exchanges = conn.execute(_EXCHANGES, (_as_list(shared), user, _as_list(runs))).fetchall()
-    conversations = [{"conversation_key": k, "shared": False, "threads": _threads(conn, k)} for k in theirs]
+    chosen = dict(
+        conn.execute(
+            f"SELECT conversation_key, model FROM conversation_models WHERE conversation_key IN {_IN}",
+            (_as_list(theirs),),
+        ).fetchall()
+    )
+    conversations = [
+        {"conversation_key": k, "shared": False, "model": chosen.get(k), "threads": _threads(conn, k)}
+        for k in theirs
+    ]  # (model: the conversation's /model choice, None when it has the agent file's)
     run_rows = conn.execute(
         f"SELECT {RUN_ROW.columns} FROM runs WHERE conversation_key IN {_IN} OR id IN {_IN}"
         " ORDER BY started_at, rowid",
