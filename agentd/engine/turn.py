@@ -25,7 +25,7 @@ from typing import Any
 from agentd.engine.conversation import Conversation
 from agentd.engine.media import Intake, take_media
 from agentd.engine.media_replay import images_for
-from agentd.engine.metering import BudgetExceeded
+from agentd.engine.metering import SERVED, BudgetExceeded
 from agentd.engine.overflow import MessageTooLarge, OverflowGuard
 from agentd.engine.pausing import TurnResult, pause_run
 from agentd.engine.progress import Decision, ToolBatch, TurnProgress
@@ -140,7 +140,13 @@ async def _drive(
     fixed_chars, history_chars = prompt.fixed_chars(), prompt.history_chars
     on_progress = step_sink.progress if step_sink is not None else None
     caller = ToolCall(
-        event.conversation_key, run.id, event.user_id, event.sent_at, event.linked_user_ids, on_progress
+        event.conversation_key,
+        run.id,
+        event.user_id,
+        event.sent_at,
+        event.linked_user_ids,
+        on_progress,
+        SERVED.get(),
     )
     gate = ToolGate(spec, prompt.known, caller, progress.audit, can_ask=options.can_ask)
 
