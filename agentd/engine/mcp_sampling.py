@@ -7,8 +7,14 @@ model, with its fallback chain. The run (`trigger: sampling`) belongs to the
 conversation and names as parent the run whose tool call the server was
 serving, when one call was in flight on it; its model call is counted like
 any. Every request is an audit event `{kind: tool, action: sampled |
-sampling_failed, server, model, user, input_tokens, output_tokens}` (never the
-text). Text is all that is passed each way: an image or audio part of the
+sampling_failed | sampling_refused, server, model, user, input_tokens,
+output_tokens}` (never the text).
+
+The call is charged to, and refused by, the budgets of the person and agent
+the tool call serves (its `charged_to`: the server's request arrives on the
+server's own task, which serves nobody in particular). A budget that refuses
+it answers the server with the spec's rejection, code -1 ("User rejected
+sampling request"), saying which limit, and no model is called. Text is all that is passed each way: an image or audio part of the
 server's messages is said as a placeholder, and tools offered in the request
 are not (sampling here writes text, it does not call tools).
 """
@@ -21,6 +27,7 @@ import time
 import mcp_types as types
 
 from agentd.engine.context import CompletionLimits
+from agentd.engine.metering import SERVED, BudgetExceeded, Served
 from agentd.engine.state import AgentState
 from agentd.errors import OperatorError, ProviderError
 from agentd.messages import Message
@@ -30,6 +37,7 @@ from agentd.tools.base import ToolCall
 
 log = logging.getLogger(__name__)
 TRIGGER = "sampling"
+REJECTED = -1  # the MCP spec's error for a sampling request the client declines
 
 
 class McpSampling:
@@ -47,6 +55,8 @@ class McpSampling:
         key = asker.conversation_key if asker is not None else None
         limits = CompletionLimits(params.temperature, params.max_tokens, tuple(params.stop_sequences or ()))
         audit = {"server": server, "model": model_ref, "user": asker.user_id if asker else None}
+        served = asker.charged_to if asker is not None else None
+        charged = SERVED.set(served if isinstance(served, Served) else None)
         try:
             call = await self.state.context.call_model(
                 trigger=TRIGGER,
@@ -62,6 +72,11 @@ class McpSampling:
             await self._audit("sampling_failed", key, None, {**audit, "error": str(e)})
             log.warning("agent %s: sampling for MCP server %s failed: %s", spec.name, server, e)
             return types.ErrorData(code=types.INTERNAL_ERROR, message=f"the model could not answer: {e}")
+        except BudgetExceeded as e:
+            await self._audit("sampling_refused", key, None, {**audit, **e.audit_data()})
+            return types.ErrorData(code=REJECTED, message=f"User rejected sampling request: {e.reply}")
+        finally:
+            SERVED.reset(charged)
         run = call.run
         await self.state.store.write(InsertRun(run))
         tokens = {"input_tokens": run.input_tokens, "output_tokens": run.output_tokens}

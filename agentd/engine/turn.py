@@ -25,7 +25,7 @@ from typing import Any
 from agentd.engine.conversation import Conversation
 from agentd.engine.media import Intake, take_media
 from agentd.engine.media_replay import images_for
-from agentd.engine.metering import BudgetExceeded
+from agentd.engine.metering import SERVED, BudgetExceeded
 from agentd.engine.overflow import MessageTooLarge, OverflowGuard
 from agentd.engine.pausing import TurnResult, pause_run
 from agentd.engine.progress import Decision, ToolBatch, TurnProgress
@@ -149,6 +149,7 @@ async def _drive(
         event.linked_user_ids,
         on_progress,
         who=event.who,
+        charged_to=SERVED.get(),
     )
     gate = ToolGate(spec, prompt.known, caller, progress.audit, can_ask=options.can_ask)
 

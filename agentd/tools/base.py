@@ -28,6 +28,9 @@ class ToolCall:
     # hears how far a long call is, in words (an MCP server's progress), to show in the streamed reply
     on_progress: Callable[[str], None] | None = None
     who: str | None = None  # the person (InboundEvent.who): what they own (jobs) is theirs to change
+    # whom model work done for this call is charged to (agentd.engine.metering.Served, set by the turn):
+    # an MCP server's sampling request arrives on the server's own task, which does not know
+    charged_to: object = None
 
 
 Handler = Callable[[dict[str, Any], ToolCall], Awaitable[str]]
