@@ -49,7 +49,16 @@ TIME_SCHEMA: dict[str, Any] = {
 
 
 class MessageIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # what `_says_something` requires, for clients and validators: some text, or a file
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "anyOf": [
+                {"required": ["text"], "properties": {"text": {"minLength": 1}}},
+                {"required": ["attachments"], "properties": {"attachments": {"minItems": 1}}},
+            ]
+        },
+    )
 
     conversation_id: str = Field(pattern=CONVERSATION_ID_RE.pattern, description="1-128 of [A-Za-z0-9_.:-]")
     text: str = Field(default="", max_length=MAX_TEXT, description="may be empty when files come with it")

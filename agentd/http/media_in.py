@@ -32,7 +32,16 @@ class AttachmentIn(BaseModel):
     """A file with a webhook message: its bytes as base64 `data`, or a `url` to fetch them from (one
     the agent's media.allowed_urls allows)."""
 
-    model_config = ConfigDict(extra="forbid")
+    # what `_one_source` requires, for clients and validators: exactly one of the two is a string
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "oneOf": [
+                {"required": ["data"], "properties": {"data": {"type": "string"}, "url": {"type": "null"}}},
+                {"required": ["url"], "properties": {"url": {"type": "string"}, "data": {"type": "null"}}},
+            ]
+        },
+    )
 
     filename: str | None = Field(default=None, max_length=255)
     mime_type: str | None = Field(default=None, max_length=255, pattern=r"^[\w.+-]+/[\w.+-]+$")
