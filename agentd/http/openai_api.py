@@ -43,6 +43,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, Field
 
 from agentd.engine.agent import Agent
+from agentd.engine.turn import TurnLimits
 from agentd.events import InboundEvent, Reply, ReplySink
 from agentd.http.bodies import read_json
 from agentd.http.control import refuse_if_held
@@ -62,6 +63,7 @@ from agentd.http.openai_params import completion_docs, finish_reason, ignored_he
 from agentd.http.openai_usage import UsageChunk, UsageOut, stream_usage, usage_of
 from agentd.http.streaming import SSE_HEADERS, Failed, Restart, TurnStream
 from agentd.http.webhook_in import body_limit
+from agentd.messages import Message
 
 # What a header value may carry as is: printable ASCII but `%`, which starts an escape (RFC 3986).
 _HEADER_SAFE = "".join(chr(c) for c in range(0x21, 0x7F) if chr(c) != "%")
@@ -271,18 +273,7 @@ def add_openai_routes(
         if not stateless:
             await refuse_if_held(agent, event, openai=True)  # a 409 naming the approval, not a hang
 
-        async def turn(sink: ReplySink | None) -> Reply:
-            if call.earlier is not None:
-                return await agent.answer_stateless(
-                    event, call.earlier, sink=sink, instructions=call.instructions, limits=limits
-                )
-            return await agent.handle(event, sink=sink, instructions=call.instructions, limits=limits)
-
-        async def run(sink: ReplySink | None) -> Reply:
-            if key is None:
-                return await turn(sink)
-            stored = None if stateless else (lambda: agent.delivered(CHANNEL, key))
-            return await once.once((agent.name, CHANNEL, key), call.key, lambda: turn(sink), stored)
+        run = once_turn(agent, event, call.earlier, call.instructions, limits, once, CHANNEL, key)
 
         headers = {CONVERSATION_HEADER: conversation_header(call.key)} | ignored_headers(
             body.model_extra or {}
@@ -311,6 +302,38 @@ def add_openai_routes(
             usage=used.tokens,
         )
         return AsciiJSONResponse(out.model_dump(), headers=headers | used.headers())
+
+
+def once_turn(
+    agent: Agent,
+    event: InboundEvent,
+    earlier: list[Message] | None,
+    instructions: str,
+    limits: TurnLimits,
+    once: Idempotency,
+    endpoint: str,
+    key: str | None,
+) -> Callable[[ReplySink | None], Awaitable[Reply]]:
+    """The turn of a /v1 request (stateless when the request carried the conversation, `earlier`),
+    answered once per Idempotency-Key of `endpoint` (idempotency.py) when it has one."""
+
+    async def turn(sink: ReplySink | None) -> Reply:
+        if earlier is not None:
+            return await agent.answer_stateless(
+                event, earlier, sink=sink, instructions=instructions, limits=limits
+            )
+        return await agent.handle(event, sink=sink, instructions=instructions, limits=limits)
+
+    async def run(sink: ReplySink | None) -> Reply:
+        if key is None:
+            return await turn(sink)
+        # a stateless call stores nothing: its key is honoured in this process only
+        stored = None if earlier is not None else (lambda: agent.delivered(CHANNEL, key))
+        return await once.once(
+            (agent.name, endpoint, key), event.conversation_key, lambda: turn(sink), stored
+        )
+
+    return run
 
 
 async def _chunks(stream: TurnStream, model: str, usage: UsageChunk | None = None) -> AsyncIterator[str]:

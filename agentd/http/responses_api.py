@@ -26,13 +26,14 @@ from fastapi.responses import StreamingResponse
 
 from agentd.engine.agent import Agent
 from agentd.engine.turn import TurnLimits
-from agentd.events import InboundEvent, Reply, ReplySink
+from agentd.events import InboundEvent, Reply
 from agentd.http.bodies import body_schema, read_json, sse_event_schema
 from agentd.http.directory import AgentDirectory
 from agentd.http.idempotency import HEADER, KEY_DOC, KEY_PATTERN, Idempotency, key_of, replay_headers
 from agentd.http.openai_api import (
     AsciiJSONResponse,
     conversation_header,
+    once_turn,
     openai_agent,
     openai_error,
     openai_errors,
@@ -163,18 +164,7 @@ def add_responses_routes(
         limits = TurnLimits(max_output_tokens=body.max_output_tokens)
         event = InboundEvent(agent.name, call.key, call.text, CHANNEL, user_id=call.user, event_id=event_id)
 
-        async def turn(sink: ReplySink | None) -> Reply:
-            if call.earlier is not None:
-                return await agent.answer_stateless(
-                    event, call.earlier, sink=sink, instructions=call.instructions, limits=limits
-                )
-            return await agent.handle(event, sink=sink, instructions=call.instructions, limits=limits)
-
-        async def run(sink: ReplySink | None) -> Reply:
-            if key is None:
-                return await turn(sink)
-            stored = None if call.stateless else (lambda: agent.delivered(CHANNEL, key))
-            return await once.once((agent.name, "responses", key), call.key, lambda: turn(sink), stored)
+        run = once_turn(agent, event, call.earlier, call.instructions, limits, once, "responses", key)
 
         headers = ignored_headers(body.model_extra or {})
         if not call.stateless:
