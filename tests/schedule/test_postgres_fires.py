@@ -88,6 +88,7 @@ async def test_three_daemons_fire_1000_jobs_once_each_and_one_killed_hands_over(
             await wait_until(lambda: count(postgres_url, fired)[0][0] >= JOBS // 4, "a quarter fired", 60)
             victim = daemons[0]
             assert victim.proc is not None
+            victim_pid = victim.proc.pid
             victim.proc.kill()  # -9, mid-way through the fires: its leases lapse, the others go on
             killed_at = time.monotonic()
             await wait_until(lambda: count(postgres_url, fired)[0][0] == JOBS, "every job fired", 120)
@@ -106,9 +107,11 @@ async def test_three_daemons_fire_1000_jobs_once_each_and_one_killed_hands_over(
         spread = Counter(
             dict(count(postgres_url, "SELECT daemon, count(*) FROM agentd.job_fires GROUP BY daemon"))
         )
-        assert len(spread) == DAEMONS and min(spread.values()) >= JOBS // 50, (
-            spread
-        )  # (the victim: until killed)
+        # every daemon took part; the two that lived carried the minute (the victim's share depends on
+        # how far it got before the kill, so it only has to have fired at least one)
+        victim_id = next(d for d in spread if f":{victim_pid}:" in str(d))
+        assert len(spread) == DAEMONS and spread[victim_id] >= 1, spread
+        assert min(n for d, n in spread.items() if d != victim_id) >= JOBS // 10, spread
         # every delivery arrived; a duplicate only from the window between the receiver's 2xx and our
         # record of it, for the sends the victim had in flight when it died
         assert len(receiver.ids) == JOBS
