@@ -114,6 +114,9 @@ AUDIT = Table(
     linked=("seq", "prev_hash", "hash"),
     order=("seq",),
 )
+USAGE_COLUMNS = _columns(
+    "day agent who channel model trigger calls estimated_calls input_tokens output_tokens cost_micros"
+)
 # In copying order: a table comes after those its rows refer to.
 TABLES: tuple[Table, ...] = (
     Table("identity", ("key", "value"), key=("key",)),
@@ -157,6 +160,15 @@ TABLES: tuple[Table, ...] = (
     Table("jobs", JOB_ROW.names),
     Table("job_fires", FIRE_ROW.names, key=("job_id", "fire_at")),
     Table("job_deliveries", DELIVERY_ROW.names),
+    # budgets' counters, usage days and rate buckets: only the daemon's own file (`_daemon`) holds any
+    Table(
+        "budget_spend",
+        _columns("budget subject period used told"),
+        key=("budget", "subject", "period"),
+        flags=("told",),
+    ),
+    Table("usage_days", USAGE_COLUMNS, key=USAGE_COLUMNS[:6]),
+    Table("rate_buckets", _columns("scope subject tokens at refused ended"), key=("scope", "subject")),
     AUDIT,  # last: its chain head is the last lock a copy takes, as in a daemon's batch
 )
 # The daemon's links: daemon-wide in the database, so beside the agents' tables (postgres/copy_links.py).
