@@ -48,8 +48,13 @@ async def _answer(asks: StopAsks, ask: StopAsk, agent: Agent | None) -> None:
             stop = Stop(ask.reason, by=ask.by, asked_on=ask.asked_on)
             run_id = await agent.stop_asked(ask.conversation_key, stop)
         await asks.answer(ask.id, run_id)
-    except StoreError as e:
+    except StoreError as e:  # (the asker gives up after its wait: "nothing stopped")
         log.warning("answering the stop of %s asked on %s failed: %s", ask.conversation_key, ask.asked_on, e)
+        return
+    except Exception:
+        log.exception("stopping %s, as asked on %s, failed", ask.conversation_key, ask.asked_on)
+        await asks.answer(ask.id, None)
+        return
     log.info(
         "stop of %s asked on %s by %s: %s",
         ask.conversation_key,
