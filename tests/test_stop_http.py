@@ -38,6 +38,7 @@ async def test_the_stop_route_ends_a_streamed_reply_at_what_was_shown(tmp_path: 
                         assert stopped.status_code == 200, stopped.text
                         out = stopped.json()
                         assert out["stopped"] is True and out["run_id"]
+                        assert out["daemon"] == daemon.daemon_id
             assert [e.event for e in events] == ["delta", "reply"]
             reply = json.loads(events[-1].data)
             assert reply["error"] == "stopped" and reply["reply"] == "Once \n\n(Stopped.)"
@@ -63,6 +64,7 @@ async def test_the_stop_route_ends_a_streamed_reply_at_what_was_shown(tmp_path: 
                 "conversation_key": "webhook:c",
                 "stopped": False,
                 "run_id": None,
+                "daemon": None,
             }
 
 
@@ -95,7 +97,8 @@ async def test_a_conversation_held_by_an_approval_answers_409_at_once(tmp_path: 
         await agent.state.tool_servers.wait_ready(20)
         script_write(fake, "Saved.")
         body = {"conversation_id": "c9", "text": "save a note", "user_id": "ana", "message_id": "m1"}
-        approval = (await api.post("/agents/keeper/messages", json=body)).json()["approval"]
+        asked = (await api.post("/agents/keeper/messages", json=body)).json()
+        approval, held_run = asked["approval"], asked["run_id"]
         later = {**body, "text": "and another thing", "message_id": "m2"}
         held = await asyncio.wait_for(api.post("/agents/keeper/messages", json=later), 5)
         assert held.status_code == 409
@@ -108,11 +111,6 @@ async def test_a_conversation_held_by_an_approval_answers_409_at_once(tmp_path: 
             "/agents/keeper/messages", json={**later, "text": "/status", "message_id": "m3"}
         )
         assert status.status_code == 200 and f"Waiting for approval [{approval}]" in status.json()["reply"]
-        stop = await api.post("/agents/keeper/messages", json={**later, "text": "/stop", "message_id": "m4"})
-        assert (
-            f"Nothing is running in this conversation. A run waits for approval [{approval}]"
-            in (stop.json()["reply"])
-        )
         # the OpenAI-compatible endpoint, on a conversation held the same way
         fake.clear()  # (the webhook run's answer, never asked for: that run stays paused)
         script_write(fake, "Saved too.")
@@ -128,6 +126,15 @@ async def test_a_conversation_held_by_an_approval_answers_409_at_once(tmp_path: 
         # nothing of the refused messages was stored
         thread = await agent.state.store.read(ActiveThread("webhook:c9"))
         assert "and another thing" not in [m.message.text for m in thread.messages]
+        # the stop route ends the paused run: the conversation takes the message it refused
+        stop = (await api.post("/agents/keeper/conversations/webhook:c9/stop")).json()
+        assert stop["stopped"] is True and stop["run_id"] == held_run
+        fake.clear()  # (the /v1 run's answer, never asked for: that run stays paused)
+        fake.reply("Noted.")
+        taken = await asyncio.wait_for(api.post("/agents/keeper/messages", json=later), 5)
+        assert taken.status_code == 200 and taken.json()["reply"] == "Noted."
+        gone = await api.post(f"/agents/keeper/approvals/{approval}", json={"decision": "approve"})
+        assert gone.status_code == 409 and "/stop ended its run" in gone.json()["error"]
     finally:
         await api.aclose()
         await daemon.shutdown()

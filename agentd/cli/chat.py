@@ -30,7 +30,7 @@ from agentd.cli.local import local_agent
 from agentd.cli.remote import address, answer, reaching, running_daemon, streamed_answer
 from agentd.cli.terminal import Spinner, TerminalReply, main_thread_only
 from agentd.engine.agent import Agent
-from agentd.engine.stopping import STOP_WAIT_S
+from agentd.engine.stop_request import STOP_WAIT_S
 from agentd.errors import AgentdError
 from agentd.events import CONVERSATION_ID_RE, Attachment, InboundEvent, Reply, ReplySink
 

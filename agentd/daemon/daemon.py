@@ -45,6 +45,7 @@ from agentd.daemon.provider_checks import warn_unused_providers
 from agentd.daemon.resources import _FROM_SETTINGS, DAEMON_STORE, Resources
 from agentd.daemon.schedules import Schedules
 from agentd.daemon.server import EmbeddedServer, bind, url
+from agentd.daemon.stop_relay import relay_stops
 from agentd.daemon.watcher import FolderWatcher
 from agentd.engine.agent import Agent
 from agentd.engine.breakers import Breakers
@@ -181,6 +182,8 @@ class Daemon:
             self.agents_loaded = True
             warn_unused_providers(self.settings, [e.spec for e in self.fleet.entries.values() if e.spec])
             self.spawn(every(self.reload_interval, self.sync_agents, "reloading agents"))
+            if self.resources.shared_store:  # /stop asked on another daemon for a turn run here
+                self.spawn(relay_stops(self.resources.stop_asks, self.agent))
             self.spawn(every(GC_FREEZE_EVERY, freeze_gc, "freezing the GC"))
             self.spawn(every(PRUNE_EVERY, self._prune, "pruning old delivery ids and episodes"))
             self.spawn(every(AUTH_FLUSH_EVERY, self.auth_failures.flush, "auditing refused token checks"))

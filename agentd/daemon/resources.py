@@ -42,6 +42,7 @@ from agentd.providers.embedders import build_embedder
 from agentd.providers.registry import ProviderRegistry
 from agentd.store.base import Leases, Store
 from agentd.store.sqlite import SoleOwner, SqliteStore, StoreExecutor
+from agentd.store.stop_asks import SoleDaemon, StopAsks
 from agentd.tools.mcp_servers import McpServers
 
 if TYPE_CHECKING:  # (imported when a store.url is set: psycopg is an optional extra)
@@ -82,6 +83,7 @@ class Resources:
         # this process among the daemons that may share a store: recorded on its runs and audit events
         self.daemon_id = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
         self.leases: Leases = SoleOwner(self.daemon_id)  # of bot connections among daemons sharing a store
+        self.stop_asks: StopAsks = SoleDaemon(self.daemon_id)  # /stop asked of the daemon running the turn
         self.breakers = breakers or Breakers()  # per memory model, shared by every agent of the process
         self.observer = observer
         self.clock = clock  # what scheduled jobs read the time from (tests pass a clock they move)
@@ -146,6 +148,7 @@ class Resources:
             backend.executor.on_commit = self.observer.store_commit
         self.postgres = await self._stack.enter_async_context(backend)
         self.leases = backend.leases  # (bot connections: one daemon of those sharing the database)
+        self.stop_asks = backend.stop_asks
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
@@ -191,6 +194,7 @@ class Resources:
             meter=self.meter,
             rate_limiter=self.rate_limiter,
             clock=self.clock,
+            stop_asks=self.stop_asks,
         )
 
     def _metered_embedder(self) -> Embedder | None:

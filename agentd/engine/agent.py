@@ -27,7 +27,8 @@ from agentd.engine.scheduled import ScheduledRun
 from agentd.engine.state import AgentState
 from agentd.engine.stateless import run_stateless
 from agentd.engine.status import status_facts, tools_report
-from agentd.engine.stopping import BY_API, Stop, stop_and_wait
+from agentd.engine.stop_anywhere import Stopped, stop_anywhere, stop_here
+from agentd.engine.stop_request import BY_API, Stop
 from agentd.engine.turn import NO_LIMITS, TurnLimits, TurnOptions
 from agentd.errors import NewerSchema, StoreError
 from agentd.events import InboundEvent, Reply, ReplySink
@@ -198,12 +199,16 @@ class Agent(AgentReads):
         """The id of the approval `event` would wait behind, None when it would not wait for one."""
         return self._handler.held_by(event)
 
-    async def stop_run(self, conversation_key: str, by: str) -> str | None:
-        """Stop the conversation's running turn, as /stop does (audited); the stopped run's id, None
-        when nothing was running."""
+    async def stop_run(self, conversation_key: str, by: str) -> Stopped | None:
+        """Stop the conversation's run, as /stop does (audited): its turn running here or on another
+        daemon sharing the store, or its wait for an approval; None when nothing was stopped."""
         await self.ready()
-        running = await stop_and_wait(self.state.stops, conversation_key, Stop(BY_API, by=by))
-        return None if running is None else running.run_id
+        return await stop_anywhere(self.state, conversation_key, Stop(BY_API, by=by))
+
+    async def stop_asked(self, conversation_key: str, stop: Stop) -> str | None:
+        """A stop another daemon asked of this one (agentd.daemon.stop_relay): the run stopped here."""
+        stopped = await stop_here(self.state, conversation_key, stop)
+        return None if stopped is None else stopped.run_id
 
     async def handle_scheduled(self, event: InboundEvent, scheduled: ScheduledRun) -> Reply:
         """Run a job's task or a heartbeat in its conversation, in order with its messages; what the

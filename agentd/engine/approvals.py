@@ -34,6 +34,7 @@ from agentd.engine.lifecycle import Lifecycle
 from agentd.engine.pausing import TurnResult
 from agentd.engine.progress import Decision
 from agentd.engine.state import AgentState
+from agentd.engine.stop_request import STOP_WAIT_S, Stop
 from agentd.events import Reply
 from agentd.store.queries import ApprovalById, OpenApprovals
 from agentd.store.records import ApprovalRecord, AuditRecord
@@ -44,6 +45,7 @@ log = logging.getLogger(__name__)
 OPERATOR = "http"  # who decides through the HTTP API: whoever holds the daemon's token
 Resume = Callable[[ApprovalRecord, Decision], Awaitable[TurnResult]]
 Release = Callable[[], None]
+STOPPED_BY = "stop"  # who ended an approval with a stop that names nobody (an anonymous /stop)
 
 
 @dataclass
@@ -157,6 +159,31 @@ class Approvals:
             with contextlib.suppress(BaseException):
                 await task
 
+    async def end_for_stop(self, conversation_key: str, stop: Stop) -> str | None:
+        """/stop while the conversation's run waits for an approval: the approval is closed (stored as
+        expired, decided by whoever stopped it; audited `tool/cancelled`) and the run resumed as a
+        stopped one (its call answered "not finished", the run `stopped`), the conversation free
+        again once that is committed (waited for, bounded). The run's id; None when none waits here."""
+        for waiting in list(self._waiting.values()):
+            record = waiting.record
+            if record.conversation_key != conversation_key or waiting.decided.done():
+                continue
+            now, by = time.time(), stop.by or STOPPED_BY
+            audit = _decision_audit(record, "cancelled", by, self._state.spec.tools.audit_args)
+            audit.data["reason"] = f"stopped ({stop.reason})"
+            try:
+                await self._state.store.write(
+                    DecideApproval(record.id, "expired", by, now), AppendAudit(self._state.name, [audit], now)
+                )
+            except RowMissing:
+                continue  # decided at the same moment: that decision stands
+            waiting.answer_in_place = True  # the stop's own answer says it
+            waiting.decided.set_result(Decision("expired", by, record.id, stop=stop))
+            with contextlib.suppress(Exception):  # (a resume that failed is logged by _wait)
+                await asyncio.wait_for(asyncio.shield(waiting.finished), STOP_WAIT_S)
+            return record.run_id
+        return None
+
     # -- deciding -------------------------------------------------------------------------------
 
     async def store_write(self, *ops: Write[Any]) -> None:
@@ -239,6 +266,8 @@ class Approvals:
         record = await self._state.store.read(ApprovalById(approval_id))
         if record is None:
             return Outcome("unknown", f"There is no approval [{approval_id}].")
+        if record.status == "expired" and record.decided_by is not None:  # (only a stop decides an expiry)
+            return Outcome("closed", f"Approval [{approval_id}] is gone: /stop ended its run.", record)
         return Outcome("closed", f"Approval [{approval_id}] was already {record.status}.", record)
 
 

@@ -18,7 +18,8 @@ from agentd.engine.job_commands import jobs_command
 from agentd.engine.metering import Served
 from agentd.engine.model_command import model_answer
 from agentd.engine.status import status_facts
-from agentd.engine.stopping import BY_COMMAND, Stop, stop_and_wait
+from agentd.engine.stop_anywhere import stop_anywhere
+from agentd.engine.stop_request import BY_COMMAND, Stop
 from agentd.engine.usage import own_usage
 from agentd.errors import ModelPaused
 from agentd.events import COMMANDS, InboundEvent, Reply
@@ -182,18 +183,16 @@ async def _status(conv: Conversation, event: InboundEvent) -> CommandResult:
 
 
 async def _stop(conv: Conversation, event: InboundEvent) -> CommandResult:
-    running = await stop_and_wait(conv.agent.stops, conv.key, Stop(BY_COMMAND, by=event.who))
-    if running is None:
-        # a run paused for an approval is not running: it ends when the approval is answered
-        waiting = [r.id for r in conv.agent.waiting_approvals.values() if r.conversation_key == conv.key]
-        text = "Nothing is running in this conversation."
-        if waiting:
-            text += f" A run waits for approval [{waiting[0]}]: /deny {waiting[0]} ends it."
-        return CommandResult(text, "stop", {"result": "nothing_running"})
+    # the turn running here or on another daemon sharing the store, or the run waiting for an approval
+    stopped = await stop_anywhere(conv.agent, conv.key, Stop(BY_COMMAND, by=event.who))
+    if stopped is None:
+        return CommandResult(
+            "Nothing is running in this conversation.", "stop", {"result": "nothing_running"}
+        )
     return CommandResult(
         "Stopped. Your message is saved; send the next one.",
         "stop",
-        {"result": "stopped", "stopped_run": running.run_id},
+        {"result": "stopped", "stopped_run": stopped.run_id, "daemon": stopped.daemon},
     )
 
 

@@ -55,6 +55,7 @@ class EventHandler:
         self._waiting: set[str] = set()  # conversations with after-run work queued beside them
         self._collecting = Collecting()  # busy: collect — messages waiting to be answered together
         self.approvals = Approvals(state, lifecycle, self._resume)
+        state.stops.end_paused = self.approvals.end_for_stop  # /stop ends a run paused for an approval too
         # what the agent's MCP servers may ask of it: the person's input, and its model
         self.elicitations = Elicitations(state)
         state.tool_servers.elicitor = self.elicitations

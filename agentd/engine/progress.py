@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from agentd.engine.stop_request import Stop
 from agentd.events import InboundEvent
 from agentd.messages import MESSAGE_ADAPTER, Message, ToolCallPart, ToolResultPart
 from agentd.store.records import AuditRecord, RunRecord
@@ -19,11 +20,13 @@ from agentd.store.writes import Delivery
 
 @dataclass(frozen=True, slots=True)
 class Decision:
-    """How a paused run's approval was answered: approved | refused | expired, by whom."""
+    """How a paused run's approval was answered: approved | refused | expired, by whom; or `stop`
+    set: a /stop ended the wait (the run ends stopped, its call not run)."""
 
     status: str
     by: str | None
     approval: str
+    stop: Stop | None = None
 
 
 @dataclass

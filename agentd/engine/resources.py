@@ -19,6 +19,7 @@ from agentd.engine.peers import NoPeers, Peers
 from agentd.engine.rate_limits import RateLimiter
 from agentd.providers.base import Embedder
 from agentd.providers.registry import ProviderRegistry
+from agentd.store.stop_asks import SoleDaemon, StopAsks
 
 DEFAULT_HOT_BYTES = 512 * 2**20  # store.hot_cache_mb's default
 
@@ -39,3 +40,5 @@ class AgentResources:
     meter: Meter | None = None  # budgets and usage (agentd.engine.metering); None: calls are not counted
     rate_limiter: RateLimiter | None = None  # rate_limits: (agentd.engine.rate_limits); None: no limits
     clock: Clock = SYSTEM_CLOCK  # what scheduled jobs read the time from (tests move a ManualClock)
+    # /stop reaching the daemon that runs the turn (a shared store); on a single-owner store, none other
+    stop_asks: StopAsks = field(default_factory=lambda: SoleDaemon("this daemon"))

@@ -16,32 +16,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Iterator
 
 from agentd.clock import SYSTEM_CLOCK, Clock, SystemClock
 from agentd.engine.progress import TurnProgress
+from agentd.engine.stop_request import BY_TIME, STOP_WAIT_S, Stop
 from agentd.engine.streaming import StepSink
 from agentd.messages import Message, TextPart, ToolResultPart
 from agentd.store.records import AuditRecord
-
-BY_COMMAND = "command"  # /stop in the conversation
-BY_API = "api"  # POST /agents/{agent}/conversations/{key}/stop
-BY_TIME = "max_run_s"  # the run went past the agent's max_run_s
-STOP_WAIT_S = 10.0  # the most a stop waits for the stopped run's commit before answering
-
-
-@dataclass(frozen=True, slots=True)
-class Stop:
-    reason: str  # BY_COMMAND | BY_API | BY_TIME
-    by: str | None = None  # who asked (a user id, http:<client>), None for max_run_s
-    max_run_s: float | None = None  # the limit passed, for BY_TIME
-
-    def said(self) -> str:
-        """What the person is told (after what was shown)."""
-        if self.reason == BY_TIME:
-            return f"(Stopped: this run went past its limit of {self.max_run_s:g} s. Your message is saved.)"
-        return "(Stopped.)"
 
 
 class Running:
@@ -69,6 +51,14 @@ class Running:
         self.stoppable = False
 
 
+# ends the run of a conversation paused for an approval, as a stop (its id), None when none waits
+EndPaused = Callable[[str, Stop], Awaitable[str | None]]
+
+
+async def _none_paused(key: str, stop: Stop) -> str | None:
+    return None
+
+
 NOT_REGISTERED = Running(None)  # a turn nobody can stop (run outside the event handler: a direct call)
 
 
@@ -86,6 +76,8 @@ class RunStops:
         self._running: dict[str, Running] = {}
         self._wake: asyncio.TimerHandle | asyncio.Task[None] | None = None
         self._wake_at = math.inf
+        # a run paused for an approval is not running: its agent's approvals end it (approvals.py)
+        self.end_paused: EndPaused = _none_paused
 
     @contextlib.contextmanager
     def running(self, key: str, max_run_s: float) -> Iterator[Running]:
@@ -199,6 +191,8 @@ def stopped_turn(progress: TurnProgress, sink: StepSink | None, stop: Stop) -> s
         data["by"] = stop.by
     if stop.max_run_s is not None:
         data["max_run_s"] = stop.max_run_s
+    if stop.asked_on is not None:
+        data["asked_on"] = stop.asked_on
     progress.audit.append(AuditRecord("run", "stopped", run.conversation_key, run.id, data))
     return f"{shown}\n\n{stop.said()}" if shown else stop.said()
 

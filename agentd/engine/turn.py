@@ -31,6 +31,7 @@ from agentd.engine.pausing import TurnResult, pause_run
 from agentd.engine.progress import Decision, ToolBatch, TurnProgress
 from agentd.engine.prompt import Prompt, build_prompt, build_system
 from agentd.engine.scheduled import ScheduledRun
+from agentd.engine.stop_request import StoppedWaiting
 from agentd.engine.stopping import stopped_turn
 from agentd.engine.streaming import StepSink
 from agentd.engine.subagents import CHANNEL as SUBAGENT_CHANNEL
@@ -159,6 +160,8 @@ async def _drive(
     cut_short = False
     running = state.stops.watch(event.conversation_key, run.id)  # /stop and max_run_s cancel it
     try:
+        if decision is not None and decision.stop is not None:
+            raise StoppedWaiting(decision.stop)  # /stop while it waited for the approval
         if progress.batch is not None:
             if decision is not None:
                 await gate.settle(progress.batch, decision.status, decision.by, decision.approval)
@@ -290,8 +293,8 @@ async def _drive(
                 AuditRecord("budget", "refused", event.conversation_key, run.id, e.audit_data())
             )
         log.info("agent %s run %s: %s", state.name, run.id, e)
-    except asyncio.CancelledError:
-        if (stop := running.caught()) is None:
+    except (asyncio.CancelledError, StoppedWaiting) as e:
+        if (stop := e.stop if isinstance(e, StoppedWaiting) else running.caught()) is None:
             raise  # not a stop: the daemon is shutting down
         reply_text, error = stopped_turn(progress, step_sink, stop), "stopped"
         log.info("agent %s run %s stopped (%s)", state.name, run.id, stop.reason)

@@ -29,6 +29,9 @@ class StopOut(BaseModel):
     conversation_key: str
     stopped: bool = Field(description="whether a turn was running and is now stopped")
     run_id: str | None = Field(description="the stopped run (its status is `stopped`), when one was")
+    daemon: str | None = Field(
+        None, description="the daemon that stopped it (of those sharing a store: the one running it)"
+    )
 
 
 def add_control_routes(app: FastAPI, directory: AgentDirectory, protected: list[Depends]) -> None:
@@ -40,12 +43,18 @@ def add_control_routes(app: FastAPI, directory: AgentDirectory, protected: list[
     ) -> StopOut:
         """Stop the conversation's running turn, as `/stop` in the conversation does: the model call
         and tool calls in flight are cancelled, the person's message is kept, a streamed reply only as
-        far as it was shown; audited (`run/stopped`, reason `api`). Answered once the stopped run is
-        stored; `stopped` is false when nothing was running."""
+        far as it was shown; a run waiting for an approval ends too (the approval cancelled). On a store
+        several daemons share, the daemon running the turn stops it, whichever daemon is asked. Audited
+        (`run/stopped`, reason `api`). Answered once the stopped run is stored; `stopped` is false when
+        nothing was running (or the daemon running it did not answer within 12 s)."""
         target = conversation_agent(directory, agent, conversation_key)
-        run_id = await target.stop_run(conversation_key, by=f"http:{client_of(request)}")
+        stopped = await target.stop_run(conversation_key, by=f"http:{client_of(request)}")
         return StopOut(
-            agent=agent, conversation_key=conversation_key, stopped=run_id is not None, run_id=run_id
+            agent=agent,
+            conversation_key=conversation_key,
+            stopped=stopped is not None,
+            run_id=None if stopped is None else stopped.run_id,
+            daemon=None if stopped is None else stopped.daemon,
         )
 
 

@@ -20,6 +20,7 @@ from agentd.store.postgres.connection import Pooler, database_of, label_of
 from agentd.store.postgres.executor import DEFAULT_THREADS, PgExecutor
 from agentd.store.postgres.leases import Leases
 from agentd.store.postgres.migrations import MIGRATIONS, Migrations, migrate
+from agentd.store.postgres.stop_asks import PgStopAsks
 from agentd.store.postgres.store import PostgresStore
 from agentd.store.postgres.wakeups import Wakeups
 
@@ -56,6 +57,7 @@ class PostgresBackend:
         self.wakeups = Wakeups(url, self.label)
         self.claims = ClaimQueue(self.executor, self.wakeups, daemon, lease_s, heartbeat_s)
         self.leases = Leases(self.executor)
+        self.stop_asks = PgStopAsks(self.executor, self.wakeups, daemon)  # /stop reaching another daemon
         self._migrations = migrations
         self.applied: list[str] = []  # migrations this process applied when it opened the database
         self._opened = False

@@ -23,6 +23,7 @@ from agentd.store.postgres.claim_fence_sql import FENCE_STATEMENTS
 from agentd.store.postgres.claim_sql import CLAIM_STATEMENTS, CLAIM_TAIL_STATEMENTS
 from agentd.store.postgres.connection import SCHEMA, Pooler
 from agentd.store.postgres.job_schema import JOB_TABLES
+from agentd.store.postgres.stop_sql import STOP_ASK_STATEMENTS
 
 Step = str | Callable[[psycopg.Connection[Any]], None]  # a statement, or what SQL alone cannot do
 Migrations = list[tuple[str, tuple[Step, ...]]]
@@ -324,6 +325,7 @@ MIGRATIONS: Migrations = [
     ("0010_budgets", BUDGETS),
     ("0011_conversation_models", CONVERSATION_MODELS),
     ("0012_jobs", JOB_TABLES),
+    ("0013_stop_asks", STOP_ASK_STATEMENTS),
 ]
 
 

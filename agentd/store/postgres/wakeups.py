@@ -1,4 +1,5 @@
-"""Waking claims that wait: LISTEN on its own connection, one asyncio.Event per watched conversation.
+"""Waking claims that wait: LISTEN on its own connection, one asyncio.Event per watched conversation
+(and per watched stop ask: agentd/store/postgres/stop_asks.py).
 
 A waiting claim watches its conversation's queue (by the digest agentd_release notifies) before it
 takes its ticket, so a release between its ticket and its wait is never missed. The claims poll as
@@ -18,6 +19,7 @@ import psycopg
 from agentd.backoff import backoff_delays
 from agentd.store.postgres.claim_sql import NOTIFY_CHANNEL
 from agentd.store.postgres.connection import connect_async
+from agentd.store.postgres.stop_sql import STOP_CHANNEL
 
 log = logging.getLogger(__name__)
 RECONNECT_AFTER_S = 1.0  # then doubling, up to
@@ -63,6 +65,9 @@ class Wakeups:
             try:
                 conn = await connect_async(self._url)
                 await conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                await conn.execute(
+                    f"LISTEN {STOP_CHANNEL}"
+                )  # stop asks (stop_asks.py): payloads of their own
                 self.listening.set()
                 delays = backoff_delays(RECONNECT_AFTER_S, MAX_RECONNECT_AFTER_S)  # (connected: start over)
                 async for note in conn.notifies():
