@@ -90,6 +90,16 @@ def fitted(
     return done
 
 
+# what OpenAI's `input_audio` parts take (its audio guide: wav and mp3), by MIME type
+AUDIO_FORMATS = {
+    "audio/wav": "wav",
+    "audio/x-wav": "wav",
+    "audio/wave": "wav",
+    "audio/mpeg": "mp3",
+    "audio/mp3": "mp3",
+}
+
+
 class ShownImages:
     """Which images of one request go as images: those whose bytes the request holds, each once
     (a second reference to the same image is said in text)."""
@@ -107,6 +117,16 @@ class ShownImages:
         return fitted(
             part.sha256, data, part.mime_type, self._limits, provider=self._provider, model=self._model
         )
+
+    def audio(self, part: MediaPart) -> tuple[bytes, str] | None:
+        """The audio to send for this part as (bytes, format: wav | mp3, what `input_audio` takes), or
+        None: the model takes no audio (its bytes are not in the request) or not in this format."""
+        fmt = AUDIO_FORMATS.get(part.mime_type) if part.media == "audio" else None
+        data = self._media.get(part.sha256)
+        if data is None or fmt is None or part.sha256 in self._sent:
+            return None
+        self._sent.add(part.sha256)
+        return data, fmt
 
     def text(self, part: MediaPart) -> str:
         """What stands for a part not sent as an image."""
