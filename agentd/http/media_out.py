@@ -18,7 +18,7 @@ from agentd.http.lookup import running_agent
 SHA256 = r"^[0-9a-f]{64}$"
 FILE = {
     "description": "the file's bytes, with its MIME type",
-    "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+    "content": {"*/*": {"schema": {"type": "string", "format": "binary"}}},  # image/png, audio/wav, ...
 }
 
 

@@ -198,3 +198,24 @@ async def test_a_tool_image_is_exported_and_erased_with_the_person_it_served(
     counts = await a.erase_person("ana", {"scrypt": "x"}, "operator")
     assert counts["media"] == 1
     assert await a.state.store.read(MediaBlobs(KEY, [RED_SHA])) == {}
+
+
+async def test_an_image_shown_counts_in_the_estimate_and_compacts_before_the_call(
+    harness: Harness, fake: FakeLLM
+) -> None:
+    """A 1024x1024 image counts ~1400 tokens (agentd.providers.images.image_tokens), not its stand-in's
+    few characters: with it the prompt passes the window, and the thread is compacted before the call."""
+    a = await agent(harness, fake, "{name: claude/claude-3-5-sonnet-latest, context_window: 1800}")
+    for i in range(2):  # ~250 tokens a turn: far within the window without the image
+        fake.reply("ok")
+        await send(a, f"turn {i} " + "word " * 200)
+    fake.reply(tool_calls=[("media__picture", {"side": 1024})])
+    fake.reply("SUMMARY")  # the compaction, before the chat call that would show the image
+    fake.reply("A big red square.")
+    assert (await send(a, "draw a big one")).text == "A big red square."
+    rows = await a.state.store.read(AuditEvents(a.name, "model", None, 10, None))
+    [overflow] = [r["data"] for r in rows if r["action"] == "overflow"]
+    assert overflow["trigger"] == "window" and overflow["estimated_tokens"] > 1800
+    assert overflow["compaction"] == "ok"
+    last = chats(fake)[-1]
+    assert images_in(last) == [picture_bytes(1024)] and "SUMMARY" in json.dumps(last["system"])
