@@ -101,6 +101,9 @@ class OutgoingFile:
     filename: str
     mime_type: str
     data: bytes
+    sha256: str | None = (
+        None  # the stored file's hash, when it is one (a tool's: GET /agents/{agent}/media/{sha256})
+    )
 
 
 def account_of(channel: str, user_id: str | None) -> str | None:

@@ -29,14 +29,6 @@ class ToolCallPart(_Part):
     arguments: dict[str, Any] = Field(default_factory=dict)
 
 
-class ToolResultPart(_Part):
-    kind: Literal["tool_result"] = "tool_result"
-    call_id: str
-    name: str
-    content: str
-    is_error: bool = False
-
-
 MediaKind = Literal["image", "audio", "document", "file"]
 
 
@@ -65,6 +57,17 @@ class MediaPart(_Part):
         if self.text:
             return f"{head}; {self.text_is or 'text'}: {self.text}]"
         return head + "]"
+
+
+class ToolResultPart(_Part):
+    kind: Literal["tool_result"] = "tool_result"
+    call_id: str
+    name: str
+    content: str
+    is_error: bool = False
+    # the files the tool returned, by reference (agentd.engine.tool_files), as a person's files are;
+    # left out of the JSON when there are none, so a result without files is stored as before
+    media: tuple[MediaPart, ...] = Field(default=(), exclude_if=lambda v: not v)
 
 
 def human_size(n: int) -> str:
@@ -140,7 +143,7 @@ class Message(BaseModel):
             elif isinstance(p, MediaPart):
                 n += len(p.stand_in())
             else:
-                n += len(p.content) + len(p.name)
+                n += len(p.content) + len(p.name) + sum(len(m.stand_in()) for m in p.media)
         return n + 4
 
 
@@ -255,7 +258,8 @@ def render_message(message: Message, tool_result_chars: int | None = None) -> st
             content = part.content
             if tool_result_chars is not None and len(content) > tool_result_chars:
                 content = content[:tool_result_chars] + f"… ({len(part.content)} characters in all)"
-            pieces.append(f"<- {part.name}{' (error)' if part.is_error else ''}: {content}")
+            files = "".join(f" {m.stand_in()}" for m in part.media)
+            pieces.append(f"<- {part.name}{' (error)' if part.is_error else ''}: {content}{files}")
     return f"{who}: " + " ".join(pieces)
 
 

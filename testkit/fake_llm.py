@@ -46,7 +46,12 @@ from typing import Any, Literal
 from aiohttp import web
 
 from testkit.fake_llm_stream import anthropic_events, openai_events
-from testkit.fake_media import AUDIO_SUFFIXES, anthropic_image_problem, openai_part_problem
+from testkit.fake_media import (
+    AUDIO_SUFFIXES,
+    anthropic_image_problem,
+    openai_part_problem,
+    tool_result_problem,
+)
 
 Endpoint = Literal["chat", "embeddings", "transcriptions"]
 _AUTO: Any = object()  # `usage` default: estimate token counts from the characters
@@ -683,6 +688,8 @@ def _check_anthropic(body: dict[str, Any]) -> str | None:
                         "`tool_use` block in the previous message."
                     )
                 answered.add(b["tool_use_id"])
+                if problem := tool_result_problem(f"messages.{i}.content.{j}.content", b.get("content")):
+                    return problem
             elif kind == "image" and role == "user":
                 if problem := anthropic_image_problem(f"messages.{i}.content.{j}", b):
                     return problem

@@ -78,14 +78,53 @@ def anthropic_image_problem(where: str, block: dict[str, Any]) -> str | None:
     return None
 
 
+def tool_result_problem(where: str, content: Any) -> str | None:
+    """What Anthropic would say of a `tool_result` block's content: a string, or a list of non-empty
+    text blocks and image blocks (None: it is fine)."""
+    if content is None or isinstance(content, str):
+        return None
+    if not isinstance(content, list):
+        return f"{where}: Input should be a valid string or list"
+    for k, block in enumerate(content):
+        kind = block.get("type") if isinstance(block, dict) else None
+        if kind == "text" and not block.get("text"):
+            return f"{where}.{k}: text content blocks must be non-empty"
+        if kind == "image":
+            if problem := anthropic_image_problem(f"{where}.{k}", block):
+                return problem
+        elif kind not in ("text", "search_result", "document"):
+            return f"{where}.{k}: Input tag {kind!r} does not match any of the expected tags"
+    return None
+
+
 def images_in(body: dict[str, Any]) -> list[bytes]:
-    """The images a recorded chat request carried (either API's shape), in order."""
+    """The images a recorded chat request carried (either API's shape, a tool result's too), in order."""
     found: list[bytes] = []
     for message in body.get("messages") or []:
         content = message.get("content") if isinstance(message, dict) else None
+        found.extend(_images_of(content))
+    return found
+
+
+def audio_in(body: dict[str, Any]) -> list[tuple[bytes, str]]:
+    """The audio an OpenAI request carried in `input_audio` parts, as (bytes, format)."""
+    found: list[tuple[bytes, str]] = []
+    for message in body.get("messages") or []:
+        content = message.get("content") if isinstance(message, dict) else None
         for part in content if isinstance(content, list) else []:
-            if part.get("type") == "image_url":
-                found.append(base64.b64decode(part["image_url"]["url"].partition(",")[2]))
-            elif part.get("type") == "image" and part["source"].get("type") == "base64":
-                found.append(base64.b64decode(part["source"]["data"]))
+            if part.get("type") == "input_audio":
+                audio = part["input_audio"]
+                found.append((base64.b64decode(audio["data"]), audio.get("format")))
+    return found
+
+
+def _images_of(content: Any) -> list[bytes]:
+    found: list[bytes] = []
+    for part in content if isinstance(content, list) else []:
+        if part.get("type") == "image_url":
+            found.append(base64.b64decode(part["image_url"]["url"].partition(",")[2]))
+        elif part.get("type") == "image" and part["source"].get("type") == "base64":
+            found.append(base64.b64decode(part["source"]["data"]))
+        elif part.get("type") == "tool_result":
+            found.extend(_images_of(part.get("content")))
     return found

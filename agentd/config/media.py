@@ -40,6 +40,8 @@ class MediaSpec(Spec):
     echo_transcript: bool = False  # the reply starts with "heard: <transcript>"
     max_inline_chars: int = Field(default=20_000, gt=0)  # of a text-like document or a PDF's text
     images_in_context: int = Field(default=2, ge=0)  # turns whose images the model sees as images
+    # the files a tool returns (an MCP server's images, audio) go to the person with the reply
+    send_tool_files: bool = True
     # URLs the webhook and the OpenAI endpoint may fetch a file from (prefixes, e.g. https://cdn.example/)
     allowed_urls: list[str] = []
 

@@ -10,7 +10,15 @@ from agentd.engine.inspect import inspect_conversation, next_prompt
 from agentd.engine.state import AgentState
 from agentd.memory.persistent import persistent_scope
 from agentd.messages import MESSAGE_ADAPTER
-from agentd.store.queries import ActiveThread, Conversations, DeliveredReply, MediaBlobs, MemoryValue, Runs
+from agentd.store.queries import (
+    ActiveThread,
+    Conversations,
+    DeliveredReply,
+    MediaBlobs,
+    MediaFile,
+    MemoryValue,
+    Runs,
+)
 from agentd.store.records import Delivered
 
 
@@ -39,6 +47,12 @@ class AgentReads:
         await self.ready()
         found: dict[str, bytes] = await self.state.store.read(MediaBlobs(conversation_key, [sha256]))
         return found.get(sha256)
+
+    async def media_by_hash(self, sha256: str) -> tuple[bytes, str, str | None] | None:
+        """A file of this agent's by its hash (GET /agents/{agent}/media/{sha256}): bytes, type, name."""
+        await self.ready()
+        found: tuple[bytes, str, str | None] | None = await self.state.store.read(MediaFile(sha256))
+        return found
 
     def memory_keys(self, conversation_key: str, user_id: str | None) -> list[str]:
         """The persistent-memory keys the prompt of `user_id` in this conversation lists."""

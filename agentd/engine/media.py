@@ -155,7 +155,7 @@ def _mime_of(attachment: Attachment, data: bytes) -> str:
         return "application/octet-stream"
 
 
-def _readable_image(data: bytes) -> bool:
+def readable_image(data: bytes) -> bool:
     """Whether Pillow reads the image (a provider is sent it scaled to its limits, so it must)."""
     try:
         with Image.open(io.BytesIO(data)) as image:
@@ -200,7 +200,7 @@ async def _understood(conv: Conversation, attachment: Attachment, data: bytes, i
     )
     name = part.filename or f"your {part.media}"
     spec = conv.spec.media
-    if part.media == "image" and not _readable_image(data):
+    if part.media == "image" and not readable_image(data):
         intake.notices.append(f"({name} is an image agentd cannot read ({mime_type}): it is kept as a file.)")
         return part.model_copy(update={"media": "file", "note": "an image agentd cannot read"})
     if part.media == "image":
@@ -216,24 +216,32 @@ async def _understood(conv: Conversation, attachment: Attachment, data: bytes, i
 async def _described(
     conv: Conversation, part: MediaPart, data: bytes, intake: Intake, name: str
 ) -> MediaPart:
+    described, notice = await with_description(conv, part, data, name)
+    if notice is not None:
+        intake.notices.append(notice)
+    return described
+
+
+async def with_description(
+    conv: Conversation, part: MediaPart, data: bytes, name: str
+) -> tuple[MediaPart, str | None]:
     """An image with media.image_model's description when one is set: what a model that cannot see reads,
     and, for one that can, what older turns (past images_in_context) and memory keep of it. Without an
-    image model, a model that cannot see is told so, and so is the person."""
+    image model, a model that cannot see is told so; the second item is what to tell the person (None:
+    nothing). A tool's images (agentd.engine.tool_files) are described the same way."""
     sees, ref = conv.spec.model.takes("image"), conv.spec.media.image_model
     if ref is None:
         if sees:
-            return part
-        intake.notices.append(
-            f"({CANNOT_SEE[0].upper()}{CANNOT_SEE[1:]}. I got {name}, but not what is in it.)"
-        )
-        return part.model_copy(update={"note": CANNOT_SEE})
+            return part, None
+        told = f"({CANNOT_SEE[0].upper()}{CANNOT_SEE[1:]}. I got {name}, but not what is in it.)"
+        return part.model_copy(update={"note": CANNOT_SEE}), told
     try:
         text = await _describe(conv, ref, part, data)
     except (ProviderError, OperatorError) as e:
-        if not sees:  # the chat model sees it anyway otherwise: only the description is missing
-            intake.notices.append(f"(I could not look at {name}: the image model failed ({e}).)")
-        return part.model_copy(update={"note": f"not described: the image model failed ({e})"})
-    return part.model_copy(update={"text": text, "text_is": "description"})
+        # the chat model sees it anyway otherwise: only the description is missing
+        notice = None if sees else f"(I could not look at {name}: the image model failed ({e}).)"
+        return part.model_copy(update={"note": f"not described: the image model failed ({e})"}), notice
+    return part.model_copy(update={"text": text, "text_is": "description"}), None
 
 
 async def _describe(conv: Conversation, ref: str, part: MediaPart, data: bytes) -> str:

@@ -30,6 +30,7 @@ from agentd.errors import ProviderError
 from agentd.memory.base import Compacts
 from agentd.messages import Message, MessageSequence, estimate_tokens
 from agentd.providers.base import CompletionRequest
+from agentd.providers.images import image_tokens
 from agentd.providers.windows import learn, window_of
 from agentd.store.records import AuditRecord, RunRecord
 
@@ -41,9 +42,19 @@ class MessageTooLarge(Exception):
 
 
 def request_tokens(request: CompletionRequest) -> int:
-    """The estimated prompt of `request`: system, messages and the tools' schemas."""
+    """The estimated prompt of `request`: system, messages and the tools' schemas, and a fixed count per
+    image it shows (agentd.providers.images.image_tokens; a model that sees none reads the stand-ins,
+    which the messages' characters count)."""
     tools = sum(len(t.name) + len(t.description) + len(json.dumps(t.parameters)) for t in request.tools)
-    return estimate_tokens(len(request.system) + sum(m.char_count() for m in request.messages) + tools)
+    chars = len(request.system) + sum(m.char_count() for m in request.messages) + tools
+    shown = _images_shown(request) if request.media else set()
+    return estimate_tokens(chars) + sum(image_tokens(sha, request.media[sha]) for sha in shown)
+
+
+def _images_shown(request: CompletionRequest) -> set[str]:
+    """The images (not audio) the request holds the bytes of and one of its messages shows."""
+    parts = (p for m in request.messages for p in (*m.media, *(f for r in m.tool_results for f in r.media)))
+    return {p.sha256 for p in parts if p.media == "image" and p.sha256 in request.media}
 
 
 class OverflowGuard:

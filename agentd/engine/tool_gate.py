@@ -20,10 +20,11 @@ from typing import Any
 
 from agentd.config.models import AgentSpec
 from agentd.engine.progress import ToolBatch
+from agentd.engine.tool_files import ToolFiles
 from agentd.errors import ToolError
-from agentd.messages import ToolCallPart, ToolResultPart
+from agentd.messages import MediaPart, ToolCallPart, ToolResultPart
 from agentd.store.records import AuditRecord
-from agentd.tools.base import Tool, ToolCall
+from agentd.tools.base import Tool, ToolCall, ToolOutput
 from agentd.tools.policy import Policy
 from agentd.tools.redaction import audit_args
 
@@ -72,6 +73,7 @@ class ToolGate:
         audit: list[AuditRecord],
         *,
         can_ask: bool = True,
+        files: ToolFiles | None = None,
     ):
         self._policy = Policy.of(spec)
         self._mode = spec.tools.audit_args
@@ -79,6 +81,7 @@ class ToolGate:
         self._caller = caller
         self._audit = audit
         self._can_ask = can_ask
+        self._files = files  # takes in the files a result carries (None: they are only named)
 
     def shown_args(self, call: ToolCallPart, tool: Tool | None) -> dict[str, Any] | None:
         if tool is None:
@@ -132,16 +135,28 @@ class ToolGate:
     async def _run(self, batch: ToolBatch, call: ToolCallPart, tool: Tool, **more: Any) -> None:
         started = time.perf_counter()
         action, is_error = "called", False
+        output: str | ToolOutput
         try:
-            content = await tool.handler(call.arguments, self._caller)
+            output = await tool.handler(call.arguments, self._caller)
         except ToolError as e:
-            content, action, is_error = str(e), "failed", True
+            output, action, is_error = str(e), "failed", True
         except Exception:
             log.exception("tool %s failed", call.name)
-            content, action, is_error = f"the tool {call.name} failed with an internal error", "failed", True
+            output, action, is_error = f"the tool {call.name} failed with an internal error", "failed", True
         duration = round((time.perf_counter() - started) * 1000, 3)
         self._record(action, call, tool, duration_ms=duration, **more)
-        _answer(batch, call, content, is_error)
+        content, media = (output, ()) if isinstance(output, str) else await self._taken(call, output)
+        _answer(batch, call, content, is_error, media)
+
+    async def _taken(self, call: ToolCallPart, output: ToolOutput) -> tuple[str, tuple[MediaPart, ...]]:
+        """The result's text (with a line per file refused) and its files as stored references."""
+        if not output.files:
+            return output.text, ()
+        if self._files is None:  # nowhere to keep them: the model is told what it is not shown
+            said = [f"[{f.mime_type} file, {len(f.data)} bytes: not shown]" for f in output.files]
+            return "\n".join([output.text, *said]).strip(), ()
+        media, refused = await self._files.take(call.name, output.files)
+        return "\n".join([output.text, *refused]).strip(), media
 
     def _offered(self) -> list[str]:
         """The tools the model was offered (not those the policy hides from it), for an unknown name."""
@@ -151,5 +166,9 @@ class ToolGate:
         self._audit.append(tool_audit(action, call, tool, self._caller, self.shown_args(call, tool), **more))
 
 
-def _answer(batch: ToolBatch, call: ToolCallPart, content: str, is_error: bool) -> None:
-    batch.results.append(ToolResultPart(call_id=call.id, name=call.name, content=content, is_error=is_error))
+def _answer(
+    batch: ToolBatch, call: ToolCallPart, content: str, is_error: bool, media: tuple[MediaPart, ...] = ()
+) -> None:
+    batch.results.append(
+        ToolResultPart(call_id=call.id, name=call.name, content=content, is_error=is_error, media=media)
+    )

@@ -35,6 +35,7 @@ from agentd.engine.stop_request import StoppedWaiting
 from agentd.engine.stopping import stopped_turn
 from agentd.engine.streaming import StepSink
 from agentd.engine.subagents import CHANNEL as SUBAGENT_CHANNEL
+from agentd.engine.tool_files import ToolFiles, reply_files
 from agentd.engine.tool_gate import ToolGate
 from agentd.engine.turn_calls import ModelChain
 from agentd.errors import CONTEXT_OVERFLOW, OperatorError, ProviderError
@@ -134,7 +135,6 @@ async def _drive(
     current_run.set(run.id)  # every line logged from here on in this task names the run (a resumed one too)
     prompt = await _prompt(conv, event, options)
     intake = intake or Intake()
-    media = await images_for(conv, prompt.history.extended(new), intake.blobs)
     if decision is None:
         for note in prompt.notes:
             log.info("agent %s run %s: %s", state.name, run.id, note)
@@ -152,7 +152,8 @@ async def _drive(
         who=event.who,
         charged_to=SERVED.get(),
     )
-    gate = ToolGate(spec, prompt.known, caller, progress.audit, can_ask=options.can_ask)
+    files = ToolFiles(conv, caller, progress.audit, intake.blobs)
+    gate = ToolGate(spec, prompt.known, caller, progress.audit, can_ask=options.can_ask, files=files)
 
     new_chars = sum(m.char_count() for m in new)
     reply_text = ""
@@ -181,13 +182,13 @@ async def _drive(
                 max_output_tokens=_lower(spec.model.max_output_tokens, options.limits.max_output_tokens),
                 stop=options.limits.stop,
                 hints=prompt.hints,
-                media=media,
+                # the images (and audio) it shows: the person's and the tools' of the last turns
+                media=await images_for(conv, history.extended(new), intake.blobs),
             )
             if guard.over(request):
                 guard.check_new(prompt.system, new)
                 if await guard.recover("window", request):
                     prompt = await _prompt(conv, event, options)
-                    media = await images_for(conv, prompt.history.extended(new), intake.blobs)
                     history, history_chars, fixed_chars = (
                         prompt.history,
                         prompt.history_chars,
@@ -210,7 +211,6 @@ async def _drive(
                     history, history_chars = shorter, sum(m.char_count() for m in shorter)
                     continue
                 prompt = await _prompt(conv, event, options)
-                media = await images_for(conv, prompt.history.extended(new), intake.blobs)
                 history, history_chars, fixed_chars = (
                     prompt.history,
                     prompt.history_chars,
@@ -320,6 +320,7 @@ async def _drive(
         run_id=run.id,
         error=error,
         cut_short=cut_short,
+        files=await reply_files(conv, new, intake.blobs) if error is None else (),  # what its tools made
     )
     return TurnResult(reply)
 

@@ -47,6 +47,7 @@ from agentd.http.idempotency import (
 from agentd.http.jobs_routes import add_job_routes
 from agentd.http.lookup import running_agent
 from agentd.http.media_in import attachments_of
+from agentd.http.media_out import add_media_routes
 from agentd.http.openai_api import add_openai_routes, is_openai_path, openai_error
 from agentd.http.people import add_people_routes
 from agentd.http.reads import add_read_routes
@@ -127,7 +128,7 @@ def create_app(directory: AgentDirectory) -> FastAPI:
         async def run(sink: ReplySink) -> Reply:
             return await target.handle(event, sink=sink)
 
-        return reply_events(TurnStream(run, turns), lambda reply: reply_out(reply).model_dump())
+        return reply_events(TurnStream(run, turns), lambda reply: reply_out(reply, target.name).model_dump())
 
     @app.post(
         "/agents/{agent}/messages",
@@ -176,12 +177,14 @@ def create_app(directory: AgentDirectory) -> FastAPI:
 
             if stream:
                 await target.ready()
-                return reply_events(TurnStream(handle, turns), lambda reply: reply_out(reply).model_dump())
+                return reply_events(
+                    TurnStream(handle, turns), lambda reply: reply_out(reply, agent).model_dump()
+                )
             reply = await handle()
-            return JSONResponse(reply_out(reply).model_dump(), headers=replay_headers(reply))
+            return JSONResponse(reply_out(reply, agent).model_dump(), headers=replay_headers(reply))
         if stream:
             return await streamed(target, event)
-        return reply_out(await target.handle(event))
+        return reply_out(await target.handle(event), agent)
 
     @app.post(
         "/agents/{agent}/repl",
@@ -203,7 +206,7 @@ def create_app(directory: AgentDirectory) -> FastAPI:
         target = running_agent(directory, agent)
         if stream:
             return await streamed(target, event)
-        return reply_out(await target.handle(event))
+        return reply_out(await target.handle(event), agent)
 
     # before the read routes: .../conversations/{key}/stop is matched (and its Allow header said) before
     # .../conversations/{key:path} would take "/stop" as part of the key
@@ -226,6 +229,7 @@ def create_app(directory: AgentDirectory) -> FastAPI:
     add_openai_routes(app, directory, require_token, turns, once)
     add_responses_routes(app, directory, require_token, turns, once)
     add_tool_routes(app, directory, protected)
+    add_media_routes(app, directory, protected)
     add_job_routes(app, directory, protected)
     add_ui_routes(app, directory)
     add_docs_routes(app, directory, require_token)

@@ -112,6 +112,16 @@ class ReplIn(BaseModel):
     attachments: list[AttachmentIn] = Field(default=[], max_length=MAX_FILES, description="/attach's files")
 
 
+class FileOut(BaseModel):
+    """A file the reply carries (one a tool made), readable at `url` with the same token."""
+
+    sha256: str
+    mime_type: str
+    filename: str
+    size: int
+    url: str = Field(description="GET /agents/{agent}/media/{sha256}")
+
+
 class MessageOut(BaseModel):
     reply: str
     run_id: str | None
@@ -120,6 +130,13 @@ class MessageOut(BaseModel):
     approval: str | None = Field(
         default=None, description="the id of a tool call waiting for approval (the reply says which)"
     )
+    files: list[FileOut] = Field(
+        default=[], description="the files the run's tools returned (media.send_tool_files)"
+    )
+
+
+def media_url(agent: str, sha256: str) -> str:
+    return f"/agents/{agent}/media/{sha256}"
 
 
 def documented_pattern(pattern: str, description: str) -> dict[str, Any]:
@@ -133,13 +150,24 @@ def agent_param() -> Any:
     return Path(**documented_pattern(AGENT_PATTERN, "the agent's name (its file name)"))
 
 
-def reply_out(reply: Reply) -> MessageOut:
+def reply_out(reply: Reply, agent: str) -> MessageOut:
     return MessageOut(
         reply=reply.text,
         run_id=reply.run_id,
         conversation_key=reply.conversation_key,
         error=reply.error,
         approval=reply.approval,
+        files=[
+            FileOut(
+                sha256=f.sha256,
+                mime_type=f.mime_type,
+                filename=f.filename,
+                size=len(f.data),
+                url=media_url(agent, f.sha256),
+            )
+            for f in reply.files
+            if f.sha256 is not None
+        ],
     )
 
 

@@ -13,6 +13,7 @@ from agentd.http.bodies import (
     agent_param,
     documented_pattern,
     iso,
+    media_url,
     parse_since,
 )
 from agentd.http.directory import AgentDirectory
@@ -135,9 +136,11 @@ def add_read_routes(app: FastAPI, directory: AgentDirectory, protected: list[Dep
     async def conversation(
         agent: str = agent_param(), conversation_key: str = conversation_key_param()
     ) -> dict[str, Any]:
-        """What the model will see next: system prompt, summary, messages, tokens against the threshold."""
+        """What the model will see next: system prompt, summary, messages, tokens against the threshold;
+        `files`: those its tools returned (readable at their `url`)."""
         target = conversation_agent(directory, agent, conversation_key)
-        return await target.next_prompt(conversation_key)
+        view = await target.next_prompt(conversation_key)
+        return {**view, "files": _tool_files(agent, view["messages"])}
 
 
 async def _known(directory: AgentDirectory, agent: str) -> bool:
@@ -145,6 +148,25 @@ async def _known(directory: AgentDirectory, agent: str) -> bool:
     if directory.agent(agent) is not None or directory.agent_problem(agent) is not None:
         return True
     return bool(await directory.query_audit(agent, None, None, 1))
+
+
+def _tool_files(agent: str, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The files the messages' tool results carry, each once, as a reply lists them."""
+    files: dict[str, dict[str, Any]] = {}
+    for message in messages:
+        for part in message["parts"]:
+            for m in part.get("media", ()) if part["kind"] == "tool_result" else ():
+                files.setdefault(
+                    m["sha256"],
+                    {
+                        "sha256": m["sha256"],
+                        "mime_type": m["mime_type"],
+                        "filename": m.get("filename"),
+                        "size": m["size"],
+                        "url": media_url(agent, m["sha256"]),
+                    },
+                )
+    return list(files.values())
 
 
 def _run_out(run: dict[str, Any]) -> dict[str, Any]:

@@ -137,20 +137,19 @@ class AnthropicProvider:
             case TextPart(text=text) if message.role != "tool":
                 return {"type": "text", "text": text}
             case MediaPart() if message.role == "user":
-                if (image := shown.image(part)) is None:
-                    return {"type": "text", "text": shown.text(part)}
-                data, mime_type = image
-                source = {"type": "base64", "media_type": mime_type, "data": base64.b64encode(data).decode()}
-                return {"type": "image", "source": source}
+                return _media_block(part, shown)
             case ToolCallPart(id=call_id, name=name, arguments=arguments) if message.role == "assistant":
                 return {"type": "tool_use", "id": call_id, "name": name, "input": arguments}
             case ToolResultPart(call_id=call_id, content=content, is_error=is_error) if (
                 message.role == "tool"
             ):
+                # a result's images go inside it, as image blocks; its other files by their stand-in
+                blocks = [{"type": "text", "text": content}] if content else []
+                blocks += [_media_block(m, shown) for m in part.media]
                 return {
                     "type": "tool_result",
                     "tool_use_id": call_id,
-                    "content": content,
+                    "content": blocks if part.media else content,
                     "is_error": is_error,
                 }
             case _:
@@ -190,6 +189,15 @@ class AnthropicProvider:
             stop_reason=stop if isinstance(stop, str) else None,
             raw=body,
         )
+
+
+def _media_block(part: MediaPart, shown: ShownImages) -> dict[str, Any]:
+    """An image block for a file shown as an image, else a text block with its stand-in."""
+    if (image := shown.image(part)) is None:
+        return {"type": "text", "text": shown.text(part)}
+    data, mime_type = image
+    source = {"type": "base64", "media_type": mime_type, "data": base64.b64encode(data).decode()}
+    return {"type": "image", "source": source}
 
 
 def _usage(raw: Any) -> Usage | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import io
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -90,6 +91,16 @@ def fitted(
     return done
 
 
+# what OpenAI's `input_audio` parts take (its audio guide: wav and mp3), by MIME type
+AUDIO_FORMATS = {
+    "audio/wav": "wav",
+    "audio/x-wav": "wav",
+    "audio/wave": "wav",
+    "audio/mpeg": "mp3",
+    "audio/mp3": "mp3",
+}
+
+
 class ShownImages:
     """Which images of one request go as images: those whose bytes the request holds, each once
     (a second reference to the same image is said in text)."""
@@ -108,11 +119,57 @@ class ShownImages:
             part.sha256, data, part.mime_type, self._limits, provider=self._provider, model=self._model
         )
 
+    def audio(self, part: MediaPart) -> tuple[bytes, str] | None:
+        """The audio to send for this part as (bytes, format: wav | mp3, what `input_audio` takes), or
+        None: the model takes no audio (its bytes are not in the request) or not in this format."""
+        fmt = AUDIO_FORMATS.get(part.mime_type) if part.media == "audio" else None
+        data = self._media.get(part.sha256)
+        if data is None or fmt is None or part.sha256 in self._sent:
+            return None
+        self._sent.add(part.sha256)
+        return data, fmt
+
     def text(self, part: MediaPart) -> str:
         """What stands for a part not sent as an image."""
         if part.sha256 in self._sent:
             return f"[the same {part.media} as above{f' ({part.filename})' if part.filename else ''}]"
         return part.stand_in()
+
+
+# What one image shown to a model counts in a prompt's estimate (agentd.engine.overflow), from the
+# providers' documented costs, the larger of the two so the estimate errs toward compacting early:
+# OpenAI high detail fits the image in 2048x2048, scales its shortest side to 768 and counts 170 tokens a
+# 512-px tile plus 85 (a 1024x1024 image: 4 tiles, 765); Anthropic fits the long side to 1568 px and
+# counts width*height/750 (about 1600 at most). An image Pillow cannot read counts as a 1024x1024 one.
+UNREAD_IMAGE_TOKENS = 765
+_TOKENS: dict[str, int] = {}  # by sha256: an image's header is read once, however often it is shown
+
+
+def image_tokens(sha256: str, data: bytes) -> int:
+    if (known := _TOKENS.get(sha256)) is not None:
+        return known
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            width, height = image.size
+    except (OSError, ValueError):
+        return UNREAD_IMAGE_TOKENS
+    if len(_TOKENS) > 10_000:
+        _TOKENS.clear()
+    _TOKENS[sha256] = tokens = max(_openai_tokens(width, height), _anthropic_tokens(width, height))
+    return tokens
+
+
+def _openai_tokens(width: int, height: int) -> int:
+    scale = min(1.0, 2048 / max(width, height))
+    w, h = width * scale, height * scale
+    scale = min(1.0, 768 / min(w, h))
+    tiles = math.ceil(w * scale / 512) * math.ceil(h * scale / 512)
+    return 85 + 170 * tiles
+
+
+def _anthropic_tokens(width: int, height: int) -> int:
+    scale = min(1.0, 1568 / max(width, height))
+    return min(1600, math.ceil(width * scale * height * scale / 750))
 
 
 def _min_alpha(frame: Image.Image) -> int:

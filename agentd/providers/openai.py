@@ -10,6 +10,7 @@ import asyncio
 import functools
 import json
 import uuid
+from base64 import b64encode
 from collections.abc import AsyncGenerator
 from typing import Any
 
@@ -186,11 +187,18 @@ class OpenAIProvider:
                 ):
                     # The wire has no error flag for tool results; say it in the content.
                     text = f"error: {content}" if is_error else content
-                    results.append({"role": "tool", "tool_call_id": call_id, "content": text})
+                    said, shown_parts = _result_files(part, shown)
+                    results.append({"role": "tool", "tool_call_id": call_id, "content": text + said})
+                    if shown_parts:
+                        user_parts.append(
+                            {"type": "text", "text": f"The files {part.name} returned ({call_id}):"}
+                        )
+                        user_parts.extend(shown_parts)
                 case _:
                     raise self._cannot_carry(part, message, model)
         if message.role == "tool":
-            return results
+            # a tool message carries text only: the results' images and audio follow in one user message
+            return results + ([{"role": "user", "content": user_parts}] if user_parts else [])
         if message.role == "user":
             if any(c["type"] == "image_url" for c in user_parts):
                 return [{"role": "user", "content": user_parts}]
@@ -264,6 +272,24 @@ class OpenAIProvider:
         # A few local servers omit the id; the model only needs it to match the result we send back.
         call_id = raw.get("id") or f"call_{uuid.uuid4().hex[:16]}"
         return ToolCallPart(id=str(call_id), name=function["name"], arguments=arguments)
+
+
+def _result_files(result: ToolResultPart, shown: ShownImages) -> tuple[str, list[dict[str, Any]]]:
+    """What the tool message says of the result's files, and the parts of those sent as they are."""
+    said, parts = "", []
+    for part in result.media:
+        if (image := shown.image(part)) is not None:
+            parts.append({"type": "image_url", "image_url": {"url": data_url(*image)}})
+            said += f"\n{part.stand_in()} (shown in the next message)"
+        elif (audio := shown.audio(part)) is not None:
+            data, fmt = audio
+            parts.append(
+                {"type": "input_audio", "input_audio": {"data": b64encode(data).decode(), "format": fmt}}
+            )
+            said += f"\n{part.stand_in()} (sent in the next message)"
+        else:
+            said += f"\n{shown.text(part)}"
+    return said, parts
 
 
 def _usage(raw: Any) -> Usage | None:

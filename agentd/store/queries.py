@@ -181,6 +181,14 @@ class MediaBlobs(Query[dict[str, bytes]]):
     sha256s: Sequence[str]
 
 
+@dataclass(frozen=True, slots=True)
+class MediaFile(Query["tuple[bytes, str, str | None] | None"]):
+    """One file of the agent's by its hash, whichever conversation has it: (bytes, MIME type, file
+    name), the latest stored; None when no conversation keeps it (never sent, erased, pruned)."""
+
+    sha256: str
+
+
 # -- approvals ---------------------------------------------------------------------------
 
 

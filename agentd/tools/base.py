@@ -33,7 +33,25 @@ class ToolCall:
     charged_to: object = None
 
 
-Handler = Callable[[dict[str, Any], ToolCall], Awaitable[str]]
+@dataclass(frozen=True, slots=True)
+class ToolFile:
+    """A file a tool made (an MCP server's image or audio): the engine checks it against `media:`,
+    stores it like a person's file, shows it to a model that sees, and sends it with the reply."""
+
+    data: bytes
+    mime_type: str
+    filename: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolOutput:
+    """A tool's result with files beside its text (a plain `str` result is the text alone)."""
+
+    text: str
+    files: tuple[ToolFile, ...] = ()
+
+
+Handler = Callable[[dict[str, Any], ToolCall], Awaitable[str | ToolOutput]]
 
 
 @dataclass(frozen=True, slots=True)

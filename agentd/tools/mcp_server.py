@@ -45,11 +45,12 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from agentd.backoff import backoff_delays
 from agentd.config.tools import McpServerSpec
 from agentd.errors import ToolError
+from agentd.tools.base import ToolOutput
 from agentd.tools.mcp_callbacks import Elicitor, Sampler, ServerCallbacks
 from agentd.tools.mcp_calls import Progress, limited
 from agentd.tools.mcp_remote import RemoteTool, remote_tool
 from agentd.tools.mcp_resources import READ, has_resources
-from agentd.tools.mcp_results import result_text
+from agentd.tools.mcp_results import result_output
 from agentd.tools.mcp_stderr import ServerStderr
 from agentd.tools.mcp_transport import transport_of, watched
 from agentd.tools.mcp_words import describe_failure
@@ -315,8 +316,8 @@ class McpServer:
 
     async def call(
         self, tool: str, arguments: dict[str, Any], meta: dict[str, Any], on_progress: Progress | None = None
-    ) -> str:
-        """The tool's result as text for the model; ToolError when it failed or could not be called
+    ) -> ToolOutput:
+        """The tool's result as text for the model and its files; ToolError when it failed or could not be called
         (agentd.tools.mcp_calls: the limits); `on_progress` hears the server's progress in words."""
 
         async def send(client: Client, left: float, progressed: ProgressFnT) -> types.CallToolResult:
@@ -331,10 +332,10 @@ class McpServer:
 
         result = await limited(self, tool, send, on_progress, self.callbacks.holds)
         reader = model_tool_name(self.name, READ) if self.resources else None
-        text = result_text(result, self.spec.max_result_chars, reader)
+        output = result_output(result, self.spec.max_result_chars, reader)
         if result.is_error:
-            raise ToolError(text or f"{tool} failed")
-        return text
+            raise ToolError(output.text or f"{tool} failed")
+        return output
 
     async def connection(self, wait: float) -> tuple[Client, asyncio.Event]:
         """The connection to make a request on (waiting at most `wait` for one), and the event set

@@ -31,7 +31,7 @@ from typing import Any
 
 from agentd.config.tools import McpServerSpec, ToolsSpec
 from agentd.providers.base import ToolSpec
-from agentd.tools.base import Handler, Tool, ToolCall
+from agentd.tools.base import Handler, Tool, ToolCall, ToolOutput
 from agentd.tools.mcp_callbacks import Elicitor, Sampler
 from agentd.tools.mcp_remote import RemoteTool
 from agentd.tools.mcp_resources import call_resource_tool, resource_tools
@@ -106,7 +106,7 @@ class McpServers:
     def _tool(self, server: McpServer, remote: RemoteTool) -> Tool:
         agent, name = self.agent, remote.name
 
-        async def call(args: dict[str, Any], caller: ToolCall) -> str:
+        async def call(args: dict[str, Any], caller: ToolCall) -> ToolOutput:
             meta = {
                 f"{META_PREFIX}agent": agent,
                 f"{META_PREFIX}conversation_key": caller.conversation_key,

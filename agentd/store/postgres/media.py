@@ -4,7 +4,7 @@ them, per agent."""
 from __future__ import annotations
 
 from agentd.store.postgres.handlers import Cx, Later, handles, rowcount
-from agentd.store.queries import MediaBlobs
+from agentd.store.queries import MediaBlobs, MediaFile
 from agentd.store.writes import PruneMedia, StoreMedia
 
 
@@ -38,6 +38,21 @@ def media_blobs(cx: Cx, q: MediaBlobs) -> Later[dict[str, bytes]]:
         (cx.agent_id, q.conversation_key, list(q.sha256s)),
     )
     return Later(lambda: {sha: bytes(data) for sha, data in cur.fetchall()})
+
+
+@handles(MediaFile)
+def media_file(cx: Cx, q: MediaFile) -> Later[tuple[bytes, str, str | None] | None]:
+    cur = cx.run(
+        "SELECT data, mime_type, filename FROM media WHERE agent_id = %s AND sha256 = %s"
+        " ORDER BY created_at DESC LIMIT 1",
+        (cx.agent_id, q.sha256),
+    )
+
+    def row() -> tuple[bytes, str, str | None] | None:
+        found = cur.fetchone()
+        return None if found is None else (bytes(found[0]), found[1], found[2])
+
+    return Later(row)
 
 
 @handles(PruneMedia)

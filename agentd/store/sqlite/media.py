@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import sqlite3
 
-from agentd.store.queries import MediaBlobs
+from agentd.store.queries import MediaBlobs, MediaFile
 from agentd.store.sqlite.handlers import handles
 from agentd.store.writes import PruneMedia, StoreMedia
 
@@ -41,6 +41,15 @@ def media_blobs(conn: sqlite3.Connection, q: MediaBlobs) -> dict[str, bytes]:
         (q.conversation_key, json.dumps(list(q.sha256s))),
     )
     return {sha: bytes(data) for sha, data in rows}
+
+
+@handles(MediaFile)
+def media_file(conn: sqlite3.Connection, q: MediaFile) -> tuple[bytes, str, str | None] | None:
+    row = conn.execute(
+        "SELECT data, mime_type, filename FROM media WHERE sha256 = ? ORDER BY created_at DESC LIMIT 1",
+        (q.sha256,),
+    ).fetchone()
+    return None if row is None else (bytes(row[0]), row[1], row[2])
 
 
 @handles(PruneMedia)
