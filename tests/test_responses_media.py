@@ -114,10 +114,18 @@ async def test_what_the_parts_cannot_be_is_a_400_naming_the_param(served: tuple[
         ({"type": "input_image", "file_id": "file-1", "detail": "auto"}, "file_id", "no Files API"),
         ({"type": "input_file", "file_id": "file-1"}, "file_id", "no Files API"),
         ({"type": "input_image", "image_url": "file:///etc/passwd", "detail": "auto"}, "image_url", "http"),
-        ({"type": "input_image", "image_url": "data:text/plain;base64,aGk=", "detail": "auto"}, "image_url", "image/"),
+        (
+            {"type": "input_image", "image_url": "data:text/plain;base64,aGk=", "detail": "auto"},
+            "image_url",
+            "image/",
+        ),
         ({"type": "input_file", "filename": "a.pdf", "file_data": "%%"}, "file_data", "not base64"),
         ({"type": "input_file", "file_data": png_url, "file_url": "https://x.test/a"}, "", "one of them"),
-        ({"type": "input_audio", "input_audio": {"data": "aGk=", "format": "ogg"}}, "input_audio", "wav or mp3"),
+        (
+            {"type": "input_audio", "input_audio": {"data": "aGk=", "format": "ogg"}},
+            "input_audio",
+            "wav or mp3",
+        ),
         ({"type": "refusal", "refusal": "no"}, "", "agents take input_text, input_image"),
     ]
     async with client_of(url) as client:

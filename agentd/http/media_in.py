@@ -76,7 +76,9 @@ def decoded(data: str, where: str, status: int = 422, param: str | None = "messa
     try:
         return base64.b64decode(data, validate=True)
     except (binascii.Error, ValueError):
-        raise ApiError(status, f"{where}: not base64", **({"param": param} if status == 400 else {})) from None
+        raise ApiError(
+            status, f"{where}: not base64", **({"param": param} if status == 400 else {})
+        ) from None
 
 
 def attachments_of(items: Sequence[AttachmentIn], allowed_urls: Sequence[str]) -> tuple[Attachment, ...]:

@@ -72,7 +72,9 @@ def _image(part: dict[str, Any], at: str, allowed_urls: Sequence[str]) -> Attach
     if part.get("file_id") is not None and url is None:
         raise ApiError(400, f"{at}.file_id: {NO_FILES_API} as image_url (a data URL)", param=f"{at}.file_id")
     if not isinstance(url, str):
-        raise ApiError(400, f"{at}.image_url: a data URL or an http(s) URL is required", param=f"{at}.image_url")
+        raise ApiError(
+            400, f"{at}.image_url: a data URL or an http(s) URL is required", param=f"{at}.image_url"
+        )
     return image_of(url, f"{at}.image_url", allowed_urls, f"{at}.image_url")
 
 

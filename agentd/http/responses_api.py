@@ -159,7 +159,9 @@ def add_responses_routes(
         body = await read_json(request, ResponseCreateIn, largest_body(directory))
         agent = agent_of(body.model)
         key = key_of(idempotency_key, None)
-        call = ResponsesCall(body, request.headers.get(CONVERSATION_HEADER), key, agent.spec.media.allowed_urls)
+        call = ResponsesCall(
+            body, request.headers.get(CONVERSATION_HEADER), key, agent.spec.media.allowed_urls
+        )
         if call.agent_of_previous is not None and call.agent_of_previous != agent.name:
             raise not_found(call.previous or "", param="previous_response_id")  # another agent's
         # a stateless call stores nothing: its key is honoured in this process only (idempotency.py)
