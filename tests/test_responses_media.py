@@ -107,7 +107,9 @@ async def test_an_input_file_pdf_is_read_to_the_model_and_one_over_the_limit_is_
         assert "x" * 100 not in str(fake.requests[calls:])  # the model never read it
 
 
-async def test_what_the_parts_cannot_be_is_a_400_naming_the_param(served: tuple[Daemon, str]) -> None:
+async def test_what_the_parts_cannot_be_is_a_400_naming_the_param(
+    served: tuple[Daemon, str], fake: FakeLLM
+) -> None:
     _, url = served
     png_url = data_url("image/png", png())
     cases: list[tuple[dict[str, Any], str, str]] = [
@@ -144,6 +146,10 @@ async def test_what_the_parts_cannot_be_is_a_400_naming_the_param(served: tuple[
             {"role": "user", "content": "what colour was it?"},
         ]
         await client.responses.create(model="eyes", input=history)
+        said = fake.requests[-1].json["messages"]
+        assert (
+            said[-3]["content"] == "look[an image sent earlier]" and images_in(fake.requests[-1].json) == []
+        )
 
 
 async def test_a_conversation_held_by_an_approval_answers_409_at_once(tmp_path: Path, fake: FakeLLM) -> None:
