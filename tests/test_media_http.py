@@ -97,6 +97,17 @@ async def test_a_multipart_upload_reaches_the_model_and_is_stored(
     [sent] = images_in(fake.requests[-1].json)
     assert colour(sent)[:3] == RED
     assert await stored_media(daemon, "webhook:up") == [hashlib.sha256(photo).hexdigest()]
+    # an upload is bounded by the files the agent takes (media.max_message_bytes), not http.max_body_bytes
+    # (1 MiB): a file past media.max_bytes is read in, and refused saying which limit
+    async with httpx.AsyncClient(trust_env=False) as http:
+        r = await http.post(
+            f"{url}/agents/eyes/messages",
+            headers=AUTH,
+            data={"conversation_id": "up", "text": "and this?"},
+            files={"file": ("big.bin", b"\0" * 1_500_000, "application/octet-stream")},
+        )
+    assert r.status_code == 200, r.text
+    assert r.json()["reply"].startswith("(big.bin was not taken: it is larger than media.max_bytes")
 
 
 async def test_json_attachments_by_base64_and_by_an_allowed_url(

@@ -118,6 +118,42 @@ async def test_the_docs_need_the_token_and_serve_their_own_assets(secured: httpx
     assert secured.cookies.get(COOKIE) is not None
 
 
+async def test_the_webhooks_multipart_upload_is_described_beside_its_json_body(
+    secured: httpx.AsyncClient,
+) -> None:
+    schema = (await secured.get("/openapi.json", headers=BEARER)).json()
+    body = schema["paths"]["/agents/{agent}/messages"]["post"]["requestBody"]["content"]
+    assert set(body) == {"application/json", "multipart/form-data"}
+    form, json_body = body["multipart/form-data"], body["application/json"]["schema"]
+    fields = form["schema"]["properties"]
+    # the JSON body's fields, and the files; a text field is never null (`attachments` is a JSON part)
+    assert set(fields) == {*json_body["properties"], "file"}
+    assert all("'null'" not in str(v) for k, v in fields.items() if k != "attachments")
+    assert fields["file"]["items"] == {
+        "type": "string",
+        "format": "binary",
+        "contentMediaType": "application/octet-stream",
+    }
+    assert form["schema"]["required"] == ["conversation_id"] and not form["schema"]["additionalProperties"]
+    assert form["encoding"] == {"attachments": {"contentType": "application/json"}}
+    assert {"required": ["file"], "properties": {"file": {"minItems": 1}}} in form["schema"]["anyOf"]
+    # what it describes is what is taken: epoch seconds as the text a form field is, a file alone
+    sent = await secured.post(
+        "/agents/assistant/messages",
+        headers=BEARER,
+        data={"conversation_id": "up", "sent_at": "1767225600", "user_id": "ana"},
+        files={"file": ("notes.txt", b"hello", "text/plain")},
+    )
+    assert sent.status_code == 200, sent.text
+    refused = await secured.post(
+        "/agents/assistant/messages",
+        headers=BEARER,
+        data={"conversation_id": "up", "text": "hi", "sent_at": "yesterday"},
+        files={"file": ("notes.txt", b"hello", "text/plain")},
+    )
+    assert refused.status_code == 422 and "sent_at" in refused.text
+
+
 @pytest.mark.skipif(
     not (CHROMIUM.exists() and CHROMEDRIVER.exists()),
     reason="needs Debian's chromium and chromium-driver; .ci/run installs them",

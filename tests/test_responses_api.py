@@ -148,13 +148,14 @@ async def test_what_agentd_cannot_do_is_refused_naming_the_parameter(served: tup
         await client.responses.create(model="no-such-agent", input="hi")
     bad_items = [
         [{"type": "function_call_output", "call_id": "c1", "output": "x"}],
-        [{"role": "user", "content": [{"type": "input_image", "image_url": "data:image/png;base64,AAAA"}]}],
+        [{"role": "user", "content": [{"type": "input_image", "file_id": "file-1", "detail": "auto"}]}],
         [{"role": "assistant", "content": "I end it"}],
     ]
-    for items in bad_items:
+    params = ["input", "input[0].content[0].file_id", "input"]  # a part's param is its path, as OpenAI's
+    for items, param in zip(bad_items, params, strict=True):
         with pytest.raises(openai.BadRequestError) as refused:
             await client.responses.create(model="assistant", input=items)  # type: ignore[arg-type]
-        assert refused.value.param == "input"
+        assert refused.value.param == param
 
 
 async def test_malformed_bodies_are_a_400_in_openais_shape(served: tuple[Daemon, str]) -> None:

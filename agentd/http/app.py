@@ -56,7 +56,7 @@ from agentd.http.streaming import TurnStream, reply_events
 from agentd.http.tools_routes import add_tool_routes
 from agentd.http.ui import add_ui_routes
 from agentd.http.usage import add_usage_routes
-from agentd.http.webhook_in import read_message
+from agentd.http.webhook_in import multipart_schema, read_message
 
 READY_503 = "Not ready: the store does not answer, the agents are still loading, or the daemon is stopping"
 
@@ -136,7 +136,7 @@ def create_app(directory: AgentDirectory) -> FastAPI:
         tags=["agents"],
         dependencies=protected,
         responses={**errors(400, 404, 409, 413, 422, 503), 200: {"headers": REPLAYED}},
-        openapi_extra=streamable(MessageIn),
+        openapi_extra=streamable(MessageIn, multipart=True),
     )
     async def post_message(
         request: Request,
@@ -250,6 +250,13 @@ STREAM_DOC = (
 )
 
 
-def streamable(model: type[MessageIn] | type[ReplIn]) -> dict[str, Any]:
-    """The body schema, and the events a `?stream=true` call answers with."""
-    return body_schema(model, stream=sse_event_schema(["delta", "restart", "progress", "reply", "error"]))
+def streamable(model: type[MessageIn] | type[ReplIn], multipart: bool = False) -> dict[str, Any]:
+    """The body schema (and with `multipart`, the webhook's upload beside the JSON), and the events a
+    `?stream=true` call answers with."""
+    extra = body_schema(model, stream=sse_event_schema(["delta", "restart", "progress", "reply", "error"]))
+    if multipart:
+        extra["requestBody"]["content"]["multipart/form-data"] = {
+            "schema": multipart_schema(),
+            "encoding": {"attachments": {"contentType": "application/json"}},
+        }
+    return extra

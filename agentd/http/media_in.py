@@ -1,6 +1,7 @@
 """Files sent over HTTP, as the engine takes them (agentd.events.Attachment): a webhook message's
 `attachments` (base64 `data`, or a `url` the agent's media.allowed_urls lets agentd fetch), a
-multipart upload, and the OpenAI endpoint's content parts (`image_url`, `input_audio`).
+multipart upload, and the OpenAI endpoints' images, audio and files by URL (`image_of`, `audio_of`,
+`data_url`): Chat Completions' content parts here, the Responses API's in response_parts.py.
 
 The engine decides the limits (agentd.engine.media); a URL is fetched only when the turn asks, never
 past the byte limit it is given. A malformed item is a 4xx with the reason, before anything runs.
@@ -70,12 +71,13 @@ def kind_of(mime_type: str | None) -> str:
     return "file"
 
 
-def decoded(data: str, where: str, status: int = 422) -> bytes:
+def decoded(data: str, where: str, status: int = 422, param: str | None = "messages") -> bytes:
+    """Base64 bytes, or a 422 (a webhook field) / 400 with `param` (a /v1 part) naming where."""
     try:
         return base64.b64decode(data, validate=True)
     except (binascii.Error, ValueError):
         raise ApiError(
-            status, f"{where}: not base64", **({"param": "messages"} if status == 400 else {})
+            status, f"{where}: not base64", **({"param": param} if status == 400 else {})
         ) from None
 
 
@@ -166,8 +168,8 @@ async def read_multipart(request: Request, body: bytes) -> tuple[dict[str, str],
 def content_parts(
     parts: Sequence[Any], index: int, allowed_urls: Sequence[str]
 ) -> tuple[str, tuple[Attachment, ...]]:
-    """An OpenAI user message's content parts: its text, and its images (`image_url`: a data URL or an
-    allowed URL) and audio (`input_audio`: base64 `data` in a `format`) as attachments."""
+    """A Chat Completions user message's content parts: its text, and its images (`image_url`: a data
+    URL or an allowed URL) and audio (`input_audio`: base64 `data` in a `format`) as attachments."""
     texts: list[str] = []
     files: list[Attachment] = []
     for j, part in enumerate(parts):
@@ -180,40 +182,64 @@ def content_parts(
             url = image.get("url") if isinstance(image, dict) else None
             if not isinstance(url, str):
                 raise ApiError(400, f"{where}.image_url.url: a string is required", param="messages")
-            files.append(_image(url, where, allowed_urls))
+            files.append(image_of(url, f"{where}.image_url.url", allowed_urls, "messages"))
         elif kind == "input_audio":
-            audio = part.get("input_audio") if isinstance(part.get("input_audio"), dict) else {}
-            fmt = audio.get("format")
-            if fmt not in ("wav", "mp3") or not isinstance(audio.get("data"), str):
-                raise ApiError(
-                    400, f"{where}.input_audio: base64 `data` and a `format` of wav or mp3", param="messages"
-                )
-            data = decoded(audio["data"], f"{where}.input_audio.data", 400)
-            mime = "audio/wav" if fmt == "wav" else "audio/mpeg"
-            files.append(Attachment("audio", mime, f"audio.{fmt}", len(data), data))
+            files.append(audio_of(part.get("input_audio"), f"{where}.input_audio", "messages"))
         else:
             raise ApiError(
                 400,
                 f"{where}: a {kind!r} content part; agents take text, image_url and input_audio",
                 param="messages",
             )
+    return "".join(texts), at_most(files, f"messages[{index}]", "messages")
+
+
+def at_most(files: list[Attachment], where: str, param: str) -> tuple[Attachment, ...]:
     if len(files) > MAX_FILES:
-        raise ApiError(400, f"messages[{index}]: at most {MAX_FILES} files in one message", param="messages")
-    return "".join(texts), tuple(files)
+        raise ApiError(400, f"{where}: at most {MAX_FILES} files in one message", param=param)
+    return tuple(files)
 
 
-def _image(url: str, where: str, allowed_urls: Sequence[str]) -> Attachment:
+def audio_of(audio: Any, where: str, param: str) -> Attachment:
+    """An `input_audio` object (both OpenAI APIs): base64 `data` in a `format` of wav or mp3."""
+    fmt = audio.get("format") if isinstance(audio, dict) else None
+    if fmt not in ("wav", "mp3") or not isinstance(audio.get("data"), str):
+        raise ApiError(400, f"{where}: base64 `data` and a `format` of wav or mp3", param=param)
+    data = decoded(audio["data"], f"{where}.data", 400, param)
+    return Attachment("audio", "audio/wav" if fmt == "wav" else "audio/mpeg", f"audio.{fmt}", len(data), data)
+
+
+def image_of(url: str, where: str, allowed_urls: Sequence[str], param: str) -> Attachment:
+    """An image by `url` (both OpenAI APIs): a data URL of an image, or an http(s) URL (fetched only
+    under media.allowed_urls)."""
     if url.startswith(_DATA_URL_PREFIX):
-        head, sep, payload = url[len(_DATA_URL_PREFIX) :].partition(",")
-        mime, _, encoding = head.partition(";")
-        if not sep or encoding != "base64" or not mime.startswith("image/"):
-            raise ApiError(
-                400,
-                f"{where}.image_url.url: a data URL must be data:image/<type>;base64,<data>",
-                param="messages",
-            )
-        data = decoded(payload, f"{where}.image_url.url", 400)
+        mime, data = data_url(url, where, param, "image/")
         return Attachment("image", mime, None, len(data), data)
+    return by_url(url, where, allowed_urls, param, "image")
+
+
+def by_url(
+    url: str,
+    where: str,
+    allowed_urls: Sequence[str],
+    param: str,
+    kind: str,
+    filename: str | None = None,
+    mime_type: str | None = None,
+) -> Attachment:
+    """A file at an http(s) URL, fetched when the turn asks (only under media.allowed_urls)."""
     if not url.startswith(("http://", "https://")):
-        raise ApiError(400, f"{where}.image_url.url: expected a data URL or an http(s) URL", param="messages")
-    return from_url(url, allowed_urls, "image")
+        raise ApiError(400, f"{where}: expected a data URL or an http(s) URL", param=param)
+    found = from_url(url, allowed_urls, kind)
+    return Attachment(kind, mime_type, filename or found.filename, None, None, found.download)
+
+
+def data_url(url: str, where: str, param: str, major: str = "") -> tuple[str | None, bytes]:
+    """A base64 data URL's type (None when it names none) and bytes; `major`: the type it must be
+    (`image/`), or any."""
+    head, sep, payload = url[len(_DATA_URL_PREFIX) :].partition(",")
+    mime, _, encoding = head.partition(";")
+    if not sep or encoding != "base64" or not mime.startswith(major):
+        shape = f"data:{major or '<type>/'}<subtype>;base64,<data>"
+        raise ApiError(400, f"{where}: a data URL must be {shape}", param=param)
+    return mime or None, decoded(payload, where, 400, param)

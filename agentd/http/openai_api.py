@@ -181,6 +181,23 @@ def openai_agent(directory: AgentDirectory, name: str) -> Agent:
     return agent
 
 
+def served_agents(directory: AgentDirectory) -> list[str]:
+    """The agents a /v1 client can talk to: running, with the webhook channel."""
+    names = sorted(a["name"] for a in directory.describe_agents())
+    return [
+        n
+        for n in names
+        if (a := directory.agent(n)) is not None and a.status == "running" and directory.has_webhook(n)
+    ]
+
+
+def largest_body(directory: AgentDirectory) -> int:
+    """A /v1 body's limit: the body names the agent, so it may be as large as the largest files a
+    served agent takes (http.max_body_bytes at least)."""
+    agents = [a for n in served_agents(directory) if (a := directory.agent(n)) is not None]
+    return max([directory.max_body_bytes] + [body_limit(0, a.spec.media) for a in agents])
+
+
 def add_openai_routes(
     app: FastAPI,
     directory: AgentDirectory,
@@ -192,12 +209,7 @@ def add_openai_routes(
         return openai_agent(directory, name)
 
     def served() -> list[str]:
-        names = sorted(a["name"] for a in directory.describe_agents())
-        return [
-            n
-            for n in names
-            if (a := directory.agent(n)) is not None and a.status == "running" and directory.has_webhook(n)
-        ]
+        return served_agents(directory)
 
     @app.get(
         "/v1/models",
@@ -248,12 +260,7 @@ def add_openai_routes(
         idempotency_key: str | None = Header(None, alias=HEADER, pattern=KEY_PATTERN, description=KEY_DOC),
     ) -> Any:
         """Talk to an agent as to an OpenAI model (see the module docstring for the rules)."""
-        # the body names the agent: it may be as large as the largest files a served agent takes
-        limit = max(
-            [directory.max_body_bytes]
-            + [body_limit(0, a.spec.media) for n in served() if (a := directory.agent(n))]
-        )
-        body = await read_json(request, ChatCompletionIn, limit)
+        body = await read_json(request, ChatCompletionIn, largest_body(directory))
         agent = agent_of(body.model)
         call = Call(body, request.headers.get(CONVERSATION_HEADER), agent.spec.media.allowed_urls)
         key = key_of(idempotency_key, body.message_id)

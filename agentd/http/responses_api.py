@@ -11,6 +11,9 @@ response.content_part.done, response.output_item.done, response.completed (or re
 A response is kept with its conversation unless the call was stateless (`store: false`, or the input
 carried the history); `GET /v1/responses/{id}` reads a kept one back, from the store, on any daemon.
 An `Idempotency-Key` makes a retry get the first reply and store nothing, as on Chat Completions.
+A conversation held by a run waiting for an approval is answered at once with a 409 (control.py).
+The new message's images, files and audio are its attachments (response_parts.py); the body may be as
+large as the files a served agent takes, as on Chat Completions.
 """
 
 from __future__ import annotations
@@ -28,11 +31,13 @@ from agentd.engine.agent import Agent
 from agentd.engine.turn import TurnLimits
 from agentd.events import InboundEvent, Reply
 from agentd.http.bodies import body_schema, read_json, sse_event_schema
+from agentd.http.control import refuse_if_held
 from agentd.http.directory import AgentDirectory
 from agentd.http.idempotency import HEADER, KEY_DOC, KEY_PATTERN, Idempotency, key_of, replay_headers
 from agentd.http.openai_api import (
     AsciiJSONResponse,
     conversation_header,
+    largest_body,
     once_turn,
     openai_agent,
     openai_error,
@@ -151,10 +156,12 @@ def add_responses_routes(
         idempotency_key: str | None = Header(None, alias=HEADER, pattern=KEY_PATTERN, description=KEY_DOC),
     ) -> Any:
         """Talk to an agent through the Responses API (see the module docstring for the rules)."""
-        body = await read_json(request, ResponseCreateIn, directory.max_body_bytes)
+        body = await read_json(request, ResponseCreateIn, largest_body(directory))
         agent = agent_of(body.model)
         key = key_of(idempotency_key, None)
-        call = ResponsesCall(body, request.headers.get(CONVERSATION_HEADER), key)
+        call = ResponsesCall(
+            body, request.headers.get(CONVERSATION_HEADER), key, agent.spec.media.allowed_urls
+        )
         if call.agent_of_previous is not None and call.agent_of_previous != agent.name:
             raise not_found(call.previous or "", param="previous_response_id")  # another agent's
         # a stateless call stores nothing: its key is honoured in this process only (idempotency.py)
@@ -162,7 +169,17 @@ def add_responses_routes(
         rid = ResponseId(agent.name, None if call.stateless else call.key, call.event_id)
         shape = ResponseShape(rid, body, call.instructions)
         limits = TurnLimits(max_output_tokens=body.max_output_tokens)
-        event = InboundEvent(agent.name, call.key, call.text, CHANNEL, user_id=call.user, event_id=event_id)
+        event = InboundEvent(
+            agent.name,
+            call.key,
+            call.text,
+            CHANNEL,
+            user_id=call.user,
+            event_id=event_id,
+            attachments=call.attachments,
+        )
+        if not call.stateless:
+            await refuse_if_held(agent, event, openai=True)  # a 409 naming the approval, not a hang
 
         run = once_turn(agent, event, call.earlier, call.instructions, limits, once, "responses", key)
 

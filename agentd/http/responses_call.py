@@ -11,7 +11,8 @@ Which conversation a response belongs to, in this order:
   SDK sends when it keeps the history itself), or `store: false`: stateless, as a Chat Completions call
   without a name: the input is the whole conversation and nothing is kept but the run.
 In a named conversation only the last user message is the new turn (agentd holds the history), as in
-every channel. `instructions` (and system or developer messages) are added to the agent's purpose for
+every channel; its images, files and audio (response_parts.py) are the turn's attachments, an earlier
+message's are only said to have been there. `instructions` (and system or developer messages) are added to the agent's purpose for
 this call only.
 """
 
@@ -22,18 +23,19 @@ import binascii
 import hashlib
 import json
 import uuid
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agentd.events import USER_ID_FORM, USER_ID_PATTERN, is_conversation_key, is_user_id
+from agentd.events import USER_ID_FORM, USER_ID_PATTERN, Attachment, is_conversation_key, is_user_id
 from agentd.http.bodies import MAX_TEXT
 from agentd.http.errors import ApiError
 from agentd.http.openai_call import CHANNEL, STATELESS_KEY, encodable, name_of
+from agentd.http.response_parts import earlier_text, response_parts
 from agentd.messages import Message
 
 PREFIX = "resp_"
-TEXT_PARTS = ("input_text", "output_text", "text")
 # tools the client runs itself: its function calls and their outputs cannot be in an agent's conversation
 CLIENT_TOOL_ITEMS = ("function_call", "function_call_output", "custom_tool_call", "custom_tool_call_output")
 
@@ -141,13 +143,20 @@ def not_found(response_id: str, param: str | None = None) -> ApiError:
 class ResponsesCall:
     """One request read (the module docstring's rules)."""
 
-    def __init__(self, body: ResponseCreateIn, header: str | None, idempotency_key: str | None = None):
+    def __init__(
+        self,
+        body: ResponseCreateIn,
+        header: str | None,
+        idempotency_key: str | None = None,
+        allowed_urls: Sequence[str] = (),
+    ):
+        """`allowed_urls`: where an image or a file may be fetched from (the agent's media.allowed_urls)."""
         _refuse_what_agentd_cannot_do(body)
         items = [InputItemIn(role="user", content=body.input)] if isinstance(body.input, str) else body.input
         if not items:
             raise ApiError(400, "input: no message", param="input")
         messages = [_message(item, i) for i, item in enumerate(items)]
-        said = [(role, text) for role, text in messages if role not in ("system", "developer")]
+        said = [(r, t, i) for i, (r, t) in enumerate(messages) if r not in ("system", "developer")]
         self.instructions = "\n\n".join(
             [
                 *([body.instructions] if body.instructions else []),
@@ -156,8 +165,14 @@ class ResponsesCall:
         )
         if not said or said[-1][0] != "user":
             raise ApiError(400, "input: the last message must be the user's new turn", param="input")
-        self.text = said[-1][1]
-        if not self.text.strip():
+        _, self.text, last = said[-1]
+        self.attachments: tuple[Attachment, ...] = ()
+        content = items[last].content
+        if isinstance(content, list):  # parts: text, and images, files or audio (response_parts.py)
+            parts = [p.model_dump(exclude_none=True) for p in content]
+            text, self.attachments = response_parts(parts, f"input[{last}]", allowed_urls)
+            self.text = encodable(text, f"input[{last}]", param="input")
+        if not self.text.strip() and not self.attachments:
             raise ApiError(400, "input: the last user message has no text", param="input")
         if len(self.text) > MAX_TEXT:
             raise ApiError(
@@ -185,12 +200,12 @@ class ResponsesCall:
             return
         self.agent_of_previous = None
         named = name_of(header, "X-Agentd-Conversation") or self.user
-        history = any(role == "assistant" for role, _ in said)
+        history = any(role == "assistant" for role, _, _ in said)
         if named:
             self.key = f"{CHANNEL}:{named}"
         elif history or body.store is False:
             self.key = STATELESS_KEY
-            self.earlier = [Message.user(t) if r == "user" else Message.assistant(t) for r, t in said[:-1]]
+            self.earlier = [Message.user(t) if r == "user" else Message.assistant(t) for r, t, _ in said[:-1]]
         else:
             self.key = f"{CHANNEL}:resp-{fresh}"
 
@@ -245,11 +260,5 @@ def _message(item: InputItemIn, index: int) -> tuple[str, str]:
         raise ApiError(400, f"{where}: content is missing", param="input")
     if isinstance(content, str):
         return item.role, encodable(content, where, param="input")
-    texts = []
-    for part in content:
-        if part.type not in TEXT_PARTS or part.text is None:
-            raise ApiError(
-                400, f"{where}: a {part.type!r} content part; agents take text only", param="input"
-            )
-        texts.append(part.text)
-    return item.role, encodable("".join(texts), where, param="input")
+    text = earlier_text([p.model_dump(exclude_none=True) for p in content], where)
+    return item.role, encodable(text, where, param="input")
