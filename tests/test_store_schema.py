@@ -40,11 +40,6 @@ FILE_ONLY_TABLES: Mapping[str, str] = {
     "person_links": "accounts linked into people: daemon-wide (the _daemon file), not an agent's rows",
     "link_codes": "one-time /link codes, valid for minutes",
     "people_version": "a counter that moves with every link (a cache's check)",
-    # the daemon's own store's (agentd/engine/metering.py, rate_limits.py): not copied, so a copied folder's
-    # budgets start their current period over and its usage history stays in the file
-    "budget_spend": "budgets' counters of the current periods",
-    "usage_days": "usage per day, agent, person, channel, model and trigger",
-    "rate_buckets": "rate limits' token buckets (refilled within a minute or an hour)",
 }
 DATABASE_ONLY_TABLES: Mapping[str, str] = {
     "schema_migrations": "the database's own migrations",
@@ -58,11 +53,7 @@ DATABASE_ONLY_TABLES: Mapping[str, str] = {
     "person_links": "accounts linked into people: daemon-wide, not an agent's rows",
     "link_codes": "one-time /link codes, valid for minutes",
     "people_version": "a counter that moves with every link (a cache's check)",
-    # the daemon's own store's (agentd/engine/metering.py, rate_limits.py): not copied, so a copied folder's
-    # budgets start their current period over and its usage history stays in the file
-    "budget_spend": "budgets' counters of the current periods",
-    "usage_days": "usage per day, agent, person, channel, model and trigger",
-    "rate_buckets": "rate limits' token buckets (refilled within a minute or an hour)",
+    "stop_asks": "a /stop asked of the daemon running the turn, answered within seconds",
 }
 # Columns one side holds and the copy does not, and why.
 FILE_ONLY_COLUMNS: Mapping[tuple[str, str], str] = {

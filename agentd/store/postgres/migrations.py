@@ -326,6 +326,8 @@ MIGRATIONS: Migrations = [
     ("0011_conversation_models", CONVERSATION_MODELS),
     ("0012_jobs", JOB_TABLES),
     ("0013_stop_asks", STOP_ASK_STATEMENTS),
+    # GET /agents/{agent}/media/{sha256} finds a file by its hash alone (the key leads with the conversation)
+    ("0014_media_by_hash", ("CREATE INDEX media_by_hash ON media (agent_id, sha256)",)),
 ]
 
 

@@ -324,6 +324,8 @@ MIGRATIONS: Migrations = [
         ),
     ),
     ("0011_jobs", JOB_TABLES),
+    # GET /agents/{agent}/media/{sha256} finds a file by its hash alone (the key leads with the conversation)
+    ("0012_media_by_hash", ("CREATE INDEX media_by_hash ON media(sha256, created_at)",)),
 ]
 
 
