@@ -250,6 +250,7 @@ class FakeDiscord:
         self.deletes: list[int] = []  # message ids, one per accepted DELETE
         self.attempts: list[SendAttempt] = []
         self.typing: list[int] = []  # channel ids, one per typing call
+        self.dms_opened: list[int] = []  # user ids, one per Create DM call
         self.upload_limit = UPLOAD_LIMIT
         self.cdn: dict[str, FakeFile] = {}  # CDN path -> the file it serves
         self.downloads: list[str] = []  # CDN paths fetched (with a good signature), in order
@@ -278,6 +279,7 @@ class FakeDiscord:
         app.router.add_get(API_PREFIX + "/gateway/bot", self._gateway_info)
         app.router.add_post(API_PREFIX + "/channels/{channel_id}/messages", self._create_message)
         app.router.add_post(API_PREFIX + "/channels/{channel_id}/typing", self._typing)
+        app.router.add_post(API_PREFIX + "/users/@me/channels", self._open_dm)
         app.router.add_get("/attachments/{channel_id}/{attachment_id}/{filename}", self._serve_attachment)
         message = API_PREFIX + "/channels/{channel_id}/messages/{message_id}"
         app.router.add_patch(message, self._edit_message)
@@ -677,6 +679,17 @@ class FakeDiscord:
             limit = {"total": 1000, "remaining": 999, "reset_after": 0, "max_concurrency": 1}
             body.update(shards=1, session_start_limit=limit)
         return _json(body)
+
+    async def _open_dm(self, request: web.Request) -> web.StreamResponse:
+        """Create DM: the bot's DM channel with a user (the same one each time), as Discord answers it."""
+        if not self._authorized(request):
+            return _json({"message": "401: Unauthorized", "code": 0}, status=401)
+        user_id = int((await request.json())["recipient_id"])
+        if user_id not in self.users:
+            return _json({"message": "Unknown User", "code": 10013}, status=404)
+        channel = self.channels[self.dm_channel_id(user_id)]
+        self.dms_opened.append(user_id)
+        return _json({**channel.payload(), "recipients": [self.users[user_id].payload()]})
 
     async def _typing(self, request: web.Request) -> web.StreamResponse:
         if not self._authorized(request):

@@ -148,6 +148,9 @@ def stops_the_run_and_goes_on(term: Terminal, fake: FakeLLM) -> None:
     term.wait_for("you> ")
     term.type("hello\r")
     term.wait_for("thinking…")
+    deadline = time.monotonic() + 20  # the spinner shows before the model is asked: Ctrl-C the hang itself
+    while not fake.requests and time.monotonic() < deadline:
+        time.sleep(0.01)
     term.type("\x03")
     term.wait_for("(Stopped.)")
     term.wait_for("you> ", times=2)  # the chat goes on

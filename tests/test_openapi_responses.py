@@ -96,6 +96,8 @@ async def record(client: httpx.AsyncClient) -> list[httpx.Response]:
         await get("/agents/assistant/status", params={"conversation_key": "webhook:demo"}, headers=BEARER),
         await get("/agents/assistant/tools", headers=BEARER),
         await get("/agents/assistant/approvals", headers=BEARER),
+        await get("/agents/assistant/questions", headers=BEARER),
+        await post("/agents/assistant/questions/abcdef", json={"action": "decline"}, headers=BEARER),  # 404
         await get("/agents/nobody/runs", headers=BEARER),  # 404
         await get("/audit", headers=BEARER),
         await get("/metrics", headers=BEARER),

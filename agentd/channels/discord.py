@@ -15,8 +15,10 @@ intent is the operator's to fix: the channel is marked failed and `run` raises.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import re
+import secrets
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -27,6 +29,7 @@ import yarl
 from agentd.backoff import backoff_delays
 from agentd.channels.chat import AllowList, ChatChannel, Route
 from agentd.channels.discord_files import attachments_of, send_file
+from agentd.channels.splitting import split_message
 from agentd.config.discord import DiscordSpec
 from agentd.errors import OperatorError
 from agentd.events import ChannelHost, OutgoingFile
@@ -205,6 +208,25 @@ class DiscordChannel(ChatChannel[discord.Message, discord.Message]):
     async def show_typing(self, target: discord.Message) -> None:
         await target.channel.typing()
 
+    async def post(self, conversation_key: str, text: str) -> bool:
+        """Post outside a reply (a resumed run, a tool server's question): into the channel or thread
+        the key names, or the DM of the user it names (opened over REST when not cached)."""
+        client = self._client
+        where = _posting_place(conversation_key)
+        if client is None or client.user is None or where is None:
+            return False
+        kind, snowflake = where
+        if kind == "dm":
+            messageable: Any = await self.retrying(lambda: client.create_dm(discord.Object(snowflake)))
+        else:
+            messageable = client.get_partial_messageable(snowflake)
+        # one nonce per post, numbered by part: a retried send whose answer was lost is not posted twice
+        batch = secrets.token_hex(6)
+        for part, chunk in enumerate(split_message(text, self.message_limit), start=1):
+            send = functools.partial(messageable.send, chunk, nonce=f"{batch}:{part}")
+            await self.retrying(send)
+        return True
+
     def is_transient(self, exc: Exception) -> bool:
         return isinstance(exc, TRANSIENT_SEND_ERRORS)
 
@@ -238,6 +260,16 @@ def conversation_key(message: discord.Message, *, per_user: bool) -> str:
         return f"discord:dm:{message.author.id}"
     key = f"discord:{message.channel.id}"
     return f"{key}:user:{message.author.id}" if per_user else key
+
+
+def _posting_place(conversation_key: str) -> tuple[str, int] | None:
+    """("dm", user id) or ("channel", channel or thread id) from a key conversation_key made."""
+    parts = conversation_key.split(":")
+    if len(parts) >= 3 and parts[:2] == [CHANNEL, "dm"] and parts[2].isdigit():
+        return "dm", int(parts[2])
+    if len(parts) >= 2 and parts[0] == CHANNEL and parts[1].isdigit():
+        return "channel", int(parts[1])
+    return None
 
 
 def strip_mention(content: str, user_id: int) -> str:

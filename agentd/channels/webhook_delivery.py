@@ -92,6 +92,29 @@ def job_message(
     }
 
 
+def question_message(*, agent: str, question: Mapping[str, Any], text: str, now: float) -> dict[str, Any]:
+    """The body of a tool server's question to a webhook conversation (README "MCP servers"): what it
+    asks, its form's fields or URL, when it expires, and where to answer it."""
+    expires_at = float(question["expires_at"])
+    return {
+        "type": "elicitation.requested",
+        "timestamp": _iso(now),
+        "data": {
+            "agent": agent,
+            "conversation": question["conversation_key"],
+            **{k: question[k] for k in ("id", "user_id", "server", "mode", "message", "fields", "required")},
+            "url": question["url"],
+            "expires_at": _iso(expires_at),
+            "text": text,
+            "answer": f"POST /agents/{agent}/questions/{question['id']}",
+        },
+    }
+
+
+def _iso(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, UTC).isoformat().replace("+00:00", "Z")
+
+
 async def send_signed(
     client: httpx.AsyncClient,
     url: str,

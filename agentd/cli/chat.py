@@ -11,7 +11,9 @@ that run as /stop does (what was shown stays, marked stopped) and the chat goes
 on (through a daemon, by its stop route). A spinner on
 stderr while the model is thinking, and the reply printed as it is written
 (terminal.py; through the daemon, its streaming REPL route). Printed to a pipe
-instead, each reply comes whole.
+instead, each reply comes whole. A tool server's question is printed while the
+turn waits on it, and `/answer`, `/decline` and `/stop` typed while the agent
+answers are taken at once (asides.py); other lines wait for the reply.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from agentd.cli.asides import PrintedProgress, Typeahead, in_thread, said_aside
 from agentd.cli.attach import as_json, attachment_from, is_attach, said
 from agentd.cli.local import local_agent
 from agentd.cli.remote import address, answer, reaching, running_daemon, streamed_answer
@@ -37,62 +40,82 @@ from agentd.events import CONVERSATION_ID_RE, Attachment, InboundEvent, Reply, R
 LEAVE = {"exit", "quit", ":q"}
 STOPPED = "(Stopped.)"
 # a line, the files attached to it (/attach), and who hears the reply as it is written
-Say = Callable[[str, tuple[Attachment, ...], ReplySink | None], str]
+Say = Callable[[str, tuple[Attachment, ...], ReplySink], str]
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
     if not CONVERSATION_ID_RE.match(args.session):
         print("agentd: --session must be 1-128 of [A-Za-z0-9_.:-]", file=sys.stderr)
         return 2
+    typed = Typeahead()  # what is typed while the agent answers (asides.py)
     with running_daemon(args) as client:
         if client is None:
-            return _in_process(args)
+            return _in_process(args, typed)
 
         key = f"repl:{args.session}"
         with reaching(client):  # an agent the daemon does not serve fails here, before a greeting
             answer(client.get(f"/agents/{args.agent}/status", params={"conversation_key": key}))
 
-        def say(line: str, files: tuple[Attachment, ...], sink: ReplySink | None) -> str:
-            path = f"/agents/{args.agent}/repl"
+        path = f"/agents/{args.agent}/repl"
+
+        def aside(line: str) -> None:
+            """/answer, /decline, /stop typed while the daemon answers: sent at once, beside the turn."""
+            try:
+                with reaching(client, "your line"):
+                    said_aside(
+                        answer(client.post(path, json={"session": args.session, "text": line}))["reply"]
+                    )
+            except AgentdError as e:
+                print(f"agentd: {e}", file=sys.stderr, flush=True)
+
+        def say(line: str, files: tuple[Attachment, ...], sink: ReplySink) -> str:
             body = {
                 "session": args.session,
                 "text": line,
                 **({"attachments": as_json(files)} if files else {}),
             }
+            streamed = in_thread(lambda: streamed_answer(client, path, body, sink))
             try:
                 with reaching(client, "your message"):
-                    if sink is not None:
-                        return str(streamed_answer(client, path, body, sink)["reply"])
-                    return str(answer(client.post(path, json=body))["reply"])
+                    return str(typed.wait(streamed, aside)["reply"])
             except KeyboardInterrupt:
-                # Ctrl-C while the daemon answers: the request is given up and the run stopped there
-                # (stored as stopped); the chat goes on
+                # Ctrl-C while the daemon answers: the run is stopped there (stored as stopped), its
+                # stream ends with the stopped reply; the chat goes on
                 with reaching(client, "the stop"):
                     answer(client.post(f"/agents/{args.agent}/conversations/{key}/stop"))
+                with contextlib.suppress(Exception):
+                    return str(streamed.result(STOP_WAIT_S)["reply"])
                 shown = sink.shown if isinstance(sink, TerminalReply) else ""
                 return f"{shown}\n\n{STOPPED}" if shown else STOPPED
 
         where = f"{args.agent} on the daemon at {address(client.base_url)}, conversation {key}"
-        return _repl(where, say)
+        return _repl(where, say, typed)
 
 
-def _in_process(args: argparse.Namespace) -> int:
+def _in_process(args: argparse.Namespace, typed: Typeahead) -> int:
     with _loop_thread() as run:
         opened = local_agent(args)
         agent: Agent = run(opened.__aenter__())
         try:
+            key = f"repl:{args.session}"
 
-            def say(line: str, files: tuple[Attachment, ...], sink: ReplySink | None) -> str:
+            def aside(line: str) -> None:
+                """/answer, /decline, /stop typed while the agent answers: taken at once, beside the turn."""
+                said_aside(
+                    run(agent.handle(InboundEvent(agent.name, key, line, "repl", user_id="local"))).text
+                )
+
+            def say(line: str, files: tuple[Attachment, ...], sink: ReplySink) -> str:
                 event = InboundEvent(agent.name, key, line, "repl", user_id="local", attachments=files)
                 reply: Reply = run(
-                    agent.handle(event, sink=sink), stop=lambda: agent.stop_run(key, "repl:local")
+                    agent.handle(event, sink=sink),
+                    stop=lambda: agent.stop_run(key, "repl:local"),
+                    wait=lambda future: typed.wait(future, aside),
                 )
                 return reply.text
 
-            key = f"repl:{args.session}"
-
             where = f"{agent.name} ({agent.spec.model.name}), conversation repl:{args.session}"
-            return _repl(where, say)
+            return _repl(where, say, typed)
         finally:
             run(opened.__aexit__(None, None, None))
 
@@ -110,12 +133,13 @@ def _loop_thread() -> Iterator[Callable[..., Any]]:
     thread = threading.Thread(target=serve, name="agentd-chat-loop", daemon=True)
     thread.start()
 
-    def run(coro: Any, stop: Callable[[], Any] | None = None) -> Any:
-        """`coro`'s result; on Ctrl-C, `stop()` (a coroutine) is run and `coro` then answers (a stopped
-        run's reply), or without `stop` it is cancelled and the Ctrl-C goes on."""
+    def run(coro: Any, stop: Callable[[], Any] | None = None, wait: Callable[..., Any] | None = None) -> Any:
+        """`coro`'s result (through `wait`, which may read the terminal meanwhile); on Ctrl-C, `stop()`
+        (a coroutine) is run and `coro` then answers (a stopped run's reply), or without `stop` it is
+        cancelled and the Ctrl-C goes on."""
         future = asyncio.run_coroutine_threadsafe(coro, loop)
         try:
-            return future.result()
+            return wait(future) if wait is not None else future.result()
         except KeyboardInterrupt:
             if stop is None:
                 future.cancel()
@@ -138,7 +162,7 @@ def _loop_thread() -> Iterator[Callable[..., Any]]:
         thread.join(timeout=5)
 
 
-def _repl(where: str, say: Say) -> int:
+def _repl(where: str, say: Say, typed: Typeahead) -> int:
     interactive = sys.stdin.isatty()
     streaming = sys.stdout.isatty()  # a pipe gets each reply whole
     if interactive:
@@ -153,7 +177,7 @@ def _repl(where: str, say: Say) -> int:
     try:
         while True:
             try:
-                line = input("you> " if interactive else "")
+                line = typed.next_line("you> " if interactive else "")
             except EOFError:
                 if interactive:
                     print()  # Ctrl-D: leave the shell's prompt on a line of its own
@@ -176,8 +200,8 @@ def _repl(where: str, say: Say) -> int:
                 if streaming:
                     shown = TerminalReply(spinner)
                     shown.finish(say(line, files, shown))
-                else:
-                    reply = say(line, files, None)
+                else:  # whole, but a tool server's question is printed while the turn waits on it
+                    reply = say(line, files, PrintedProgress())
                     spinner.stop()
                     print(reply, flush=True)
             except AgentdError as e:

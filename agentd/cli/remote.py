@@ -105,6 +105,8 @@ def streamed_answer(client: httpx.Client, path: str, body: dict[str, Any], sink:
                 sink.delta(data["text"])
             elif event.event == "restart":
                 sink.restart()
+            elif event.event == "progress" and (shown := getattr(sink, "progress", None)) is not None:
+                shown(data["text"])
             elif event.event == "reply":
                 reply: dict[str, Any] = data
                 return reply

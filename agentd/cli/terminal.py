@@ -1,7 +1,8 @@
 """What `agentd chat` shows on a terminal while the agent answers: a spinner, then the reply as it is written.
 
 `TerminalReply` is a ReplySink: the spinner turns until the first text, text is
-printed as it arrives, text taken back by a restart (the model went on to call
+printed as it arrives, a tool's progress (and a tool server's question) on lines of its own, text
+taken back by a restart (the model went on to call
 a tool) is erased, and `finish` leaves exactly the reply on the screen (the
 error reply, say, when the stream broke off). Its calls may come from another
 thread (the agent's loop, in-process), so they take a lock.
@@ -69,6 +70,15 @@ class TerminalReply:
     def restart(self) -> None:
         with self._lock:
             self._erase()
+
+    def progress(self, text: str) -> None:
+        """A tool call's progress, or a tool server's question: lines of their own, which stay."""
+        with self._lock:
+            self._spinner.stop()
+            if self._shown:  # what was written stays above; the reply is written again below
+                self._write("\n")
+                self._shown = ""
+            self._write(f"{text}\n")
 
     @property
     def shown(self) -> str:

@@ -9,8 +9,9 @@ logged, and every other agent starts.
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from typing import Any
 from agentd.channels.chat import ChatChannel
 from agentd.config.loader import parse_agent
 from agentd.config.models import AgentSpec
+from agentd.daemon.asking import ask as ask_question
 from agentd.daemon.host import AgentChannels, AgentHost, Spawn
 from agentd.daemon.provider_checks import agent_warnings
 from agentd.daemon.resources import Resources
@@ -105,6 +107,16 @@ class Fleet:
         except Exception:
             log.exception("agent %s: posting into %s failed", agent, conversation_key)
             return False
+
+    async def ask(
+        self, agent: str, conversation_key: str, text: str, question: Mapping[str, Any]
+    ) -> str | None:
+        """The agents' Outbox for a tool server's question (agentd.daemon.asking)."""
+        r = self.resources
+        post = functools.partial(self.post, agent, conversation_key, text)
+        return await ask_question(
+            agent, self.spec(agent), r.http, r.clock, post, conversation_key, text, question
+        )
 
     async def delegate(self, name: str, event: InboundEvent, parent_run_id: str | None) -> Reply:
         agent = self.agent(name)

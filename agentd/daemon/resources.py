@@ -89,6 +89,7 @@ class Resources:
         self.clock = clock  # what scheduled jobs read the time from (tests pass a clock they move)
         # where a run resumed after an approval posts its answer: the daemon sets its fleet here
         self.outbox: Outbox = NoOutbox()
+        self.http: httpx.AsyncClient | None = None  # the providers' client, once open
         self.people = People()  # accounts linked into people; the daemon keeps them in its own store
         # budgets, usage and rate limits over the daemon's own store: the daemon sets them once it is open
         self.meter: Meter | None = None
@@ -112,6 +113,7 @@ class Resources:
             raise
         observer = self.observer
         client = await self._stack.enter_async_context(httpx.AsyncClient())
+        self.http = client  # also for the webhook's signed questions (agentd.daemon.asking)
         providers = ProviderRegistry(
             self.settings.providers, client, report_calls=observer.model_call if observer else None
         )

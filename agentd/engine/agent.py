@@ -19,6 +19,7 @@ from agentd.engine.approvals import OPERATOR, Outcome, describe_pending
 from agentd.engine.context import AgentContext
 from agentd.engine.conversation import Conversation
 from agentd.engine.deletions import delete_conversation, forget_memory
+from agentd.engine.elicitations import HttpAnswer
 from agentd.engine.handling import EventHandler
 from agentd.engine.lifecycle import Lifecycle
 from agentd.engine.people import audit_merged_memories, erase_person, person_data
@@ -258,6 +259,16 @@ class Agent(AgentReads):
         """Answer an approval through the API (the operator); waits for the resumed run."""
         await self.ready()
         return await self._handler.approvals.decide(approval_id, approve, approver)
+
+    async def questions(self) -> list[dict[str, Any]]:
+        """Tool servers' questions waiting for an answer (agentd.engine.elicitations), oldest first."""
+        await self.ready()
+        return self._handler.elicitations.listing()
+
+    async def answer_question(self, question_id: str, action: str, content: Any) -> HttpAnswer:
+        """Answer a waiting question through the API (the operator, as for approvals)."""
+        await self.ready()
+        return self._handler.elicitations.answer_http(question_id, action, content)
 
     async def status_of(self, conversation_key: str, user_id: str | None = None) -> dict[str, Any]:
         await self.ready()

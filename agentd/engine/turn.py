@@ -141,7 +141,8 @@ async def _drive(
     tool_specs, history = prompt.tool_specs, prompt.history
     step_sink = None if options.sink is None else StepSink(options.sink, f"agent {state.name} run {run.id}")
     fixed_chars, history_chars = prompt.fixed_chars(), prompt.history_chars
-    on_progress = step_sink.progress if step_sink is not None else None
+    shows = getattr(options.sink, "progress", None) is not None  # else a server's question goes another way
+    on_progress = step_sink.progress if step_sink is not None and shows else None
     caller = ToolCall(
         event.conversation_key,
         run.id,

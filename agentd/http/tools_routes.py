@@ -1,4 +1,5 @@
-"""The tool routes: what an agent's tools are, the approvals waiting, and answering one."""
+"""The tool routes: what an agent's tools are, the approvals and tool servers' questions waiting, and
+answering one (as the operator: whoever holds the daemon's token)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,38 @@ class DecisionIn(BaseModel):
     decision: Literal["approve", "deny"] = Field(description="approve: the call runs; deny: it is refused")
 
 
+class AnswerIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    action: Literal["accept", "decline"] = Field(description="accept: `content` goes to the server")
+    content: dict[str, str | int | float | bool | list[str] | None] | None = Field(
+        default=None, description="accept: the form's fields and their values (a URL request takes none)"
+    )
+
+
+class QuestionOut(BaseModel):
+    id: str
+    conversation_key: str = Field(description="the conversation whose tool call the question serves")
+    user_id: str | None = Field(description="the person whose message the call serves")
+    server: str = Field(description="the MCP server that asks")
+    mode: Literal["form", "url"]
+    message: str
+    fields: dict[str, Any] = Field(description="form: its JSON Schema properties; url: none")
+    required: list[str]
+    url: str | None = Field(description="url: where the person is sent")
+    expires_at: float = Field(description="Unix seconds: unanswered then, the server is told cancel")
+
+
+class QuestionsOut(BaseModel):
+    questions: list[QuestionOut]
+
+
+class AnsweredOut(BaseModel):
+    question: str
+    status: Literal["answered"]
+    text: str
+
+
 def add_tool_routes(app: FastAPI, directory: AgentDirectory, protected: Sequence[Any]) -> None:
     get, post = routes(app, "GET", protected), routes(app, "POST", protected)
 
@@ -32,6 +65,33 @@ def add_tool_routes(app: FastAPI, directory: AgentDirectory, protected: Sequence
     async def approvals(agent: str = agent_param()) -> dict[str, Any]:
         """Tool calls waiting for a person's approval, oldest first."""
         return {"approvals": await running_agent(directory, agent).approvals()}
+
+    @get("/agents/{agent}/questions", 404, 503, response_model=QuestionsOut)
+    async def questions(agent: str = agent_param()) -> Any:
+        """MCP servers' questions (elicitation) waiting for an answer, oldest first; the request whose
+        tool call asked keeps waiting until one is answered, declined or expires."""
+        return {"questions": await running_agent(directory, agent).questions()}
+
+    @post(
+        "/agents/{agent}/questions/{question_id}",
+        400,
+        404,
+        409,
+        413,
+        422,
+        503,
+        response_model=AnsweredOut,
+        openapi_extra=body_schema(AnswerIn),
+    )
+    async def answer_question(request: Request, question_id: str, agent: str = agent_param()) -> Any:
+        """Answer a waiting question (as the operator): `accept` with content that fits its form, or
+        `decline`; 409 once it was answered or expired, 422 for content the form does not take."""
+        body = await read_json(request, AnswerIn, directory.max_body_bytes)
+        target = running_agent(directory, agent)
+        answered = await target.answer_question(question_id, body.action, body.content)
+        if answered.status != "answered":
+            raise ApiError({"unknown": 404, "closed": 409, "invalid": 422}[answered.status], answered.text)
+        return {"question": question_id, "status": "answered", "text": answered.text}
 
     @post(
         "/agents/{agent}/approvals/{approval_id}",
