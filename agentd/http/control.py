@@ -15,12 +15,13 @@ from fastapi.params import Depends
 from pydantic import BaseModel, Field
 
 from agentd.engine.agent import Agent
-from agentd.events import InboundEvent
+from agentd.events import Attachment, InboundEvent
 from agentd.http.auth import client_of
 from agentd.http.bodies import agent_param
 from agentd.http.directory import AgentDirectory
 from agentd.http.errors import ApiError, routes
 from agentd.http.lookup import conversation_agent
+from agentd.http.openai_call import CHANNEL
 from agentd.http.reads import conversation_key_param
 
 
@@ -73,3 +74,29 @@ async def refuse_if_held(agent: Agent, event: InboundEvent, *, openai: bool = Fa
         "this message again",
         **({"code": "approval_pending"} if openai else {"approval": approval}),
     )
+
+
+async def v1_event(
+    agent: Agent,
+    key: str,
+    text: str,
+    user: str | None,
+    attachments: tuple[Attachment, ...],
+    event_id: str | None,
+    stateless: bool,
+) -> InboundEvent:
+    """The event a /v1 call runs (chat completions and responses alike): a stateless call stores
+    nothing, so its idempotency key is honoured in this process only (idempotency.py), not as a
+    delivery id; a call into a conversation held by a pending approval is a 409 at once, not a hang."""
+    event = InboundEvent(
+        agent.name,
+        key,
+        text,
+        CHANNEL,
+        user_id=user,
+        event_id=None if stateless else event_id,
+        attachments=attachments,
+    )
+    if not stateless:
+        await refuse_if_held(agent, event, openai=True)
+    return event

@@ -46,7 +46,7 @@ from agentd.engine.agent import Agent
 from agentd.engine.turn import TurnLimits
 from agentd.events import InboundEvent, Reply, ReplySink
 from agentd.http.bodies import read_json
-from agentd.http.control import refuse_if_held
+from agentd.http.control import v1_event
 from agentd.http.directory import AgentDirectory
 from agentd.http.errors import ApiError
 from agentd.http.idempotency import (
@@ -265,20 +265,8 @@ def add_openai_routes(
         call = Call(body, request.headers.get(CONVERSATION_HEADER), agent.spec.media.allowed_urls)
         key = key_of(idempotency_key, body.message_id)
         stateless = call.earlier is not None
-        # a stateless call stores nothing: its key is honoured in this process only (idempotency.py)
-        event_id = None if stateless else key
         limits = turn_limits(body.model_extra or {})
-        event = InboundEvent(
-            agent.name,
-            call.key,
-            call.text,
-            CHANNEL,
-            user_id=call.user,
-            event_id=event_id,
-            attachments=call.attachments,
-        )
-        if not stateless:
-            await refuse_if_held(agent, event, openai=True)  # a 409 naming the approval, not a hang
+        event = await v1_event(agent, call.key, call.text, call.user, call.attachments, key, stateless)
 
         run = once_turn(agent, event, call.earlier, call.instructions, limits, once, CHANNEL, key)
 

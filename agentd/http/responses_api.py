@@ -29,9 +29,9 @@ from fastapi.responses import StreamingResponse
 
 from agentd.engine.agent import Agent
 from agentd.engine.turn import TurnLimits
-from agentd.events import InboundEvent, Reply
+from agentd.events import Reply
 from agentd.http.bodies import body_schema, read_json, sse_event_schema
-from agentd.http.control import refuse_if_held
+from agentd.http.control import v1_event
 from agentd.http.directory import AgentDirectory
 from agentd.http.idempotency import HEADER, KEY_DOC, KEY_PATTERN, Idempotency, key_of, replay_headers
 from agentd.http.openai_api import (
@@ -164,22 +164,12 @@ def add_responses_routes(
         )
         if call.agent_of_previous is not None and call.agent_of_previous != agent.name:
             raise not_found(call.previous or "", param="previous_response_id")  # another agent's
-        # a stateless call stores nothing: its key is honoured in this process only (idempotency.py)
-        event_id = None if call.stateless else call.event_id
         rid = ResponseId(agent.name, None if call.stateless else call.key, call.event_id)
         shape = ResponseShape(rid, body, call.instructions)
         limits = TurnLimits(max_output_tokens=body.max_output_tokens)
-        event = InboundEvent(
-            agent.name,
-            call.key,
-            call.text,
-            CHANNEL,
-            user_id=call.user,
-            event_id=event_id,
-            attachments=call.attachments,
+        event = await v1_event(
+            agent, call.key, call.text, call.user, call.attachments, call.event_id, call.stateless
         )
-        if not call.stateless:
-            await refuse_if_held(agent, event, openai=True)  # a 409 naming the approval, not a hang
 
         run = once_turn(agent, event, call.earlier, call.instructions, limits, once, "responses", key)
 
