@@ -148,6 +148,7 @@ async def test_the_repl_route_streams_too(served: tuple[Daemon, httpx.AsyncClien
                 "conversation_key": "repl:s1",
                 "error": None,
                 "approval": None,  # the id of a tool call waiting for a person, when the run paused
+                "files": [],  # what the run's tools made, read at GET /agents/{agent}/media/{sha256}
             },
         ),
     ]

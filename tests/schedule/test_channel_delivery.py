@@ -65,7 +65,11 @@ async def test_operator_jobs_reach_a_discord_channel_and_a_slack_channel_once_ea
             await until(
                 lambda: fake_discord.connected() and slack.open_sockets, "both platforms connected", 20
             )
-            assert {j.name for j in await jobs_of(agent)} == {"to_discord", "to_slack"}
+
+            async def synced() -> bool:  # the agent file's jobs are written once the agent has started
+                return {j.name for j in await jobs_of(agent)} == {"to_discord", "to_slack"}
+
+            await until(synced, "the operator's jobs in the store", 10)
             clock.advance(3600 + 1)  # the hour came
             await fake_discord.wait_for_sent(1, timeout=15)
             await slack.wait_for_posts(1, timeout=15)
