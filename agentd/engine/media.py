@@ -102,13 +102,8 @@ async def take_media(conv: Conversation, event: InboundEvent) -> Intake:
 async def _bytes_of(attachment: Attachment, spec: MediaSpec, budget: int) -> tuple[bytes | None, str]:
     """The attachment's bytes, or None and the limit it broke (named as the agent file names it)."""
     kind = attachment.kind if attachment.kind in ("image", "audio", "document", "file") else "file"
-    if kind not in spec.allowed:
-        return None, f"this agent takes no {kind} files (media.allowed: {', '.join(spec.allowed)})"
-    if attachment.mime_type and not spec.type_allowed(attachment.mime_type):
-        return (
-            None,
-            f"{attachment.mime_type} is not taken (media.allowed_types: {', '.join(spec.allowed_types)})",
-        )
+    if (why := not_taken(kind, attachment.mime_type, spec)) is not None:
+        return None, why
     # the tighter of the item's limit and what the message's limit leaves, named as the file names it
     if spec.max_bytes <= budget:
         limit, over = spec.max_bytes, f"it is larger than media.max_bytes ({human_size(spec.max_bytes)})"
@@ -135,9 +130,19 @@ async def _bytes_of(attachment: Attachment, spec: MediaSpec, budget: int) -> tup
         return None, f"it could not be downloaded ({type(e).__name__})"
     if len(data) > limit:
         return None, over
-    if not spec.type_allowed(mime := _mime_of(attachment, data)):
-        return None, f"{mime} is not taken (media.allowed_types: {', '.join(spec.allowed_types)})"
+    if (why := not_taken(kind, _mime_of(attachment, data), spec)) is not None:
+        return None, why
     return data, ""
+
+
+def not_taken(kind: str, mime_type: str | None, spec: MediaSpec) -> str | None:
+    """Why `media:` takes no file of this kind or type (named as the agent file names it), or None; a
+    person's files and a tool's alike (agentd.engine.tool_files). An undeclared type passes here."""
+    if kind not in spec.allowed:
+        return f"this agent takes no {kind} files (media.allowed: {', '.join(spec.allowed)})"
+    if mime_type and not spec.type_allowed(mime_type):
+        return f"{mime_type} is not taken (media.allowed_types: {', '.join(spec.allowed_types)})"
+    return None
 
 
 def _mime_of(attachment: Attachment, data: bytes) -> str:
@@ -283,10 +288,27 @@ async def _transcribed(conv: Conversation, part: MediaPart, data: bytes, intake:
     return part.model_copy(update={"text": text, "text_is": "transcript"})
 
 
+# a MIME subtype's usual file extension, where the two differ (what an endpoint or a platform reads)
+EXTENSIONS = {
+    "jpeg": "jpg",
+    "svg+xml": "svg",
+    "mpeg": "mp3",
+    "x-wav": "wav",
+    "wave": "wav",
+    "x-m4a": "m4a",
+    "mp4": "m4a",
+}
+
+
+def file_name(stem: str, mime_type: str) -> str:
+    """`stem` with the extension of its type, for a file nobody named."""
+    subtype = mime_type.split("/", 1)[-1]
+    return f"{stem}.{EXTENSIONS.get(subtype, subtype)}"
+
+
 def _audio_name(mime_type: str) -> str:
     """A file name the transcription endpoint reads the format from (it goes by the extension)."""
-    subtype = mime_type.split("/", 1)[-1]
-    return "voice." + {"mpeg": "mp3", "x-wav": "wav", "x-m4a": "m4a", "mp4": "m4a"}.get(subtype, subtype)
+    return file_name("voice", mime_type)
 
 
 def _event(action: str, event: InboundEvent, part: MediaPart, note: str | None) -> AuditRecord:

@@ -19,15 +19,13 @@ from dataclasses import dataclass
 
 from agentd.config.media import MediaSpec
 from agentd.engine.conversation import Conversation
-from agentd.engine.media import readable_image, with_description
+from agentd.engine.media import file_name, not_taken, readable_image, with_description
 from agentd.events import OutgoingFile
 from agentd.messages import MediaKind, MediaPart, Message, human_size
 from agentd.store.queries import MediaBlobs
 from agentd.store.records import AuditRecord, MediaItem
 from agentd.store.writes import StoreMedia
 from agentd.tools.base import ToolCall, ToolFile
-
-EXTENSIONS = {"jpeg": "jpg", "svg+xml": "svg", "mpeg": "mp3", "x-wav": "wav", "wave": "wav"}
 
 
 @dataclass
@@ -112,10 +110,8 @@ def _kind_of(file: ToolFile) -> MediaKind:
 
 def _refusal(file: ToolFile, kind: str, left: int, spec: MediaSpec) -> str | None:
     """Why media: does not take the file (named as the agent file names it), or None."""
-    if kind not in spec.allowed:
-        return f"this agent takes no {kind} files (media.allowed: {', '.join(spec.allowed)})"
-    if not spec.type_allowed(file.mime_type):
-        return f"{file.mime_type} is not taken (media.allowed_types: {', '.join(spec.allowed_types)})"
+    if (why := not_taken(kind, file.mime_type, spec)) is not None:
+        return why
     if len(file.data) > spec.max_bytes:
         return f"it is larger than media.max_bytes ({human_size(spec.max_bytes)})"
     if len(file.data) > left:
@@ -150,5 +146,4 @@ async def reply_files(
 
 def _file_name(part: MediaPart, n: int) -> str:
     """A name for a file its tool named not (platforms want one, and read the type from it)."""
-    subtype = part.mime_type.split("/", 1)[-1]
-    return f"{part.media}-{n}.{EXTENSIONS.get(subtype, subtype)}"
+    return file_name(f"{part.media}-{n}", part.mime_type)
