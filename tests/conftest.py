@@ -6,9 +6,11 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import discord
 import httpx
 import pytest
 
+from testkit.fake_discord import FakeDiscord
 from testkit.fake_llm import FakeLLM
 from testkit.postgres import PostgresServer
 from tests.support import Harness
@@ -70,3 +72,15 @@ def postgres_url(postgres_server: PostgresServer) -> Iterator[str]:
     url = postgres_server.create_database(name)
     yield url
     postgres_server.drop_database(name)
+
+
+@pytest.fixture
+async def discord_fake(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeDiscord]:
+    # The channel points discord.py's class-level endpoints at the fake; put them back afterwards.
+    monkeypatch.setattr(discord.http.Route, "BASE", discord.http.Route.BASE)
+    gateway = discord.gateway.DiscordWebSocket
+    monkeypatch.setattr(gateway, "DEFAULT_GATEWAY", gateway.DEFAULT_GATEWAY)
+    server = FakeDiscord(heartbeat_ms=200)
+    await server.start()
+    yield server
+    await server.stop()

@@ -5,11 +5,7 @@ against the fake Slack), each once, at the time the test's clock says, and recor
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
-
-import discord
-import pytest
 
 from testkit.clock import ManualClock
 from testkit.fake_discord import FakeDiscord
@@ -17,18 +13,6 @@ from testkit.fake_slack import FakeSlack
 from tests.schedule.support import T0, agent_of, deliveries_of, jobs_of, scheduling_daemon, until
 
 SLACK_CHANNEL = "C0STANDUP"
-
-
-@pytest.fixture
-async def fake_discord(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeDiscord]:
-    # the daemon points discord.py's process-wide endpoints at the fake; put them back afterwards
-    monkeypatch.setattr(discord.http.Route, "BASE", discord.http.Route.BASE)
-    gateway = discord.gateway.DiscordWebSocket
-    monkeypatch.setattr(gateway, "DEFAULT_GATEWAY", gateway.DEFAULT_GATEWAY)
-    server = FakeDiscord(heartbeat_ms=500)
-    await server.start()
-    yield server
-    await server.stop()
 
 
 def agent_file(d: FakeDiscord, channel: int, s: FakeSlack) -> str:
@@ -53,17 +37,17 @@ schedule:
 
 
 async def test_operator_jobs_reach_a_discord_channel_and_a_slack_channel_once_each(
-    tmp_path: Path, fake_discord: FakeDiscord
+    tmp_path: Path, discord_fake: FakeDiscord
 ) -> None:
-    guild = fake_discord.add_guild("team")
-    standup = fake_discord.add_text_channel(guild, "standup")
+    guild = discord_fake.add_guild("team")
+    standup = discord_fake.add_text_channel(guild, "standup")
     clock = ManualClock(T0)
     async with FakeSlack() as slack:
-        agents = {"bot": agent_file(fake_discord, standup, slack)}
+        agents = {"bot": agent_file(discord_fake, standup, slack)}
         async with scheduling_daemon(tmp_path, agents, clock, {}) as daemon:
             agent = agent_of(daemon)
             await until(
-                lambda: fake_discord.connected() and slack.open_sockets, "both platforms connected", 20
+                lambda: discord_fake.connected() and slack.open_sockets, "both platforms connected", 20
             )
 
             async def synced() -> bool:  # the agent file's jobs are written once the agent has started
@@ -71,9 +55,9 @@ async def test_operator_jobs_reach_a_discord_channel_and_a_slack_channel_once_ea
 
             await until(synced, "the operator's jobs in the store", 10)
             clock.advance(3600 + 1)  # the hour came
-            await fake_discord.wait_for_sent(1, timeout=15)
+            await discord_fake.wait_for_sent(1, timeout=15)
             await slack.wait_for_posts(1, timeout=15)
-            [to_discord] = [m for m in fake_discord.sent if m.channel_id == standup]
+            [to_discord] = [m for m in discord_fake.sent if m.channel_id == standup]
             assert "Summarise the hour for the Discord channel." in to_discord.content
             [to_slack] = [p for p in slack.posts if p.get("channel") == SLACK_CHANNEL]
             assert "Summarise the hour for the Slack channel." in str(to_slack.get("text"))
@@ -83,4 +67,4 @@ async def test_operator_jobs_reach_a_discord_channel_and_a_slack_channel_once_ea
                 return len(rows) == 2 and all(r.status == "sent" for r in rows)
 
             await until(all_sent, "both deliveries recorded sent", 10)
-            assert len(fake_discord.sent) == 1 and len(slack.posts) == 1  # once each
+            assert len(discord_fake.sent) == 1 and len(slack.posts) == 1  # once each

@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import AsyncIterator
 from pathlib import Path
 
-import discord
 import pytest
 
 from testkit.fake_discord import FakeDiscord
@@ -21,18 +19,6 @@ from tests.tools.support import tool_results
 
 pytestmark = needs_node
 ASK = "everything__trigger-elicitation-request"
-
-
-@pytest.fixture
-async def discord_fake(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeDiscord]:
-    # The channel points discord.py's class-level endpoints at the fake; put them back afterwards.
-    monkeypatch.setattr(discord.http.Route, "BASE", discord.http.Route.BASE)
-    gateway = discord.gateway.DiscordWebSocket
-    monkeypatch.setattr(gateway, "DEFAULT_GATEWAY", gateway.DEFAULT_GATEWAY)
-    server = FakeDiscord(heartbeat_ms=200)
-    await server.start()
-    yield server
-    await server.stop()
 
 
 def agent_file(fake: FakeDiscord) -> str:
